@@ -1,0 +1,21 @@
+/** The HTTP API: every group, one document (served at /openapi.json). */
+import { HttpApi, OpenApi } from "@effect/platform"
+import { LoginApi } from "./Auth/Api.js"
+import { AuthorsApi } from "./Authors/Api.js"
+import { Wire } from "./Errors.js"
+import { openApi422 } from "./Http/Validation.js"
+import { SystemApi } from "./Observability/Api.js"
+
+export class Api extends HttpApi.make("author-directory")
+  .add(AuthorsApi)
+  .add(LoginApi)
+  .add(SystemApi)
+  // Answered by the front door for any endpoint (Http/FrontDoor.ts).
+  .addError(Wire.PayloadTooLarge)
+  .addError(Wire.RateLimited)
+  .addError(Wire.InternalError)
+  .annotate(OpenApi.Title, "Author Directory Service")
+  .annotate(OpenApi.Version, "1.0.0")
+  .annotate(OpenApi.Description, "Authors over HTTP and WebSocket (`/web`, see `/asyncapi.json`), with OIDC bearer authentication and role-based access.")
+  .annotate(OpenApi.Transform, openApi422)
+{}

@@ -1,0 +1,77 @@
+/**
+ * The one place where Layers are wired. `main.ts` adds the Node server and the environment's
+ * configuration; tests add a test server and their own configuration.
+ */
+import { HttpApi, HttpApiBuilder, HttpServer } from "@effect/platform"
+import { Context, Effect, Layer, Option } from "effect"
+import { Api } from "./Api.js"
+import { AuditLog } from "./AuditLogs/AuditLog.js"
+import { Authentication, AuthenticationLive, RequiredRoles } from "./Auth/Authentication.js"
+import { LoginHttpLive } from "./Auth/Http.js"
+import { AuthLive } from "./Auth/Layers.js"
+import { AuthorEvents, Authors } from "./Authors/Authors.js"
+import { AuthorsHttpLive } from "./Authors/Http.js"
+import { AppConfig } from "./Config.js"
+import { DatabaseLive } from "./Db/Database.js"
+import type { Role } from "./Domain/User.js"
+import { DocsLive } from "./Http/Docs.js"
+import { FrontDoorLive } from "./Http/FrontDoor.js"
+import { CacheProbe, DatabaseProbe, Health, WebSocketProbe } from "./Observability/Health.js"
+import { SystemHttpLive } from "./Observability/Http.js"
+import { setAppInfo } from "./Observability/Metrics.js"
+import { MemoryRateLimiterLive } from "./RateLimit/RateLimiter.js"
+
+/** "METHOD /path/:param" → the roles its `RequiredRoles` annotation lists. */
+const rolesByRoute = () => {
+  const table = new Map<string, ReadonlyArray<Role>>()
+  HttpApi.reflect(Api, {
+    onGroup: () => {},
+    onEndpoint: ({ endpoint, mergedAnnotations }) => {
+      Option.map(Context.getOption(mergedAnnotations, RequiredRoles), (roles) => table.set(`${endpoint.method} ${endpoint.path}`, roles))
+    }
+  })
+  return table
+}
+
+const AuthenticationLayer = Layer.effect(Authentication, AuthenticationLive(rolesByRoute()))
+
+const ApiLive = HttpApiBuilder.api(Api).pipe(
+  Layer.provide([AuthorsHttpLive, LoginHttpLive, SystemHttpLive]),
+  Layer.provide(AuthenticationLayer)
+)
+
+/** External systems, or their embedded stand-ins, as the configuration says. */
+const InfrastructureLive = Layer.mergeAll(
+  DatabaseLive,
+  AuthLive,
+  MemoryRateLimiterLive,
+  AuditLog.none,
+  AuthorEvents.none,
+  CacheProbe.InProcess,
+  WebSocketProbe.Idle
+)
+
+const ServicesLive = Layer.mergeAll(Authors.Default, Health.Default.pipe(Layer.provide(DatabaseProbe.Live))).pipe(
+  Layer.provideMerge(InfrastructureLive)
+)
+
+const StartupLog = Layer.effectDiscard(Effect.gen(function*() {
+  const config = yield* AppConfig
+  setAppInfo(config.appEnv)
+  const embedded = [
+    Option.isNone(config.databaseUrl) ? `database (PGlite in ${config.dataDir})` : undefined,
+    Option.isNone(config.redisUrl) ? "cache store (in-process)" : undefined,
+    Option.isNone(config.oidcIssuerUrl) ? `identity provider (built-in, users from ${config.authUsersFile})` : undefined
+  ].filter((x) => x !== undefined)
+  yield* Effect.logInfo(embedded.length > 0 ? `Embedded: ${embedded.join(", ")}` : "Embedded: none")
+}))
+
+/** The whole service; needs an `HttpServer` and the `AppConfig`. */
+export const AppLive = HttpApiBuilder.serve().pipe(
+  Layer.provide(DocsLive),
+  Layer.provide(FrontDoorLive(Api)),
+  Layer.provide(ApiLive),
+  Layer.provide(ServicesLive),
+  Layer.provide(StartupLog),
+  HttpServer.withLogAddress
+)

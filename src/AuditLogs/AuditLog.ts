@@ -1,0 +1,35 @@
+/**
+ * The audit trail's write side (CONTRACT §6): `record` never waits for the database.
+ */
+import { Context, Effect, Layer } from "effect"
+
+export type AuditOutcome = "success" | "error" | "permission_denied"
+
+export interface AuditEntry {
+  readonly timestamp: Date
+  readonly user_id: string
+  readonly username: string
+  readonly user_roles: ReadonlyArray<string>
+  readonly action_type: string
+  readonly resource: string
+  readonly outcome: AuditOutcome
+  readonly ip_address: string
+  readonly user_agent: string
+  readonly request_id: string
+  readonly correlation_id: string
+  readonly response_status: number
+  readonly duration_ms: number
+  readonly request_data: Record<string, unknown>
+  readonly error_message: string | null
+}
+
+export class AuditLog extends Context.Tag("AuditLogs/AuditLog")<AuditLog, {
+  /** Buffers a record; returns at once. */
+  readonly record: (entry: AuditEntry) => Effect.Effect<void>
+}>() {
+  static readonly none = Layer.succeed(AuditLog, { record: () => Effect.void })
+}
+
+/** CONTRACT §6: 403 → permission_denied, other status ≥ 400 → error. */
+export const outcomeOf = (status: number): AuditOutcome =>
+  status === 403 ? "permission_denied" : status >= 400 ? "error" : "success"

@@ -1,0 +1,161 @@
+/**
+ * The built-in development identity provider: users from `AUTH_USERS_FILE`, ES256 tokens signed
+ * with a key persisted in `DATA_DIR`, Keycloak's lifetimes (300 s / 1800 s) and claim shapes.
+ * It refuses to run with `APP_ENV=production` (CONTRACT §1).
+ */
+import { Effect, Layer, Schema } from "effect"
+import { exportJWK, generateKeyPair, importJWK, type JWK, jwtVerify, SignJWT, type CryptoKey } from "jose"
+import { createHash, randomUUID } from "node:crypto"
+import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs"
+import { join } from "node:path"
+import { AppConfig } from "../Config.js"
+import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.js"
+import { IdentityProvider, type TokenResponse } from "./IdentityProvider.js"
+import { safeEqual, verifyPassword } from "./Passwords.js"
+import { makeTokenVerifier, TokenVerifier } from "./TokenVerifier.js"
+
+export const BUILTIN_ISSUER = "urn:author-directory:dev-idp"
+export const ACCESS_TOKEN_SECONDS = 300
+export const REFRESH_TOKEN_SECONDS = 1800
+const ALG = "ES256"
+
+const UserEntry = Schema.Struct({
+  username: Schema.String.pipe(Schema.minLength(1)),
+  password: Schema.optional(Schema.String),
+  password_hash: Schema.optional(Schema.String),
+  roles: Schema.Array(Schema.String),
+  id: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
+}).pipe(Schema.filter((u) => (u.password !== undefined) !== (u.password_hash !== undefined) || "needs exactly one of password, password_hash"))
+const UsersFile = Schema.Array(UserEntry)
+type UserEntry = typeof UserEntry.Type
+
+export class StartupError extends Error {}
+
+export const loadUsers = (path: string): ReadonlyArray<UserEntry> => {
+  let text: string
+  try {
+    text = readFileSync(path, "utf8")
+  } catch (error) {
+    throw new StartupError(`AUTH_USERS_FILE: cannot read ${path}: ${(error as Error).message}`)
+  }
+  try {
+    return Schema.decodeUnknownSync(UsersFile)(JSON.parse(text))
+  } catch (error) {
+    throw new StartupError(`AUTH_USERS_FILE: ${path} is not a valid users file: ${(error as Error).message}`)
+  }
+}
+
+/** A stable id for users without one: a UUID-shaped digest of the username. */
+const stableId = (username: string) => {
+  const h = createHash("sha256").update(`author-directory:${username}`).digest("hex")
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20, 32)}`
+}
+
+interface SigningKey {
+  readonly privateKey: CryptoKey
+  readonly publicKey: CryptoKey
+  readonly kid: string
+}
+
+/** Loads the signing key from `DATA_DIR`, or creates and persists one (owner-readable only). */
+const loadOrCreateKey = async (dataDir: string): Promise<SigningKey> => {
+  const path = join(dataDir, "dev-idp-key.json")
+  if (existsSync(path)) {
+    const jwk = JSON.parse(readFileSync(path, "utf8")) as JWK & { kid: string }
+    const { d: _d, ...publicJwk } = jwk
+    return {
+      privateKey: await importJWK(jwk, ALG) as CryptoKey,
+      publicKey: await importJWK(publicJwk, ALG) as CryptoKey,
+      kid: jwk.kid
+    }
+  }
+  const { privateKey, publicKey } = await generateKeyPair(ALG, { extractable: true })
+  const kid = randomUUID()
+  mkdirSync(dataDir, { recursive: true })
+  writeFileSync(path, JSON.stringify({ ...(await exportJWK(privateKey)), kid, alg: ALG }), { mode: 0o600 })
+  return { privateKey, publicKey, kid }
+}
+
+export const BuiltinAuthLive = Layer.unwrapEffect(Effect.gen(function*() {
+  const config = yield* AppConfig
+  if (config.appEnv === "production") {
+    return yield* Effect.dieMessage(
+      "The built-in identity provider is for development only: set OIDC_ISSUER_URL when APP_ENV=production"
+    )
+  }
+  const users = yield* Effect.try({ try: () => loadUsers(config.authUsersFile), catch: (e) => e as Error }).pipe(Effect.orDie)
+  const key = yield* Effect.promise(() => loadOrCreateKey(config.dataDir))
+  const audience = config.oidcAudience._tag === "Some" ? config.oidcAudience.value : config.oidcClientId
+  const verifier = makeTokenVerifier({ key: key.publicKey, issuer: BUILTIN_ISSUER, audience, clientId: config.oidcClientId })
+  const byName = new Map(users.map((u) => [u.username, u]))
+  // Compared against when the user is unknown, so both paths cost one scrypt.
+  const dummyHash = "scrypt:16384:8:1:AAAAAAAAAAAAAAAAAAAAAA==:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+
+  const sign = (user: UserEntry, typ: "Bearer" | "Refresh", seconds: number, sid: string) =>
+    new SignJWT({
+      typ,
+      preferred_username: user.username,
+      realm_access: { roles: [...user.roles] },
+      azp: config.oidcClientId,
+      sid,
+      scope: "openid profile email"
+    })
+      .setProtectedHeader({ alg: ALG, kid: key.kid, typ: "JWT" })
+      .setSubject(user.id ?? stableId(user.username))
+      .setIssuer(BUILTIN_ISSUER)
+      .setAudience(audience)
+      .setIssuedAt()
+      .setExpirationTime(`${seconds}s`)
+      .setJti(randomUUID())
+      .sign(key.privateKey)
+
+  const issue = (user: UserEntry) =>
+    Effect.tryPromise({
+      try: async (): Promise<TokenResponse> => {
+        const sid = randomUUID()
+        return {
+          access_token: await sign(user, "Bearer", ACCESS_TOKEN_SECONDS, sid),
+          expires_in: ACCESS_TOKEN_SECONDS,
+          refresh_expires_in: REFRESH_TOKEN_SECONDS,
+          refresh_token: await sign(user, "Refresh", REFRESH_TOKEN_SECONDS, sid),
+          token_type: "Bearer",
+          scope: "openid profile email"
+        }
+      },
+      catch: () => IdentityProviderUnavailable.instance
+    })
+
+  const checkPassword = (user: UserEntry | undefined, password: string) =>
+    Effect.promise(async () => {
+      if (user?.password !== undefined) return safeEqual(password, user.password)
+      return (await verifyPassword(password, user?.password_hash ?? dummyHash)) && user !== undefined
+    })
+
+  const provider = IdentityProvider.of({
+    kind: "builtin",
+    login: (username, password) =>
+      Effect.gen(function*() {
+        const user = byName.get(username)
+        const ok = yield* checkPassword(user, password)
+        if (!ok || user === undefined) return yield* Effect.fail(InvalidCredentials.instance)
+        return yield* issue(user)
+      }),
+    refresh: (refreshToken) =>
+      Effect.gen(function*() {
+        const payload = yield* Effect.tryPromise({
+          try: () => jwtVerify(refreshToken, key.publicKey, { issuer: BUILTIN_ISSUER, algorithms: [ALG] }),
+          catch: () => InvalidRefreshToken.instance
+        })
+        const claims = payload.payload
+        if (claims["typ"] !== "Refresh" || typeof claims["preferred_username"] !== "string") {
+          return yield* Effect.fail(InvalidRefreshToken.instance)
+        }
+        const user = byName.get(claims["preferred_username"])
+        if (user === undefined || (user.id ?? stableId(user.username)) !== claims.sub) {
+          return yield* Effect.fail(InvalidRefreshToken.instance)
+        }
+        return yield* issue(user)
+      })
+  })
+  return Layer.merge(Layer.succeed(IdentityProvider, provider), Layer.succeed(TokenVerifier, verifier))
+}))

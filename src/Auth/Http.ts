@@ -1,0 +1,74 @@
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect, Exit } from "effect"
+import { decodeJwt } from "jose"
+import { Api } from "../Api.js"
+import { AuditLog, outcomeOf } from "../AuditLogs/AuditLog.js"
+import { captureRequestData } from "../AuditLogs/RequestData.js"
+import { AppConfig } from "../Config.js"
+import { errorStatus } from "../Errors.js"
+import { getRequestContext } from "../Http/RequestContext.js"
+import { authAttemptsTotal } from "../Observability/Metrics.js"
+import { IdentityProvider, type TokenResponse } from "./IdentityProvider.js"
+import { rolesOf } from "./TokenVerifier.js"
+
+/** Who a freshly issued access token names (it comes straight from the provider). */
+const subjectOf = (tokens: TokenResponse, clientId: string) => {
+  try {
+    const claims = decodeJwt(tokens.access_token)
+    return {
+      id: typeof claims.sub === "string" ? claims.sub : "",
+      username: typeof claims["preferred_username"] === "string" ? claims["preferred_username"] : undefined,
+      roles: rolesOf(claims, clientId)
+    }
+  } catch {
+    return { id: "", username: undefined, roles: [] }
+  }
+}
+
+export const LoginHttpLive = HttpApiBuilder.group(Api, "login", (handlers) =>
+  Effect.gen(function*() {
+    const idp = yield* IdentityProvider
+    const audit = yield* AuditLog
+    const { oidcClientId: clientId } = yield* AppConfig
+
+    /** Every login attempt is audited (CONTRACT §6): username as sent, never the password. */
+    const recordAttempt = (action: string, username: string, exit: Exit.Exit<TokenResponse, { _tag: keyof typeof errorStatus; detail: string }>) =>
+      Effect.gen(function*() {
+        const ctx = yield* getRequestContext
+        if (ctx === undefined) return
+        const status = Exit.isSuccess(exit) ? 200 : Exit.isFailure(exit) && exit.cause._tag === "Fail" ? errorStatus[exit.cause.error._tag].http : 500
+        const subject = Exit.isSuccess(exit) ? subjectOf(exit.value, clientId) : { id: "", username: undefined, roles: [] }
+        yield* audit.record({
+          timestamp: ctx.startedAt,
+          user_id: subject.id,
+          username: subject.username ?? username,
+          user_roles: subject.roles,
+          action_type: "POST",
+          resource: action,
+          outcome: outcomeOf(status) === "success" ? "success" : "error",
+          ip_address: ctx.ip,
+          user_agent: ctx.userAgent,
+          request_id: ctx.requestId,
+          correlation_id: ctx.correlationId,
+          response_status: status,
+          duration_ms: Date.now() - ctx.startedAt.getTime(),
+          request_data: captureRequestData(undefined, username === "" ? undefined : { username, password: "[REDACTED]" }),
+          error_message: Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error.detail : null
+        })
+      })
+
+    return handlers
+      .handle("login", ({ payload }) =>
+        idp.login(payload.username, payload.password).pipe(
+          Effect.onExit((exit) =>
+            Effect.zipRight(
+              Effect.sync(() => authAttemptsTotal.inc({ status: Exit.isSuccess(exit) ? "success" : "failed" })),
+              recordAttempt("/login", payload.username, exit)
+            )
+          )
+        ))
+      .handle("refresh", ({ payload }) =>
+        idp.refresh(payload.refresh_token).pipe(
+          Effect.onExit((exit) => recordAttempt("/login/refresh", "", exit))
+        ))
+  }))

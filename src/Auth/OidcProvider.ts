@@ -1,0 +1,128 @@
+/**
+ * An external OpenID Connect provider (Keycloak in production): discovery, remote JWKS with key
+ * rotation (jose refetches on an unknown `kid`), and the token endpoint for `/login` (password
+ * grant) and `/login/refresh` (refresh_token grant).
+ */
+import { Effect, Layer, Option, Redacted } from "effect"
+import { createRemoteJWKSet, type JWTVerifyGetKey } from "jose"
+import { AppConfig } from "../Config.js"
+import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.js"
+import { IdentityProvider, type TokenResponse } from "./IdentityProvider.js"
+import { makeTokenVerifier, TokenVerifier } from "./TokenVerifier.js"
+
+interface Discovery {
+  readonly issuer: string
+  readonly jwks_uri: string
+  readonly token_endpoint: string
+}
+
+export interface OidcOptions {
+  readonly issuerUrl: string
+  readonly clientId: string
+  readonly clientSecret: Option.Option<Redacted.Redacted<string>>
+  readonly audience: Option.Option<string>
+  /** How long jose waits before refetching the JWKS for an unknown key id. */
+  readonly jwksCooldownMs?: number
+  readonly timeoutMs?: number
+}
+
+const isDiscovery = (u: unknown): u is Discovery =>
+  typeof u === "object" && u !== null &&
+  ["issuer", "jwks_uri", "token_endpoint"].every((k) => typeof (u as Record<string, unknown>)[k] === "string")
+
+export const makeOidc = (options: OidcOptions) => {
+  const timeoutMs = options.timeoutMs ?? 5000
+  let discovery: Promise<Discovery> | undefined
+  /** Discovery is fetched lazily and cached; a failure is not cached, so the next call retries. */
+  const discover = () => {
+    discovery ??= fetch(`${options.issuerUrl}/.well-known/openid-configuration`, { signal: AbortSignal.timeout(timeoutMs) })
+      .then(async (res) => {
+        const body: unknown = await res.json()
+        if (!res.ok || !isDiscovery(body)) throw new Error(`OIDC discovery failed with status ${res.status}`)
+        return body
+      })
+      .catch((error: unknown) => {
+        discovery = undefined
+        throw error
+      })
+    return discovery
+  }
+
+  let jwks: JWTVerifyGetKey | undefined
+  const getKey: JWTVerifyGetKey = async (header, token) => {
+    if (jwks === undefined) {
+      const doc = await discover()
+      jwks = createRemoteJWKSet(new URL(doc.jwks_uri), {
+        cooldownDuration: options.jwksCooldownMs ?? 30_000,
+        timeoutDuration: timeoutMs
+      })
+    }
+    return jwks(header, token)
+  }
+
+  const verifier = makeTokenVerifier({
+    key: getKey,
+    issuer: options.issuerUrl,
+    audience: Option.getOrUndefined(options.audience),
+    clientId: options.clientId
+  })
+
+  const tokenRequest = <E>(params: Record<string, string>, rejected: E) =>
+    Effect.gen(function*() {
+      const doc = yield* Effect.tryPromise({ try: discover, catch: () => IdentityProviderUnavailable.instance })
+      const body = new URLSearchParams({ ...params, client_id: options.clientId })
+      if (Option.isSome(options.clientSecret)) body.set("client_secret", Redacted.value(options.clientSecret.value))
+      const response = yield* Effect.tryPromise({
+        try: () =>
+          fetch(doc.token_endpoint, {
+            method: "POST",
+            headers: { "content-type": "application/x-www-form-urlencoded", accept: "application/json" },
+            body,
+            signal: AbortSignal.timeout(timeoutMs)
+          }),
+        catch: () => IdentityProviderUnavailable.instance
+      })
+      const json = yield* Effect.tryPromise({
+        try: () => response.json() as Promise<Record<string, unknown>>,
+        catch: () => IdentityProviderUnavailable.instance
+      })
+      if (response.status === 400 || response.status === 401) return yield* Effect.fail(rejected)
+      if (!response.ok || typeof json["access_token"] !== "string") {
+        return yield* Effect.fail(IdentityProviderUnavailable.instance)
+      }
+      const num = (v: unknown, fallback: number) => typeof v === "number" ? v : fallback
+      const result: TokenResponse = {
+        access_token: json["access_token"],
+        expires_in: num(json["expires_in"], 300),
+        refresh_expires_in: num(json["refresh_expires_in"], 1800),
+        refresh_token: typeof json["refresh_token"] === "string" ? json["refresh_token"] : "",
+        token_type: "Bearer",
+        ...(typeof json["scope"] === "string" ? { scope: json["scope"] } : {})
+      }
+      return result
+    })
+
+  const provider = IdentityProvider.of({
+    kind: "oidc",
+    login: (username, password) =>
+      tokenRequest({ grant_type: "password", username, password, scope: "openid" }, InvalidCredentials.instance),
+    refresh: (refreshToken) =>
+      tokenRequest({ grant_type: "refresh_token", refresh_token: refreshToken }, InvalidRefreshToken.instance)
+  })
+  return { provider, verifier }
+}
+
+export const OidcAuthLive = Layer.unwrapEffect(Effect.gen(function*() {
+  const config = yield* AppConfig
+  const issuerUrl = yield* Option.match(config.oidcIssuerUrl, {
+    onNone: () => Effect.dieMessage("OIDC_ISSUER_URL is not set"),
+    onSome: Effect.succeed
+  })
+  const { provider, verifier } = makeOidc({
+    issuerUrl,
+    clientId: config.oidcClientId,
+    clientSecret: config.oidcClientSecret,
+    audience: config.oidcAudience
+  })
+  return Layer.merge(Layer.succeed(IdentityProvider, provider), Layer.succeed(TokenVerifier, verifier))
+}))

@@ -1,0 +1,117 @@
+/**
+ * Bearer-token verification with jose: asymmetric algorithms only, issuer, audience when
+ * configured, exp/nbf; roles as CONTRACT §3 reads them. Verified tokens are cached until they
+ * expire, so the hot path verifies a token's signature once.
+ */
+import { Context, Effect } from "effect"
+import { errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type CryptoKey } from "jose"
+import type { Principal } from "../Domain/User.js"
+import { tokenValidationTotal } from "../Observability/Metrics.js"
+
+export const ASYMMETRIC_ALGORITHMS = [
+  "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"
+]
+
+export type TokenRejection = "invalid" | "expired"
+
+export class TokenRejected {
+  readonly _tag = "TokenRejected"
+  constructor(readonly reason: TokenRejection) {}
+}
+
+export class TokenVerifier extends Context.Tag("Auth/TokenVerifier")<TokenVerifier, {
+  /** Verifies an access token (a refresh or ID token is refused). */
+  readonly verify: (token: string) => Effect.Effect<Principal, TokenRejected>
+}>() {}
+
+const stringArray = (u: unknown): ReadonlyArray<string> =>
+  Array.isArray(u) ? u.filter((x): x is string => typeof x === "string") : []
+
+const record = (u: unknown): Record<string, unknown> =>
+  typeof u === "object" && u !== null ? u as Record<string, unknown> : {}
+
+/** CONTRACT §3: union of realm_access.roles, resource_access[client].roles and top-level roles. */
+export const rolesOf = (payload: JWTPayload, clientId: string): ReadonlyArray<string> => {
+  const realm = stringArray(record(payload["realm_access"])["roles"])
+  const client = stringArray(record(record(payload["resource_access"])[clientId])["roles"])
+  const top = stringArray(payload["roles"])
+  return [...new Set([...realm, ...client, ...top])]
+}
+
+export interface VerifierOptions {
+  readonly key: JWTVerifyGetKey | CryptoKey
+  readonly issuer: string
+  readonly audience: string | undefined
+  readonly clientId: string
+  readonly cacheSize?: number
+}
+
+const MAX_CACHE = 10_000
+
+export const makeTokenVerifier = (options: VerifierOptions): Context.Tag.Service<TokenVerifier> => {
+  const cache = new Map<string, Principal>()
+  const verifyOptions = {
+    issuer: options.issuer,
+    algorithms: ASYMMETRIC_ALGORITHMS,
+    ...(options.audience !== undefined ? { audience: options.audience } : {})
+  }
+  const remember = (token: string, principal: Principal) => {
+    if (cache.size >= (options.cacheSize ?? MAX_CACHE)) {
+      const oldest = cache.keys().next()
+      if (oldest.done !== true) cache.delete(oldest.value)
+    }
+    cache.set(token, principal)
+  }
+  const verifyUncached = (token: string) =>
+    Effect.tryPromise({
+      try: async () => {
+        const { payload } = typeof options.key === "function"
+          ? await jwtVerify(token, options.key, verifyOptions)
+          : await jwtVerify(token, options.key, verifyOptions)
+        const typ = payload["typ"]
+        if (typeof payload.sub !== "string" || payload.sub === "" || typeof payload.exp !== "number") {
+          throw new errors.JWTClaimValidationFailed("missing sub or exp", payload)
+        }
+        // Keycloak marks refresh tokens "Refresh" and ID tokens "ID": neither is a bearer token.
+        if (typ !== undefined && (typeof typ !== "string" || typ.toLowerCase() !== "bearer")) {
+          throw new errors.JWTClaimValidationFailed("not an access token", payload, "typ")
+        }
+        const username = typeof payload["preferred_username"] === "string" ? payload["preferred_username"] : payload.sub
+        return {
+          id: payload.sub,
+          username,
+          roles: rolesOf(payload, options.clientId),
+          expiresAt: payload.exp
+        } satisfies Principal
+      },
+      catch: (error) => new TokenRejected(error instanceof errors.JWTExpired ? "expired" : "invalid")
+    })
+  const verify = (token: string): Effect.Effect<Principal, TokenRejected> =>
+    Effect.suspend(() => {
+      const cached = cache.get(token)
+      if (cached !== undefined) {
+        if (cached.expiresAt * 1000 > Date.now()) {
+          tokenValidationTotal.inc({ status: "valid" })
+          return Effect.succeed(cached)
+        }
+        cache.delete(token)
+        tokenValidationTotal.inc({ status: "invalid" })
+        return Effect.fail(new TokenRejected("expired"))
+      }
+      return verifyUncached(token).pipe(
+        Effect.tap((principal) => {
+          remember(token, principal)
+          tokenValidationTotal.inc({ status: "valid" })
+        }),
+        Effect.tapError(() => Effect.sync(() => tokenValidationTotal.inc({ status: "invalid" })))
+      )
+    })
+  return { verify }
+}
+
+/** A bare JWT from `Bearer <jwt>` (case-insensitive scheme), or undefined. */
+export const bearerToken = (header: string | undefined): string | undefined => {
+  if (header === undefined) return undefined
+  const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header)
+  return match?.[1]
+}

@@ -1,0 +1,98 @@
+/**
+ * Authors SQL. Rows come back with `created_at` already formatted by PostgreSQL, and pages come
+ * back in one round trip with their total (from the `author_stats` counter when unfiltered).
+ */
+import { SqlClient, type SqlError, type Statement } from "@effect/sql"
+import { Effect, Option } from "effect"
+import type { AuthorRow } from "../Domain/Author.js"
+import type { PageRequest } from "../Domain/Pagination.js"
+import { AuthorNameTaken, AuthorNotFound } from "../Errors.js"
+
+export interface AuthorFilters {
+  readonly id?: number | undefined
+  /** Exact name. */
+  readonly name?: string | undefined
+  /** Case-insensitive substring. */
+  readonly search?: string | undefined
+}
+
+export interface AuthorPageResult {
+  readonly items: ReadonlyArray<AuthorRow>
+  readonly total: number
+  readonly hasMore: boolean
+}
+
+const isUniqueViolation = (error: SqlError.SqlError) =>
+  (error.cause as { readonly code?: unknown } | undefined)?.code === "23505"
+
+/** `%`, `_` and `\` in user input are literals, not wildcards. */
+export const likePattern = (term: string) => `%${term.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
+
+export class AuthorRepo extends Effect.Service<AuthorRepo>()("Authors/Repo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const columns = sql`id::int AS id, name, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at`
+
+    const where = (filters: AuthorFilters, afterId: Option.Option<number> = Option.none()) => {
+      const clauses: Array<Statement.Fragment> = []
+      if (filters.id !== undefined) clauses.push(sql`id = ${filters.id}`)
+      if (filters.name !== undefined) clauses.push(sql`name = ${filters.name}`)
+      if (filters.search !== undefined) clauses.push(sql`name ILIKE ${likePattern(filters.search)}`)
+      if (Option.isSome(afterId)) clauses.push(sql`id > ${afterId.value}`)
+      return clauses.length === 0 ? sql`` : sql`WHERE ${sql.and(clauses)}`
+    }
+    const isFiltered = (f: AuthorFilters) => f.id !== undefined || f.name !== undefined || f.search !== undefined
+
+    const list = (filters: AuthorFilters) =>
+      sql<AuthorRow>`SELECT ${columns} FROM authors ${where(filters)} ORDER BY id`.pipe(
+        Effect.orDie,
+        Effect.withSpan("AuthorRepo.list")
+      )
+
+    const page = (filters: AuthorFilters, request: PageRequest) =>
+      Effect.gen(function*() {
+        const limit = request.perPage + 1
+        const rowsQuery = Option.isSome(request.afterId)
+          ? sql<AuthorRow>`SELECT ${columns} FROM authors ${where(filters, request.afterId)} ORDER BY id LIMIT ${limit}`
+          : sql<AuthorRow>`SELECT ${columns} FROM authors ${where(filters)} ORDER BY id LIMIT ${limit} OFFSET ${
+            (request.page - 1) * request.perPage
+          }`
+        const totalQuery = isFiltered(filters)
+          ? sql<{ total: number }>`SELECT count(*)::int AS total FROM authors ${where(filters)}`
+          : sql<{ total: number }>`SELECT total::int AS total FROM author_stats`
+        const [rows, totals] = yield* Effect.all([rowsQuery, totalQuery], { concurrency: 2 })
+        const hasMore = rows.length > request.perPage
+        return {
+          items: hasMore ? rows.slice(0, request.perPage) : rows,
+          total: totals[0]?.total ?? 0,
+          hasMore
+        } satisfies AuthorPageResult
+      }).pipe(Effect.orDie, Effect.withSpan("AuthorRepo.page"))
+
+    const first = <A>(rows: ReadonlyArray<A>, orElse: () => AuthorNotFound) =>
+      rows[0] !== undefined ? Effect.succeed(rows[0]) : Effect.fail(orElse())
+
+    const create = (name: string) =>
+      sql<AuthorRow>`INSERT INTO authors (name) VALUES (${name}) RETURNING ${columns}`.pipe(
+        Effect.catchTag("SqlError", (e) => isUniqueViolation(e) ? Effect.fail(AuthorNameTaken.of(name)) : Effect.die(e)),
+        Effect.flatMap((rows) => Effect.succeed(rows[0]!)),
+        Effect.withSpan("AuthorRepo.create")
+      )
+
+    const update = (id: number, name: string) =>
+      sql<AuthorRow>`UPDATE authors SET name = ${name} WHERE id = ${id} RETURNING ${columns}`.pipe(
+        Effect.catchTag("SqlError", (e) => isUniqueViolation(e) ? Effect.fail(AuthorNameTaken.of(name)) : Effect.die(e)),
+        Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id))),
+        Effect.withSpan("AuthorRepo.update")
+      )
+
+    const remove = (id: number) =>
+      sql<AuthorRow>`DELETE FROM authors WHERE id = ${id} RETURNING ${columns}`.pipe(
+        Effect.orDie,
+        Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id))),
+        Effect.withSpan("AuthorRepo.remove")
+      )
+
+    return { list, page, create, update, remove } as const
+  })
+}) {}

@@ -1,0 +1,68 @@
+/**
+ * The database: `PgClient` on `DATABASE_URL`, or — with no URL — embedded PostgreSQL (PGlite)
+ * persisted in `DATA_DIR`, served over the PostgreSQL wire protocol on loopback so the very same
+ * driver, SQL and migrations run in both cases (ARCHITECTURE §The shape).
+ */
+import { PGlite } from "@electric-sql/pglite"
+import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm"
+import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
+import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Layer, Option, Redacted } from "effect"
+import { mkdirSync } from "node:fs"
+import { join, resolve } from "node:path"
+import { AppConfig } from "../Config.js"
+import { runMigrations } from "./Migrator.js"
+
+export interface EmbeddedPg {
+  readonly url: Redacted.Redacted<string>
+}
+
+/** Starts PGlite (persisted in `dataDir`, or in memory) behind a loopback socket server. */
+export const embeddedPostgres = (options: { readonly dataDir: Option.Option<string>; readonly maxConnections: number }) =>
+  Effect.acquireRelease(
+    Effect.promise(async () => {
+      const dataDir = Option.map(options.dataDir, (dir) => {
+        mkdirSync(dir, { recursive: true })
+        return resolve(dir)
+      })
+      const db = await PGlite.create({
+        ...(Option.isSome(dataDir) ? { dataDir: dataDir.value } : {}),
+        extensions: { pg_trgm }
+      })
+      const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: options.maxConnections })
+      await server.start()
+      const url = Redacted.make(`postgres://postgres:postgres@${server.getServerConn()}/postgres`)
+      return { db, server, url }
+    }),
+    ({ db, server }) => Effect.promise(async () => {
+      await server.stop()
+      await db.close()
+    })
+  )
+
+/** A `PgClient` on a URL, with migrations applied before the layer is ready. */
+export const pgClientLayer = (url: Redacted.Redacted<string>, maxConnections: number, migrationsDir = "migrations") =>
+  Layer.effectDiscard(runMigrations(migrationsDir)).pipe(
+    Layer.provideMerge(PgClient.layer({ url, maxConnections, applicationName: "author-directory-service" }))
+  )
+
+export type DatabaseKind = "postgres" | "embedded"
+
+/** `SqlClient` + `PgClient` from the configuration; says which kind it started. */
+export const DatabaseLive = Layer.unwrapScoped(
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    if (Option.isSome(config.databaseUrl)) {
+      return pgClientLayer(config.databaseUrl.value, config.databasePoolMax)
+    }
+    // One extra connection for LISTEN or a reserved client; pglite-socket refuses beyond its maximum.
+    const embedded = yield* embeddedPostgres({
+      dataDir: Option.some(join(config.dataDir, "pgdata")),
+      maxConnections: config.databasePoolMax + 2
+    })
+    return pgClientLayer(embedded.url, config.databasePoolMax)
+  })
+)
+
+export type Sql = SqlClient.SqlClient

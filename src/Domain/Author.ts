@@ -1,0 +1,52 @@
+import { Schema } from "effect"
+import { issue } from "../Http/Params.js"
+
+/** CONTRACT §3: `{id, name, created_at}` in every response; created_at ISO 8601 UTC without zone. */
+export class Author extends Schema.Class<Author>("Author")({
+  id: Schema.Int,
+  name: Schema.String,
+  created_at: Schema.String.annotations({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
+}) {}
+
+export interface AuthorRow {
+  readonly id: number
+  readonly name: string
+  readonly created_at: string
+}
+
+/**
+ * CONTRACT §9: names are trimmed, then 1–255 Unicode code points; stored as given.
+ * NUL cannot be stored in PostgreSQL text, so it is refused here rather than failing in SQL.
+ */
+export const AuthorName = Schema.String.annotations({
+  message: () => issue("string_type", "Input should be a valid string")
+}).pipe(
+  Schema.compose(Schema.Trim),
+  Schema.filter((s) => {
+    const length = [...s].length
+    if (length < 1) return issue("string_too_short", "String should have at least 1 character")
+    if (length > 255) return issue("string_too_long", "String should have at most 255 characters")
+    if (s.includes("\u0000")) return issue("string_pattern_mismatch", "String must not contain NUL characters")
+    return true
+  }, { identifier: "AuthorName", description: "1–255 characters after trimming", jsonSchema: { minLength: 1, maxLength: 255 } })
+)
+
+export const AuthorPayload = Schema.Struct({ name: AuthorName })
+
+/** Pagination metadata (CONTRACT §3). */
+export const PageMeta = Schema.Struct({
+  page: Schema.Int,
+  per_page: Schema.Int,
+  total: Schema.Int,
+  pages: Schema.Int,
+  next_cursor: Schema.NullOr(Schema.String),
+  has_more: Schema.Boolean
+})
+export type PageMeta = typeof PageMeta.Type
+
+export const AuthorPage = Schema.Struct({ items: Schema.Array(Author), meta: PageMeta })
+
+export type AuthorEvent = {
+  readonly event: "author.created" | "author.updated" | "author.deleted"
+  readonly author: AuthorRow
+}

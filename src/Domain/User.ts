@@ -1,0 +1,19 @@
+import { Context } from "effect"
+
+/** The six roles of the realm (deploy/keycloak, config/dev-users.json). */
+export const Roles = ["admin", "user", "get-authors", "create-author", "update-author", "delete-author"] as const
+export type Role = (typeof Roles)[number]
+
+/** The user model built from token claims (INTERFACE §Token claims used by the service). */
+export interface User {
+  readonly id: string
+  readonly username: string
+  readonly roles: ReadonlyArray<string>
+}
+
+/** A verified bearer token's user and expiry (epoch seconds). */
+export interface Principal extends User {
+  readonly expiresAt: number
+}
+
+export class CurrentUser extends Context.Tag("Auth/CurrentUser")<CurrentUser, Principal>() {}

@@ -1,0 +1,128 @@
+/**
+ * Every error a client can see, and the one table that maps each to its HTTP status and
+ * WebSocket status_code (CONTRACT §3, §5). The wire body of every HTTP error is `{detail}`.
+ */
+import { HttpApiSchema } from "@effect/platform"
+import { Schema } from "effect"
+
+const fields = { detail: Schema.String }
+
+export class AuthorNotFound extends Schema.TaggedError<AuthorNotFound>()("AuthorNotFound", fields) {
+  static readonly of = (id: number) => new AuthorNotFound({ detail: `Author with ID ${id} not found` })
+}
+export class AuthorNameTaken extends Schema.TaggedError<AuthorNameTaken>()("AuthorNameTaken", fields) {
+  static readonly of = (name: string) => new AuthorNameTaken({ detail: `Author with name ${name} already exists` })
+}
+export class Unauthenticated extends Schema.TaggedError<Unauthenticated>()("Unauthenticated", fields) {
+  static readonly missing = new Unauthenticated({ detail: "Not authenticated" })
+  static readonly invalid = new Unauthenticated({ detail: "Could not validate credentials" })
+}
+export class Forbidden extends Schema.TaggedError<Forbidden>()("Forbidden", fields) {
+  static readonly instance = new Forbidden({ detail: "Forbidden" })
+}
+export class InvalidCredentials extends Schema.TaggedError<InvalidCredentials>()("InvalidCredentials", fields) {
+  static readonly instance = new InvalidCredentials({ detail: "Invalid credentials" })
+}
+export class InvalidRefreshToken extends Schema.TaggedError<InvalidRefreshToken>()("InvalidRefreshToken", fields) {
+  static readonly instance = new InvalidRefreshToken({ detail: "Invalid refresh token" })
+}
+export class IdentityProviderUnavailable
+  extends Schema.TaggedError<IdentityProviderUnavailable>()("IdentityProviderUnavailable", fields)
+{
+  static readonly instance = new IdentityProviderUnavailable({ detail: "Identity provider unavailable" })
+}
+export class AuditLogNotFound extends Schema.TaggedError<AuditLogNotFound>()("AuditLogNotFound", fields) {
+  static readonly instance = new AuditLogNotFound({ detail: "Audit log not found" })
+}
+export class InvalidFilename extends Schema.TaggedError<InvalidFilename>()("InvalidFilename", fields) {
+  static readonly instance = new InvalidFilename({ detail: "Invalid filename" })
+}
+export class ReportNotFound extends Schema.TaggedError<ReportNotFound>()("ReportNotFound", fields) {
+  static readonly of = (filename: string) => new ReportNotFound({ detail: `Report ${filename} not found` })
+}
+export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", fields) {
+  static readonly instance = new RateLimited({ detail: "Rate limit exceeded" })
+}
+export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", fields) {
+  static readonly instance = new PayloadTooLarge({ detail: "Request body too large" })
+}
+export class RouteNotFound extends Schema.TaggedError<RouteNotFound>()("RouteNotFound", fields) {
+  static readonly instance = new RouteNotFound({ detail: "Not Found" })
+}
+export class InternalError extends Schema.TaggedError<InternalError>()("InternalError", fields) {
+  static readonly instance = new InternalError({ detail: "Internal server error" })
+}
+
+export type ClientError =
+  | AuthorNotFound
+  | AuthorNameTaken
+  | Unauthenticated
+  | Forbidden
+  | InvalidCredentials
+  | InvalidRefreshToken
+  | IdentityProviderUnavailable
+  | AuditLogNotFound
+  | InvalidFilename
+  | ReportNotFound
+  | RateLimited
+  | PayloadTooLarge
+  | RouteNotFound
+  | InternalError
+
+/** WebSocket status codes (INTERFACE §Errors). */
+export const WsStatus = { OK: 0, ERROR: 1, INVALID_DATA: 2, PERMISSION_DENIED: 3 } as const
+export type WsStatus = (typeof WsStatus)[keyof typeof WsStatus]
+
+/** The table: tag → HTTP status and WebSocket status_code. */
+export const errorStatus: { readonly [K in ClientError["_tag"]]: { readonly http: number; readonly ws: WsStatus } } = {
+  AuthorNotFound: { http: 404, ws: WsStatus.INVALID_DATA },
+  AuthorNameTaken: { http: 409, ws: WsStatus.INVALID_DATA },
+  Unauthenticated: { http: 401, ws: WsStatus.PERMISSION_DENIED },
+  Forbidden: { http: 403, ws: WsStatus.PERMISSION_DENIED },
+  InvalidCredentials: { http: 401, ws: WsStatus.PERMISSION_DENIED },
+  InvalidRefreshToken: { http: 401, ws: WsStatus.PERMISSION_DENIED },
+  IdentityProviderUnavailable: { http: 503, ws: WsStatus.ERROR },
+  AuditLogNotFound: { http: 404, ws: WsStatus.INVALID_DATA },
+  InvalidFilename: { http: 400, ws: WsStatus.INVALID_DATA },
+  ReportNotFound: { http: 404, ws: WsStatus.INVALID_DATA },
+  RateLimited: { http: 429, ws: WsStatus.ERROR },
+  PayloadTooLarge: { http: 413, ws: WsStatus.INVALID_DATA },
+  RouteNotFound: { http: 404, ws: WsStatus.INVALID_DATA },
+  InternalError: { http: 500, ws: WsStatus.ERROR }
+}
+
+/**
+ * The wire schema of an error: exactly `{detail}` (a plain TaggedError would also put `_tag` on the
+ * wire), annotated with its status for HttpApi and OpenAPI.
+ */
+const wire = <A extends ClientError>(
+  cls: Schema.Schema<A, { readonly _tag: A["_tag"]; readonly detail: string }> & {
+    new(props: { readonly detail: string }): A
+  },
+  tag: A["_tag"]
+) =>
+  Schema.transform(Schema.Struct({ detail: Schema.String }), Schema.typeSchema(cls), {
+    strict: true,
+    decode: (body) => new cls({ detail: body.detail }),
+    encode: (error) => ({ detail: error.detail })
+  }).annotations(HttpApiSchema.annotations({ status: errorStatus[tag].http, identifier: `${tag}Error` }))
+
+export const Wire = {
+  AuthorNotFound: wire(AuthorNotFound, "AuthorNotFound"),
+  AuthorNameTaken: wire(AuthorNameTaken, "AuthorNameTaken"),
+  Unauthenticated: wire(Unauthenticated, "Unauthenticated"),
+  Forbidden: wire(Forbidden, "Forbidden"),
+  InvalidCredentials: wire(InvalidCredentials, "InvalidCredentials"),
+  InvalidRefreshToken: wire(InvalidRefreshToken, "InvalidRefreshToken"),
+  IdentityProviderUnavailable: wire(IdentityProviderUnavailable, "IdentityProviderUnavailable"),
+  AuditLogNotFound: wire(AuditLogNotFound, "AuditLogNotFound"),
+  InvalidFilename: wire(InvalidFilename, "InvalidFilename"),
+  ReportNotFound: wire(ReportNotFound, "ReportNotFound"),
+  RateLimited: wire(RateLimited, "RateLimited"),
+  PayloadTooLarge: wire(PayloadTooLarge, "PayloadTooLarge"),
+  InternalError: wire(InternalError, "InternalError")
+} as const
+
+export const isClientError = (u: unknown): u is ClientError =>
+  typeof u === "object" && u !== null && "_tag" in u && typeof u._tag === "string" && u._tag in errorStatus &&
+  "detail" in u

@@ -1,0 +1,242 @@
+/**
+ * The front door: one API-level middleware that every HTTP request passes, in the order of
+ * CONTRACT §9 — body size (413) → rate limit (429) → [authentication (401) → role (403) →
+ * validation (422) → handler, inside HttpApi] — and that turns every failure into a JSON
+ * `{detail}` response (422 FastAPI shape, 404, 500 leaking nothing). On the way out it adds the
+ * correlation id, request id, security and rate-limit headers, records metrics and the audit trail.
+ */
+import {
+  type HttpApi,
+  HttpApiBuilder,
+  HttpApiError,
+  HttpIncomingMessage,
+  HttpMethod,
+  HttpServerRequest,
+  HttpServerResponse
+} from "@effect/platform"
+import { Cause, Effect, Option } from "effect"
+import { randomUUID } from "node:crypto"
+import { captureRequestData } from "../AuditLogs/RequestData.js"
+import { AuditLog, outcomeOf } from "../AuditLogs/AuditLog.js"
+import { authenticateRequest } from "../Auth/Authentication.js"
+import { TokenVerifier } from "../Auth/TokenVerifier.js"
+import { AppConfig } from "../Config.js"
+import { errorStatus, InternalError, isClientError, PayloadTooLarge, RateLimited, RouteNotFound } from "../Errors.js"
+import { httpRequestDuration, httpRequestsInProgress, httpRequestsTotal, rateLimitHitsTotal } from "../Observability/Metrics.js"
+import { type RateDecision, RateLimiter } from "../RateLimit/RateLimiter.js"
+import { clientIp } from "./ClientIp.js"
+import { correlationIdFrom, currentRequest, type RequestContext } from "./RequestContext.js"
+import { contentTypeInvalid, endpointShapes, jsonInvalid, requestView, toValidationIssues, type ValidationIssue } from "./Validation.js"
+
+/** CONTRACT §4: never rate limited (nor audited). */
+export const UNLIMITED_PATHS: ReadonlySet<string> = new Set([
+  "/health", "/metrics", "/docs", "/redoc", "/openapi.json", "/asyncapi.json", "/proto/websocket.proto", "/web"
+])
+
+/** Paths whose handlers write their own audit record (a login is not a bearer-authenticated request). */
+const SELF_AUDITED_PATHS: ReadonlySet<string> = new Set(["/login", "/login/refresh"])
+
+const STRICT_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
+/** Swagger UI, ReDoc and profiling reports are self-contained pages with inline script and style. */
+const PAGE_CSP = "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; " +
+  "img-src 'self' data: blob:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; " +
+  "frame-ancestors 'none'; base-uri 'self'; form-action 'self'"
+
+export const json = (status: number, body: unknown) => HttpServerResponse.unsafeJson(body, { status })
+
+const detail = (status: number, text: string) => json(status, { detail: text })
+
+const validationResponse = (issues: ReadonlyArray<ValidationIssue>) => json(422, { detail: issues })
+
+type Api = HttpApi.HttpApi.Any
+
+/** The route template for metrics labels (`/authors/{author_id}`), never the raw path. */
+const routeLabeler = (api: Api) => {
+  const shapes = endpointShapes(api)
+  return (method: string, pathname: string): string => {
+    if (UNLIMITED_PATHS.has(pathname)) return pathname
+    const shape = shapes.find((s) => s.method === method && s.pattern.test(pathname))
+    return shape?.template ?? "unmatched"
+  }
+}
+
+const applyRateHeaders = (response: HttpServerResponse.HttpServerResponse, d: RateDecision) =>
+  HttpServerResponse.setHeaders(response, {
+    "x-ratelimit-limit": String(d.limit),
+    "x-ratelimit-remaining": String(d.remaining),
+    "x-ratelimit-reset": String(d.resetSeconds)
+  })
+
+export const FrontDoorLive = (api: Api) =>
+  HttpApiBuilder.middleware(
+    Effect.gen(function*() {
+      const config = yield* AppConfig
+      const verifier = yield* TokenVerifier
+      const limiter = yield* RateLimiter
+      const audit = yield* AuditLog
+      const shapes = endpointShapes(api)
+      const labelOf = routeLabeler(api)
+      const rateLimit = config.rateLimitPerMinute + config.rateLimitBurst
+      const maxBody = Option.some(config.maxRequestBodyBytes)
+
+      /** Maps anything the app failed with to a response; only true bugs become a 500. */
+      const toResponse = (request: HttpServerRequest.HttpServerRequest, cause: Cause.Cause<unknown>) =>
+        Effect.gen(function*() {
+          const error = Cause.squash(cause)
+          if (error instanceof HttpApiError.HttpApiDecodeError) {
+            const contentType = request.headers["content-type"]
+            if (
+              HttpMethod.hasBody(request.method) && contentType !== undefined &&
+              !contentType.toLowerCase().includes("application/json") &&
+              error.issues.some((i) => i.path.length === 0)
+            ) {
+              return validationResponse(contentTypeInvalid(contentType))
+            }
+            const body = HttpMethod.hasBody(request.method)
+              ? yield* Effect.orElseSucceed(request.json, () => null)
+              : null
+            return validationResponse(toValidationIssues(shapes, error, requestView(request, body)))
+          }
+          if (isClientError(error)) return detail(errorStatus[error._tag].http, error.detail)
+          if (typeof error === "object" && error !== null && "_tag" in error) {
+            if (error._tag === "RouteNotFound") return detail(404, RouteNotFound.instance.detail)
+            if (error._tag === "RequestError" && "reason" in error && error.reason === "Decode") {
+              const cause = "cause" in error ? error.cause : undefined
+              return validationResponse(jsonInvalid(cause instanceof Error ? cause.message : "Invalid JSON"))
+            }
+          }
+          yield* Effect.logError("Unhandled error", cause)
+          return detail(500, InternalError.instance.detail)
+        })
+
+      /** 413 before anything else; a body without Content-Length is read here, under the limit. */
+      const checkBodySize = (request: HttpServerRequest.HttpServerRequest) => {
+        if (!HttpMethod.hasBody(request.method)) return Effect.succeed(true)
+        const length = request.headers["content-length"]
+        if (length !== undefined) return Effect.succeed(!(Number(length) > config.maxRequestBodyBytes))
+        if (request.headers["transfer-encoding"] === undefined) return Effect.succeed(true)
+        return request.text.pipe(
+          HttpIncomingMessage.withMaxBodySize(maxBody),
+          Effect.as(true),
+          Effect.orElseSucceed(() => false)
+        )
+      }
+
+      const checkRateLimit = (ctx: RequestContext) =>
+        Effect.gen(function*() {
+          const principal = yield* Effect.option(authenticateRequest(verifier))
+          const key = Option.match(principal, { onNone: () => `ip:${ctx.ip}`, onSome: (p) => `user:${p.id}` })
+          return yield* limiter.hit(`http:${key}`, rateLimit, 60_000).pipe(
+            Effect.map(Option.some),
+            Effect.catchAll((error) =>
+              Effect.logWarning("Rate limiter unavailable", error.cause).pipe(
+                Effect.as(
+                  config.rateLimitFailMode === "open"
+                    ? Option.none<RateDecision>()
+                    : Option.some<RateDecision>({ allowed: false, limit: rateLimit, remaining: 0, resetSeconds: 60, retryAfterSeconds: 60 })
+                )
+              )
+            )
+          )
+        })
+
+      return (app) =>
+        Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const queryStart = request.url.indexOf("?")
+          const pathname = queryStart === -1 ? request.url : request.url.slice(0, queryStart)
+          const ctx: RequestContext = {
+            requestId: randomUUID(),
+            correlationId: correlationIdFrom(request.headers["x-correlation-id"]),
+            startedAt: new Date(),
+            ip: clientIp(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"], config.trustedProxies),
+            userAgent: request.headers["user-agent"] ?? "",
+            auth: undefined,
+            user: undefined,
+            route: undefined
+          }
+          const label = labelOf(request.method, pathname)
+          const limited = config.rateLimitEnabled && !UNLIMITED_PATHS.has(pathname)
+          const started = performance.now()
+          httpRequestsInProgress.inc({ method: request.method, endpoint: label })
+
+          const run = Effect.gen(function*() {
+            if (!(yield* checkBodySize(request))) return detail(413, PayloadTooLarge.instance.detail)
+            let rate: Option.Option<RateDecision> = Option.none()
+            if (limited) {
+              rate = yield* checkRateLimit(ctx)
+              if (Option.isSome(rate) && !rate.value.allowed) {
+                rateLimitHitsTotal.inc({ limit_type: "http" })
+                return applyRateHeaders(
+                  HttpServerResponse.setHeader(detail(429, RateLimited.instance.detail), "retry-after", String(rate.value.retryAfterSeconds)),
+                  rate.value
+                )
+              }
+            }
+            const response = yield* app.pipe(
+              HttpIncomingMessage.withMaxBodySize(maxBody),
+              Effect.catchAllCause((cause) =>
+                Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : toResponse(request, cause)
+              )
+            )
+            return Option.isSome(rate) ? applyRateHeaders(response, rate.value) : response
+          }).pipe(Effect.locally(currentRequest, ctx))
+
+          const response = yield* run.pipe(
+            Effect.ensuring(Effect.sync(() => httpRequestsInProgress.dec({ method: request.method, endpoint: label })))
+          )
+          const status = response.status
+          const seconds = (performance.now() - started) / 1000
+          httpRequestsTotal.inc({ method: request.method, endpoint: label, status_code: String(status) })
+          httpRequestDuration.observe({ method: request.method, endpoint: label }, seconds)
+
+          if (ctx.user !== undefined && !UNLIMITED_PATHS.has(pathname) && !SELF_AUDITED_PATHS.has(pathname)) {
+            const body = HttpMethod.hasBody(request.method)
+              ? yield* Effect.orElseSucceed(request.json, () => undefined)
+              : undefined
+            const query = queryStart === -1 ? undefined : Object.fromEntries(new URLSearchParams(request.url.slice(queryStart + 1)))
+            yield* audit.record({
+              timestamp: ctx.startedAt,
+              user_id: ctx.user.id,
+              username: ctx.user.username,
+              user_roles: ctx.user.roles,
+              action_type: request.method,
+              resource: pathname,
+              outcome: outcomeOf(status),
+              ip_address: ctx.ip,
+              user_agent: ctx.userAgent,
+              request_id: ctx.requestId,
+              correlation_id: ctx.correlationId,
+              response_status: status,
+              duration_ms: Math.round(seconds * 1000),
+              request_data: captureRequestData(query, body),
+              error_message: status >= 400 ? errorMessageOf(response) : null
+            })
+          }
+
+          const contentType = response.headers["content-type"] ?? ""
+          return HttpServerResponse.setHeaders(response, {
+            "x-correlation-id": ctx.correlationId,
+            "x-request-id": ctx.requestId,
+            "x-content-type-options": "nosniff",
+            "x-frame-options": "DENY",
+            "referrer-policy": "no-referrer",
+            "content-security-policy": contentType.startsWith("text/html") ? PAGE_CSP : STRICT_CSP,
+            ...(status === 401 ? { "www-authenticate": "Bearer" } : {})
+          })
+        })
+    }),
+    { withContext: true }
+  )
+
+/** The `detail` of a JSON error body, for the audit record. */
+const errorMessageOf = (response: HttpServerResponse.HttpServerResponse): string | null => {
+  const body = response.body
+  if (body._tag !== "Uint8Array") return `HTTP ${response.status}`
+  try {
+    const parsed = JSON.parse(new TextDecoder().decode(body.body)) as { detail?: unknown }
+    return typeof parsed.detail === "string" ? parsed.detail : JSON.stringify(parsed.detail ?? null).slice(0, 1000)
+  } catch {
+    return `HTTP ${response.status}`
+  }
+}

@@ -1,0 +1,64 @@
+/**
+ * `/health` (INTERFACE §Health report, CONTRACT §7): every check runs in parallel, bounded by 1 s;
+ * 503 with the same shape when any dependency is unhealthy.
+ */
+import { SqlClient } from "@effect/sql"
+import { Context, Effect, Layer } from "effect"
+
+export type Status = "healthy" | "unhealthy"
+
+export interface HealthReport {
+  readonly status: Status
+  readonly database: Status
+  readonly redis: Status
+  readonly websocket: { readonly status: Status; readonly active_connections: number }
+}
+
+/** A dependency check: succeeds when healthy. */
+export type Probe = Effect.Effect<void, unknown>
+
+export class DatabaseProbe extends Context.Tag("Health/DatabaseProbe")<DatabaseProbe, Probe>() {
+  static readonly Live = Layer.effect(
+    DatabaseProbe,
+    Effect.map(SqlClient.SqlClient, (sql) => Effect.asVoid(sql`SELECT 1`))
+  )
+}
+
+/** The cache store (Redis); the in-process store is always healthy. */
+export class CacheProbe extends Context.Tag("Health/CacheProbe")<CacheProbe, Probe>() {
+  static readonly InProcess = Layer.succeed(CacheProbe, Effect.void)
+}
+
+/** The WebSocket subsystem: its registry's store, and this instance's open connections. */
+export class WebSocketProbe extends Context.Tag("Health/WebSocketProbe")<WebSocketProbe, {
+  readonly check: Probe
+  readonly activeConnections: Effect.Effect<number>
+}>() {
+  static readonly Idle = Layer.succeed(WebSocketProbe, { check: Effect.void, activeConnections: Effect.succeed(0) })
+}
+
+const TIMEOUT = "1 second"
+
+const run = (probe: Probe): Effect.Effect<Status> =>
+  probe.pipe(
+    Effect.timeoutFail({ duration: TIMEOUT, onTimeout: () => "timeout" }),
+    Effect.as<Status>("healthy"),
+    Effect.catchAllCause(() => Effect.succeed<Status>("unhealthy"))
+  )
+
+export class Health extends Effect.Service<Health>()("Observability/Health", {
+  effect: Effect.gen(function*() {
+    const database = yield* DatabaseProbe
+    const cache = yield* CacheProbe
+    const ws = yield* WebSocketProbe
+    const check = Effect.all([run(database), run(cache), run(ws.check), ws.activeConnections], { concurrency: "unbounded" }).pipe(
+      Effect.map(([db, redis, websocket, active]): HealthReport => ({
+        status: db === "healthy" && redis === "healthy" && websocket === "healthy" ? "healthy" : "unhealthy",
+        database: db,
+        redis,
+        websocket: { status: websocket, active_connections: active }
+      }))
+    )
+    return { check } as const
+  })
+}) {}

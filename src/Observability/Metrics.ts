@@ -1,0 +1,120 @@
+/**
+ * Every metric of the service, in one place, with the exact names and labels of INTERFACE
+ * §GET /metrics. Code records where things happen; this module only declares.
+ */
+import { readFileSync } from "node:fs"
+import client from "prom-client"
+
+export const registry = new client.Registry()
+client.collectDefaultMetrics({ register: registry })
+
+const packageVersion = (() => {
+  try {
+    return (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version
+  } catch {
+    return "unknown"
+  }
+})()
+
+export const httpRequestsTotal = new client.Counter({
+  name: "http_requests_total",
+  help: "HTTP requests by method, route template and status code",
+  labelNames: ["method", "endpoint", "status_code"] as const,
+  registers: [registry]
+})
+export const httpRequestDuration = new client.Histogram({
+  name: "http_request_duration_seconds",
+  help: "HTTP request duration in seconds",
+  labelNames: ["method", "endpoint"] as const,
+  buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+  registers: [registry]
+})
+export const httpRequestsInProgress = new client.Gauge({
+  name: "http_requests_in_progress",
+  help: "HTTP requests being served",
+  labelNames: ["method", "endpoint"] as const,
+  registers: [registry]
+})
+export const wsConnectionsActive = new client.Gauge({
+  name: "ws_connections_active",
+  help: "Open WebSocket connections on this instance",
+  registers: [registry]
+})
+export const wsConnectionsTotal = new client.Counter({
+  name: "ws_connections_total",
+  help: "WebSocket connection attempts by outcome",
+  labelNames: ["status"] as const,
+  registers: [registry]
+})
+export const wsMessagesReceived = new client.Counter({
+  name: "ws_messages_received_total",
+  help: "WebSocket messages received",
+  registers: [registry]
+})
+export const wsMessagesSent = new client.Counter({
+  name: "ws_messages_sent_total",
+  help: "WebSocket messages sent",
+  registers: [registry]
+})
+export const wsMessageProcessingDuration = new client.Histogram({
+  name: "ws_message_processing_duration_seconds",
+  help: "WebSocket message processing time by package",
+  labelNames: ["pkg_id"] as const,
+  buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+  registers: [registry]
+})
+export const dbQueryDuration = new client.Histogram({
+  name: "db_query_duration_seconds",
+  help: "Database query duration by operation",
+  labelNames: ["operation"] as const,
+  buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+  registers: [registry]
+})
+export const dbConnectionsActive = new client.Gauge({
+  name: "db_connections_active",
+  help: "Database connections checked out of the pool",
+  registers: [registry]
+})
+export const dbErrorsTotal = new client.Counter({
+  name: "db_errors_total",
+  help: "Database errors by operation and error type",
+  labelNames: ["operation", "error_type"] as const,
+  registers: [registry]
+})
+export const rateLimitHitsTotal = new client.Counter({
+  name: "rate_limit_hits_total",
+  help: "Requests refused by a rate limit",
+  labelNames: ["limit_type"] as const,
+  registers: [registry]
+})
+export const authAttemptsTotal = new client.Counter({
+  name: "auth_attempts_total",
+  help: "Authentications (logins, bearer tokens, WebSocket handshakes) by outcome",
+  labelNames: ["status"] as const,
+  registers: [registry]
+})
+export const tokenValidationTotal = new client.Counter({
+  name: "token_validation_total",
+  help: "JWT verifications by outcome",
+  labelNames: ["status"] as const,
+  registers: [registry]
+})
+export const auditRecordsDroppedTotal = new client.Counter({
+  name: "audit_records_dropped_total",
+  help: "Audit records dropped because the buffer was full",
+  registers: [registry]
+})
+export const appInfo = new client.Gauge({
+  name: "app_info",
+  help: "Application information",
+  labelNames: ["version", "python_version", "environment", "runtime"] as const,
+  registers: [registry]
+})
+
+/** CONTRACT §7: `python_version` is kept for dashboards and holds the runtime version. */
+export const setAppInfo = (environment: string) => {
+  appInfo.reset()
+  appInfo.set({ version: packageVersion, python_version: `node ${process.version}`, environment, runtime: "node" }, 1)
+}
+
+export const appVersion = packageVersion

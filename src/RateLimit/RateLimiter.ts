@@ -1,0 +1,71 @@
+/**
+ * Sliding-window rate limiting (CONTRACT §4): a hit is admitted while fewer than `limit` hits
+ * were admitted for the key in the trailing window. Two implementations share this interface
+ * and one contract test suite: in-process (here) and Redis (one Lua script per hit).
+ */
+import { Clock, Context, Effect, Layer } from "effect"
+
+export interface RateDecision {
+  readonly allowed: boolean
+  readonly limit: number
+  /** Admissions left in the window after this hit. */
+  readonly remaining: number
+  /** Whole seconds until the oldest admitted hit leaves the window (0 when none). */
+  readonly resetSeconds: number
+  /** Seconds to wait before a retry can succeed (≥ 1 when refused, 0 when admitted). */
+  readonly retryAfterSeconds: number
+}
+
+export class RateLimiterUnavailable {
+  readonly _tag = "RateLimiterUnavailable"
+  constructor(readonly cause: unknown) {}
+}
+
+export class RateLimiter extends Context.Tag("RateLimit/RateLimiter")<RateLimiter, {
+  readonly hit: (key: string, limit: number, windowMs: number) => Effect.Effect<RateDecision, RateLimiterUnavailable>
+}>() {}
+
+export const decision = (allowed: boolean, limit: number, count: number, oldest: number | undefined, now: number, windowMs: number): RateDecision => {
+  const untilFree = oldest === undefined ? 0 : Math.max(0, oldest + windowMs - now)
+  return {
+    allowed,
+    limit,
+    remaining: Math.max(0, limit - count),
+    resetSeconds: Math.ceil(untilFree / 1000),
+    retryAfterSeconds: allowed ? 0 : Math.max(1, Math.ceil(untilFree / 1000))
+  }
+}
+
+/** In-process sliding window log; memory per key is bounded by `limit` timestamps. */
+export const makeMemoryRateLimiter = Effect.gen(function*() {
+  const windows = new Map<string, Array<number>>()
+  let lastSweep = 0
+  const sweep = (now: number, windowMs: number) => {
+    if (now - lastSweep < windowMs) return
+    lastSweep = now
+    for (const [key, hits] of windows) {
+      if (hits.length === 0 || hits[hits.length - 1]! <= now - windowMs) windows.delete(key)
+    }
+  }
+  return RateLimiter.of({
+    hit: (key, limit, windowMs) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        sweep(now, windowMs)
+        let hits = windows.get(key)
+        if (hits === undefined) {
+          hits = []
+          windows.set(key, hits)
+        }
+        let expired = 0
+        while (expired < hits.length && hits[expired]! <= now - windowMs) expired++
+        if (expired > 0) hits.splice(0, expired)
+        if (hits.length < limit) {
+          hits.push(now)
+          return decision(true, limit, hits.length, hits[0], now, windowMs)
+        }
+        return decision(false, limit, hits.length, hits[0], now, windowMs)
+      })
+  })
+})
+
+export const MemoryRateLimiterLive = Layer.effect(RateLimiter, makeMemoryRateLimiter)

@@ -1,0 +1,11 @@
+/** `npm run migrate`: applies pending migrations to the configured database and exits. */
+import { NodeRuntime } from "@effect/platform-node"
+import { Effect, Layer } from "effect"
+import { AppConfig } from "./Config.js"
+import { DatabaseLive } from "./Db/Database.js"
+
+NodeRuntime.runMain(
+  Effect.logInfo("Migrations are up to date").pipe(
+    Effect.provide(DatabaseLive.pipe(Layer.provide(AppConfig.layer)))
+  )
+)

@@ -1,0 +1,170 @@
+/**
+ * Starts the whole service on a random loopback port for a test file: its own database (a copy
+ * of the PGlite template, or a fresh database on `TEST_DATABASE_URL`), its own DATA_DIR, the
+ * built-in identity provider unless overridden.
+ */
+import { HttpServer } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { Context, Effect, Exit, Layer, Logger, LogLevel, Option, Redacted, Scope } from "effect"
+import { cpSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { createServer } from "node:http"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import pg from "pg"
+import { importJWK, SignJWT, type JWK } from "jose"
+import { AppLive } from "../../src/App.js"
+import { BUILTIN_ISSUER } from "../../src/Auth/BuiltinProvider.js"
+import { AppConfig, type AppConfigShape } from "../../src/Config.js"
+
+export const TEST_DATABASE_URL = process.env["TEST_DATABASE_URL"]
+export const TEST_REDIS_URL = process.env["TEST_REDIS_URL"]
+
+export interface TestDatabase {
+  /** Undefined for the embedded database (the app starts PGlite from DATA_DIR). */
+  readonly url: string | undefined
+  readonly dispose: () => Promise<void>
+}
+
+/** A fresh, empty PostgreSQL database on the server of `TEST_DATABASE_URL`. */
+export const createPostgresDatabase = async (adminUrl: string): Promise<TestDatabase> => {
+  const name = `ads_test_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`
+  const admin = new pg.Client({ connectionString: adminUrl })
+  await admin.connect()
+  await admin.query(`CREATE DATABASE ${name}`)
+  await admin.end()
+  const url = new URL(adminUrl)
+  url.pathname = `/${name}`
+  return {
+    url: url.toString(),
+    dispose: async () => {
+      const client = new pg.Client({ connectionString: adminUrl })
+      await client.connect()
+      await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await client.end()
+    }
+  }
+}
+
+/** Copies the PGlite template into `dataDir/pgdata`. */
+export const seedEmbeddedDatabase = (dataDir: string) => {
+  const template = process.env["ADS_PGLITE_TEMPLATE"]
+  if (template !== undefined) cpSync(template, join(dataDir, "pgdata"), { recursive: true })
+}
+
+export interface TestApp {
+  readonly url: string
+  readonly wsUrl: string
+  readonly dataDir: string
+  readonly databaseUrl: string | undefined
+  readonly close: () => Promise<void>
+}
+
+export interface TestAppOptions {
+  /** "embedded" (default) or "postgres" (needs TEST_DATABASE_URL). */
+  readonly database?: "embedded" | "postgres"
+  readonly config?: Partial<AppConfigShape>
+  /** Extra layers replacing parts of the app (they are provided over AppLive). */
+  readonly logLevel?: LogLevel.LogLevel
+}
+
+export const startTestApp = async (options: TestAppOptions = {}): Promise<TestApp> => {
+  const dataDir = mkdtempSync(join(tmpdir(), "ads-test-"))
+  const database: TestDatabase = options.database === "postgres"
+    ? await createPostgresDatabase(requireEnv(TEST_DATABASE_URL, "TEST_DATABASE_URL"))
+    : { url: undefined, dispose: async () => {} }
+  if (database.url === undefined) seedEmbeddedDatabase(dataDir)
+  const config: Partial<AppConfigShape> = {
+    dataDir,
+    databaseUrl: database.url === undefined ? Option.none() : Option.some(Redacted.make(database.url)),
+    databasePoolMax: 5,
+    redisUrl: Option.none(),
+    oidcIssuerUrl: Option.none(),
+    authUsersFile: "config/dev-users.json",
+    profilingEnabled: false,
+    profilingOutputDir: join(dataDir, "profiling"),
+    ...options.config
+  }
+  const layer = AppLive.pipe(
+    Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })),
+    Layer.provide(AppConfig.layerWith(config)),
+    Layer.provide(Logger.minimumLogLevel(options.logLevel ?? LogLevel.Warning))
+  )
+  const scope = Effect.runSync(Scope.make())
+  const context = await Effect.runPromise(Layer.buildWithScope(layer, scope))
+  const address = Context.get(context, HttpServer.HttpServer).address
+  if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
+  const url = `http://127.0.0.1:${address.port}`
+  return {
+    url,
+    wsUrl: url.replace(/^http/, "ws"),
+    dataDir,
+    databaseUrl: database.url,
+    close: async () => {
+      await Effect.runPromise(Scope.close(scope, Exit.void))
+      await database.dispose()
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  }
+}
+
+const requireEnv = (value: string | undefined, name: string) => {
+  if (value === undefined) throw new Error(`${name} is not set`)
+  return value
+}
+
+/** Logs in through `POST /login` (the built-in provider's users: admin, editor, reader). */
+export const login = async (app: Pick<TestApp, "url">, username: string, password = username) => {
+  const res = await fetch(`${app.url}/login`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ username, password })
+  })
+  if (res.status !== 200) throw new Error(`login ${username} failed: ${res.status}`)
+  return (await res.json()) as { access_token: string; refresh_token: string; expires_in: number }
+}
+
+/** Signs a token with the built-in provider's key of a test app, with any claims (e.g. expired). */
+export const signToken = async (
+  app: Pick<TestApp, "dataDir">,
+  claims: Record<string, unknown>,
+  options: { readonly expiresIn?: string | number; readonly audience?: string; readonly issuer?: string } = {}
+) => {
+  const jwk = JSON.parse(readFileSync(join(app.dataDir, "dev-idp-key.json"), "utf8")) as JWK & { kid: string }
+  const key = await importJWK(jwk, "ES256")
+  return new SignJWT({ typ: "Bearer", ...claims })
+    .setProtectedHeader({ alg: "ES256", kid: jwk.kid })
+    .setIssuer(options.issuer ?? BUILTIN_ISSUER)
+    .setAudience(options.audience ?? "author-directory")
+    .setSubject(typeof claims["sub"] === "string" ? claims["sub"] : "test-user")
+    .setIssuedAt()
+    .setExpirationTime(options.expiresIn ?? "5m")
+    .sign(key)
+}
+
+export const authHeader = (token: string) => ({ authorization: `Bearer ${token}` })
+
+/** A JSON request helper returning status, headers and parsed body. */
+export const request = async (
+  app: Pick<TestApp, "url">,
+  method: string,
+  path: string,
+  options: { readonly token?: string; readonly body?: unknown; readonly headers?: Record<string, string> } = {}
+) => {
+  const res = await fetch(`${app.url}${path}`, {
+    method,
+    headers: {
+      ...(options.body !== undefined ? { "content-type": "application/json" } : {}),
+      ...(options.token !== undefined ? authHeader(options.token) : {}),
+      ...options.headers
+    },
+    ...(options.body !== undefined ? { body: typeof options.body === "string" ? options.body : JSON.stringify(options.body) } : {})
+  })
+  const text = await res.text()
+  let body: unknown = text
+  try {
+    body = text === "" ? null : JSON.parse(text)
+  } catch {
+    // not JSON: keep the text
+  }
+  return { status: res.status, headers: res.headers, body }
+}

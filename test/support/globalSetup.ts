@@ -1,0 +1,19 @@
+/**
+ * Runs once per `vitest run`: initialises one PGlite cluster (the ~3.5 s initdb) that every test
+ * app copies, so each test file starts its own embedded database in a fraction of a second.
+ */
+import { PGlite } from "@electric-sql/pglite"
+import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+
+export default async function setup() {
+  const root = mkdtempSync(join(tmpdir(), "ads-pglite-template-"))
+  const dataDir = join(root, "pgdata")
+  const db = await PGlite.create({ dataDir, extensions: { pg_trgm } })
+  await db.query("SELECT 1")
+  await db.close()
+  process.env["ADS_PGLITE_TEMPLATE"] = dataDir
+  return () => rmSync(root, { recursive: true, force: true })
+}
