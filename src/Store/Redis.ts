@@ -1,0 +1,51 @@
+/**
+ * One Redis connection per process (ARCHITECTURE habit 9), present only when `REDIS_URL` is set.
+ * Subscribers need their own connection (a subscribed connection runs no other command):
+ * `duplicate()` them from here. Every key and channel carries `REDIS_KEY_PREFIX` (CONTRACT §9).
+ */
+import { Context, Effect, Layer, Redacted, type Scope } from "effect"
+import { Redis } from "ioredis"
+import { CacheProbe } from "../Observability/Health.js"
+
+export class RedisClient extends Context.Tag("Store/RedisClient")<RedisClient, {
+  readonly client: Redis
+  readonly prefix: string
+  /** A new connection with the same options (for SUBSCRIBE); closed with the scope. */
+  readonly duplicate: Effect.Effect<Redis, never, Scope.Scope>
+}>() {}
+
+export const makeRedis = (url: string) =>
+  new Redis(url, {
+    // Fail commands fast while disconnected instead of queueing them forever.
+    maxRetriesPerRequest: 1,
+    enableOfflineQueue: true,
+    connectTimeout: 2000,
+    retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
+    lazyConnect: false
+  })
+
+const closeRedis = (redis: Redis) => Effect.promise(() => redis.quit().catch(() => redis.disconnect()))
+
+export const redisLayer = (url: Redacted.Redacted<string>, prefix: string) =>
+  Layer.scoped(
+    RedisClient,
+    Effect.gen(function*() {
+      const client = yield* Effect.acquireRelease(Effect.sync(() => makeRedis(Redacted.value(url))), closeRedis)
+      client.on("error", () => {}) // reconnects on its own; failures surface on the commands
+      return {
+        client,
+        prefix,
+        duplicate: Effect.acquireRelease(Effect.sync(() => {
+          const dup = client.duplicate()
+          dup.on("error", () => {})
+          return dup
+        }), closeRedis)
+      }
+    })
+  )
+
+/** The health check of the cache store: PING, when Redis is configured. */
+export const RedisProbe = Layer.effect(
+  CacheProbe,
+  Effect.map(RedisClient, ({ client }) => Effect.tryPromise(() => client.ping()).pipe(Effect.asVoid))
+)
