@@ -20,6 +20,7 @@ import { CacheProbe, DatabaseProbe, Health, WebSocketProbe } from "./Observabili
 import { SystemHttpLive } from "./Observability/Http.js"
 import { setAppInfo } from "./Observability/Metrics.js"
 import { MemoryRateLimiterLive } from "./RateLimit/RateLimiter.js"
+import { redisLayer, RedisProbe } from "./Store/Redis.js"
 
 /** "METHOD /path/:param" → the roles its `RequiredRoles` annotation lists. */
 const rolesByRoute = () => {
@@ -40,14 +41,27 @@ const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(AuthenticationLayer)
 )
 
+/**
+ * The shared stores: Redis when `REDIS_URL` is set (several instances share one budget, one
+ * registry, one audit stream), else in-process stand-ins for a single instance.
+ */
+const StoresLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
+  Option.match(config.redisUrl, {
+    onNone: () => Layer.mergeAll(MemoryRateLimiterLive, CacheProbe.InProcess),
+    onSome: (url) =>
+      Layer.mergeAll(MemoryRateLimiterLive, RedisProbe).pipe(
+        Layer.provideMerge(redisLayer(url, config.redisKeyPrefix))
+      )
+  })
+))
+
 /** External systems, or their embedded stand-ins, as the configuration says. */
 const InfrastructureLive = Layer.mergeAll(
   DatabaseLive,
   AuthLive,
-  MemoryRateLimiterLive,
+  StoresLive,
   AuditLog.none,
   AuthorEvents.none,
-  CacheProbe.InProcess,
   WebSocketProbe.Idle
 )
 
