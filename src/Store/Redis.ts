@@ -44,8 +44,25 @@ export const redisLayer = (url: Redacted.Redacted<string>, prefix: string) =>
     })
   )
 
+export class RedisError {
+  readonly _tag = "RedisError"
+  constructor(readonly command: string, readonly cause: unknown) {}
+}
+
+/**
+ * One Redis command (or pipeline) as an Effect, traced as a client span (CONTRACT §8: a span per
+ * Redis command). Every module that talks to Redis goes through this.
+ */
+export const redisCommand = <A>(command: string, run: () => Promise<A>): Effect.Effect<A, RedisError> =>
+  Effect.tryPromise({ try: run, catch: (cause) => new RedisError(command, cause) }).pipe(
+    Effect.withSpan(`redis ${command}`, {
+      kind: "client",
+      attributes: { "db.system": "redis", "db.operation.name": command }
+    })
+  )
+
 /** The health check of the cache store: PING, when Redis is configured. */
 export const RedisProbe = Layer.effect(
   CacheProbe,
-  Effect.map(RedisClient, ({ client }) => Effect.tryPromise(() => client.ping()).pipe(Effect.asVoid))
+  Effect.map(RedisClient, ({ client }) => Effect.asVoid(redisCommand("PING", () => client.ping())))
 )
