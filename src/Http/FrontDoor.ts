@@ -67,6 +67,11 @@ const applyRateHeaders = (response: HttpServerResponse.HttpServerResponse, d: Ra
     "x-ratelimit-reset": String(d.resetSeconds)
   })
 
+const isJsonBody = (request: HttpServerRequest.HttpServerRequest) => {
+  const contentType = request.headers["content-type"]
+  return contentType === undefined || contentType.toLowerCase().includes("application/json")
+}
+
 export const FrontDoorLive = (api: Api) =>
   HttpApiBuilder.middleware(
     Effect.gen(function*() {
@@ -108,6 +113,15 @@ export const FrontDoorLive = (api: Api) =>
           yield* Effect.logError("Unhandled error", cause)
           return detail(500, InternalError.instance.detail)
         })
+
+      /**
+       * Every request body is JSON (CONTRACT §3). The platform would otherwise decode form and
+       * multipart bodies into the payload (and die on a malformed multipart body), so any other
+       * content type is presented to the app as text: the payload decode then fails after
+       * authentication, and `toResponse` answers the 422 for the wrong content type.
+       */
+      const jsonOnly = (request: HttpServerRequest.HttpServerRequest) =>
+        isJsonBody(request) ? request : request.modify({ headers: { ...request.headers, "content-type": "text/plain" } })
 
       /** 413 before anything else; a body without Content-Length is read here, under the limit. */
       const checkBodySize = (request: HttpServerRequest.HttpServerRequest) => {
@@ -174,6 +188,7 @@ export const FrontDoorLive = (api: Api) =>
               }
             }
             const response = yield* app.pipe(
+              Effect.provideService(HttpServerRequest.HttpServerRequest, jsonOnly(request)),
               HttpIncomingMessage.withMaxBodySize(maxBody),
               Effect.catchAllCause((cause) =>
                 Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : toResponse(request, cause)
@@ -191,7 +206,8 @@ export const FrontDoorLive = (api: Api) =>
           httpRequestDuration.observe({ method: request.method, endpoint: label }, seconds)
 
           if (ctx.user !== undefined && !UNLIMITED_PATHS.has(pathname) && !SELF_AUDITED_PATHS.has(pathname)) {
-            const body = HttpMethod.hasBody(request.method)
+            // Only a JSON body is recorded; any other was consumed by the app through `jsonOnly`.
+            const body = HttpMethod.hasBody(request.method) && isJsonBody(request)
               ? yield* Effect.orElseSucceed(request.json, () => undefined)
               : undefined
             const query = queryStart === -1 ? undefined : Object.fromEntries(new URLSearchParams(request.url.slice(queryStart + 1)))
