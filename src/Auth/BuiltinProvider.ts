@@ -11,7 +11,7 @@ import { join } from "node:path"
 import { AppConfig } from "../Config.js"
 import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.js"
 import { IdentityProvider, type TokenResponse } from "./IdentityProvider.js"
-import { safeEqual, verifyPassword } from "./Passwords.js"
+import { isScryptHash, safeEqual, verifyPassword } from "./Passwords.js"
 import { makeTokenVerifier, TokenVerifier } from "./TokenVerifier.js"
 
 export const BUILTIN_ISSUER = "urn:author-directory:dev-idp"
@@ -22,7 +22,9 @@ const ALG = "ES256"
 const UserEntry = Schema.Struct({
   username: Schema.String.pipe(Schema.minLength(1)),
   password: Schema.optional(Schema.String),
-  password_hash: Schema.optional(Schema.String),
+  password_hash: Schema.optional(Schema.String.pipe(
+    Schema.filter((h) => isScryptHash(h) || "password_hash must be scrypt:<N>:<r>:<p>:<salt base64>:<key base64>")
+  )),
   roles: Schema.Array(Schema.String),
   id: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
 }).pipe(Schema.filter((u) => (u.password !== undefined) !== (u.password_hash !== undefined) || "needs exactly one of password, password_hash"))

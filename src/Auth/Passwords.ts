@@ -20,8 +20,10 @@ export const verifyPassword = async (password: string, hash: string): Promise<bo
   const [scheme, n, r, p, salt, key] = hash.split(":")
   if (scheme !== "scrypt" || n === undefined || r === undefined || p === undefined || !salt || !key) return false
   const expected = Buffer.from(key, "base64")
+  // Parameters scrypt refuses (N not a power of two, too much memory) mean "no match", not a crash.
   const actual = await scryptAsync(password, Buffer.from(salt, "base64"), expected.length, Number(n), Number(r), Number(p))
-  return actual.length === expected.length && timingSafeEqual(actual, expected)
+    .catch(() => undefined)
+  return actual !== undefined && actual.length === expected.length && timingSafeEqual(actual, expected)
 }
 
 /** Constant-time comparison of two strings of any length. */
