@@ -1,6 +1,6 @@
 /** Starts the service with the configuration from the environment (CONTRACT §2). */
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
-import { Effect, Layer } from "effect"
+import { Cause, Effect, Layer } from "effect"
 import { createServer } from "node:http"
 import { AppLive } from "./App.js"
 import { AppConfig } from "./Config.js"
@@ -16,4 +16,13 @@ const MainLive = AppLive.pipe(
   Layer.provide(AppConfig.layer)
 )
 
-NodeRuntime.runMain(Layer.launch(MainLive))
+/**
+ * A failure to start (an invalid setting, the built-in provider in production, an unreachable
+ * database) goes to stderr, naming its cause, and the exit code is non-zero (CONTRACT §2).
+ */
+const reportFailure = (cause: Cause.Cause<unknown>) =>
+  Cause.isInterruptedOnly(cause)
+    ? Effect.void
+    : Effect.sync(() => process.stderr.write(`Service failed: ${Cause.pretty(cause)}\n`))
+
+NodeRuntime.runMain(Layer.launch(MainLive).pipe(Effect.tapErrorCause(reportFailure)), { disableErrorReporting: true })
