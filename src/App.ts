@@ -2,7 +2,7 @@
  * The one place where Layers are wired. `main.ts` adds the Node server and the environment's
  * configuration; tests add a test server and their own configuration.
  */
-import { HttpApi, HttpApiBuilder, HttpServer } from "@effect/platform"
+import { HttpApi, HttpApiBuilder, HttpMiddleware, HttpServer, type HttpServerRequest } from "@effect/platform"
 import { Context, Effect, Layer, Option } from "effect"
 import { Api } from "./Api.js"
 import { AuditLog } from "./AuditLogs/AuditLog.js"
@@ -15,10 +15,11 @@ import { AppConfig } from "./Config.js"
 import { DatabaseLive } from "./Db/Database.js"
 import type { Role } from "./Domain/User.js"
 import { DocsLive } from "./Http/Docs.js"
-import { FrontDoorLive } from "./Http/FrontDoor.js"
+import { FrontDoorLive, routeLabeler } from "./Http/FrontDoor.js"
 import { CacheProbe, DatabaseProbe, Health, WebSocketProbe } from "./Observability/Health.js"
 import { SystemHttpLive } from "./Observability/Http.js"
 import { setAppInfo } from "./Observability/Metrics.js"
+import { TracingLive } from "./Observability/Tracing.js"
 import { MemoryRateLimiterLive } from "./RateLimit/RateLimiter.js"
 import { redisLayer, RedisProbe } from "./Store/Redis.js"
 
@@ -80,12 +81,29 @@ const StartupLog = Layer.effectDiscard(Effect.gen(function*() {
   yield* Effect.logInfo(embedded.length > 0 ? `Embedded: ${embedded.join(", ")}` : "Embedded: none")
 }))
 
-/** The whole service; needs an `HttpServer` and the `AppConfig`. */
-export const AppLive = HttpApiBuilder.serve().pipe(
-  Layer.provide(DocsLive),
-  Layer.provide(FrontDoorLive(Api)),
-  Layer.provide(ApiLive),
-  Layer.provide(ServicesLive),
-  Layer.provide(StartupLog),
-  HttpServer.withLogAddress
-)
+/** HTTP server spans are named by route template (`GET /authors/{author_id}`), never the raw path. */
+const spanName = (() => {
+  const labelOf = routeLabeler(Api)
+  return (request: HttpServerRequest.HttpServerRequest) => {
+    const query = request.url.indexOf("?")
+    return `${request.method} ${labelOf(request.method, query === -1 ? request.url : request.url.slice(0, query))}`
+  }
+})()
+
+/**
+ * The whole service; needs an `HttpServer` and the `AppConfig`. `tracing` is provided under
+ * everything else (server, SQL, Redis), so every span goes to it (Observability/Tracing.ts).
+ */
+export const makeAppLive = (tracing: Layer.Layer<never, never, AppConfig> = TracingLive) =>
+  HttpApiBuilder.serve().pipe(
+    Layer.provide(DocsLive),
+    Layer.provide(FrontDoorLive(Api)),
+    Layer.provide(ApiLive),
+    Layer.provide(ServicesLive),
+    Layer.provide(StartupLog),
+    HttpServer.withLogAddress,
+    HttpMiddleware.withSpanNameGenerator(spanName),
+    Layer.provide(tracing)
+  )
+
+export const AppLive = makeAppLive()

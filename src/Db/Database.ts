@@ -6,12 +6,14 @@
 import { PGlite } from "@electric-sql/pglite"
 import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
-import { SqlClient } from "@effect/sql"
+import { SqlClient, SqlError } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Option, Redacted } from "effect"
 import { mkdirSync } from "node:fs"
 import { join, resolve } from "node:path"
+import pg from "pg"
 import { AppConfig } from "../Config.js"
+import { instrumentPool } from "./Instrumentation.js"
 import { runMigrations } from "./Migrator.js"
 
 export interface EmbeddedPg {
@@ -41,10 +43,36 @@ export const embeddedPostgres = (options: { readonly dataDir: Option.Option<stri
     })
   )
 
+const APPLICATION_NAME = "author-directory-service"
+
+/**
+ * Our own `pg` pool (instead of `PgClient.layer`'s) so the SQL layer can be measured where every
+ * statement passes (Db/Instrumentation.ts); checked with `SELECT 1` like `PgClient.layer` does.
+ */
+const instrumentedPool = (url: Redacted.Redacted<string>, maxConnections: number) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const pool = instrumentPool(new pg.Pool({ connectionString: Redacted.value(url), max: maxConnections, application_name: APPLICATION_NAME }))
+      pool.on("error", () => {}) // an idle client's failure; the next statement reports it
+      return pool
+    }),
+    (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption(1000))
+  ).pipe(
+    Effect.tap((pool) =>
+      Effect.tryPromise({
+        try: () => pool.query("SELECT 1"),
+        catch: (cause) => new SqlError.SqlError({ cause, message: "PgClient: Failed to connect" })
+      }).pipe(Effect.timeoutFail({
+        duration: "5 seconds",
+        onTimeout: () => new SqlError.SqlError({ cause: new Error("Connection timed out"), message: "PgClient: Connection timed out" })
+      }))
+    )
+  )
+
 /** A `PgClient` on a URL, with migrations applied before the layer is ready. */
 export const pgClientLayer = (url: Redacted.Redacted<string>, maxConnections: number, migrationsDir = "migrations") =>
   Layer.effectDiscard(runMigrations(migrationsDir)).pipe(
-    Layer.provideMerge(PgClient.layer({ url, maxConnections, applicationName: "author-directory-service" }))
+    Layer.provideMerge(PgClient.layerFromPool({ acquire: instrumentedPool(url, maxConnections), applicationName: APPLICATION_NAME }))
   )
 
 export type DatabaseKind = "postgres" | "embedded"

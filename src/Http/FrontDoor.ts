@@ -14,7 +14,7 @@ import {
   HttpServerRequest,
   HttpServerResponse
 } from "@effect/platform"
-import { Cause, Effect, Option } from "effect"
+import { Cause, Effect, LogLevel, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { captureRequestData } from "../AuditLogs/RequestData.js"
 import { AuditLog, outcomeOf } from "../AuditLogs/AuditLog.js"
@@ -50,8 +50,8 @@ const validationResponse = (issues: ReadonlyArray<ValidationIssue>) => json(422,
 
 type Api = HttpApi.HttpApi.Any
 
-/** The route template for metrics labels (`/authors/{author_id}`), never the raw path. */
-const routeLabeler = (api: Api) => {
+/** The route template for metrics labels and span names (`/authors/{author_id}`), never the raw path. */
+export const routeLabeler = (api: Api) => {
   const shapes = endpointShapes(api)
   return (method: string, pathname: string): string => {
     if (UNLIMITED_PATHS.has(pathname)) return pathname
@@ -196,14 +196,28 @@ export const FrontDoorLive = (api: Api) =>
             )
             return Option.isSome(rate) ? applyRateHeaders(response, rate.value) : response
           }).pipe(Effect.locally(currentRequest, ctx))
+          // CONTRACT §3/§8: every log line of the request carries its ids (Observability/Logging.ts adds trace and user).
+          const logIds = Effect.annotateLogs({ correlation_id: ctx.correlationId, request_id: ctx.requestId })
 
           const response = yield* run.pipe(
+            logIds,
             Effect.ensuring(Effect.sync(() => httpRequestsInProgress.dec({ method: request.method, endpoint: label })))
           )
           const status = response.status
           const seconds = (performance.now() - started) / 1000
           httpRequestsTotal.inc({ method: request.method, endpoint: label, status_code: String(status) })
           httpRequestDuration.observe({ method: request.method, endpoint: label }, seconds)
+          // Scrapes and probes would drown the rest: they log at debug.
+          yield* Effect.logWithLevel(UNLIMITED_PATHS.has(pathname) ? LogLevel.Debug : LogLevel.Info, "HTTP request").pipe(
+            logIds,
+            Effect.annotateLogs({
+              method: request.method,
+              endpoint: label,
+              status_code: status,
+              duration_ms: Math.round(seconds * 1000),
+              ...(ctx.user !== undefined ? { user_id: ctx.user.id } : {})
+            })
+          )
 
           if (ctx.user !== undefined && !UNLIMITED_PATHS.has(pathname) && !SELF_AUDITED_PATHS.has(pathname)) {
             // Only a JSON body is recorded; any other was consumed by the app through `jsonOnly`.

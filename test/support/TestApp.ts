@@ -12,7 +12,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
 import { importJWK, SignJWT, type JWK } from "jose"
-import { AppLive } from "../../src/App.js"
+import { AppLive, makeAppLive } from "../../src/App.js"
 import { BUILTIN_ISSUER } from "../../src/Auth/BuiltinProvider.js"
 import { AppConfig, type AppConfigShape } from "../../src/Config.js"
 
@@ -65,6 +65,10 @@ export interface TestAppOptions {
   readonly config?: Partial<AppConfigShape>
   /** Extra layers replacing parts of the app (they are provided over AppLive). */
   readonly logLevel?: LogLevel.LogLevel
+  /** Replaces the tracing layer chosen from the configuration (e.g. an in-memory exporter). */
+  readonly tracing?: Layer.Layer<never, never, AppConfig>
+  /** Replaces the default logger (e.g. one writing JSON lines into an array). */
+  readonly logger?: Layer.Layer<never>
 }
 
 export const startTestApp = async (options: TestAppOptions = {}): Promise<TestApp> => {
@@ -84,10 +88,11 @@ export const startTestApp = async (options: TestAppOptions = {}): Promise<TestAp
     profilingOutputDir: join(dataDir, "profiling"),
     ...options.config
   }
-  const layer = AppLive.pipe(
+  const layer = (options.tracing === undefined ? AppLive : makeAppLive(options.tracing)).pipe(
     Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })),
     Layer.provide(AppConfig.layerWith(config)),
-    Layer.provide(Logger.minimumLogLevel(options.logLevel ?? LogLevel.Warning))
+    Layer.provide(Logger.minimumLogLevel(options.logLevel ?? LogLevel.Warning)),
+    Layer.provide(options.logger ?? Layer.empty)
   )
   const scope = Effect.runSync(Scope.make())
   const context = await Effect.runPromise(Layer.buildWithScope(layer, scope))
