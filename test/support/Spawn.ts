@@ -1,0 +1,46 @@
+/** Runs the real service (`node --import tsx src/main.ts`) as a child process, for startup and signal tests. */
+import { spawn, type ChildProcess } from "node:child_process"
+import { createServer } from "node:net"
+
+export interface Spawned {
+  readonly child: ChildProcess
+  readonly stdout: () => string
+  readonly stderr: () => string
+  /** Resolves with the exit code (or the signal name) when the process ends. */
+  readonly exited: Promise<number | string>
+}
+
+export const spawnService = (env: Record<string, string>): Spawned => {
+  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+    env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "", LOG_FORMAT: "json", PROFILING_ENABLED: "false", ...env },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
+  let out = ""
+  let err = ""
+  child.stdout?.on("data", (d: Buffer) => (out += d.toString()))
+  child.stderr?.on("data", (d: Buffer) => (err += d.toString()))
+  const exited = new Promise<number | string>((resolve) => child.on("exit", (code, signal) => resolve(code ?? signal ?? -1)))
+  return { child, stdout: () => out, stderr: () => err, exited }
+}
+
+/** A port that was free a moment ago. */
+export const freePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const server = createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address()
+      const port = typeof address === "object" && address !== null ? address.port : 0
+      server.close(() => resolve(port))
+    })
+  })
+
+/** Polls `check` until it returns true or the deadline passes. */
+export const waitFor = async (check: () => boolean | Promise<boolean>, what: string, timeoutMs = 30_000) => {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (await check()) return
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  throw new Error(`timed out waiting for ${what}`)
+}
