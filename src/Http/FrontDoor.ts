@@ -22,6 +22,7 @@ import { authenticateRequest } from "../Auth/Authentication.js"
 import { TokenVerifier } from "../Auth/TokenVerifier.js"
 import { AppConfig } from "../Config.js"
 import { errorStatus, InternalError, isClientError, PayloadTooLarge, RateLimited, RouteNotFound } from "../Errors.js"
+import { Unhealthy } from "../Observability/Api.js"
 import { httpRequestDuration, httpRequestsInProgress, httpRequestsTotal, rateLimitHitsTotal } from "../Observability/Metrics.js"
 import { type RateDecision, RateLimiter } from "../RateLimit/RateLimiter.js"
 import { clientIp } from "./ClientIp.js"
@@ -102,6 +103,8 @@ export const FrontDoorLive = (api: Api) =>
               : null
             return validationResponse(toValidationIssues(shapes, error, requestView(request, body)))
           }
+          // INTERFACE §GET /health: 503 with the health report's own shape, not `{detail}`.
+          if (error instanceof Unhealthy) return json(503, error.report)
           if (isClientError(error)) return detail(errorStatus[error._tag].http, error.detail)
           if (typeof error === "object" && error !== null && "_tag" in error) {
             if (error._tag === "RouteNotFound") return detail(404, RouteNotFound.instance.detail)

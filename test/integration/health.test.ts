@@ -1,0 +1,103 @@
+/**
+ * CONTRACT §7: `/health` checks database, cache store and WebSocket subsystem in parallel, each
+ * bounded by 1 s; 200 when all are healthy, 503 with the same shape when any is not.
+ */
+import { Option, Redacted } from "effect"
+import { createServer } from "node:net"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.js"
+import { createPostgresDatabase, request, startTestApp, type TestApp, type TestDatabase, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.js"
+
+const healthy = { status: "healthy", database: "healthy", redis: "healthy", websocket: { status: "healthy", active_connections: 0 } }
+
+/** A loopback port nothing listens on. */
+const closedPort = async () => {
+  const server = createServer()
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()))
+  const address = server.address()
+  const port = typeof address === "object" && address !== null ? address.port : 0
+  await new Promise<void>((r) => server.close(() => r()))
+  return port
+}
+
+const pollHealth = async (app: TestApp, status: number) => {
+  const deadline = Date.now() + 15_000
+  for (;;) {
+    const res = await request(app, "GET", "/health")
+    if (res.status === status || Date.now() > deadline) return res
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
+describe("health with embedded dependencies", () => {
+  let app: TestApp
+  beforeAll(async () => {
+    app = await startTestApp()
+  })
+  afterAll(() => app?.close())
+
+  it("is 200 and healthy, without authentication and without rate-limit headers", async () => {
+    const res = await request(app, "GET", "/health")
+    expect(res.status).toBe(200)
+    expect(res.body).toEqual(healthy)
+    expect(res.headers.get("x-ratelimit-limit")).toBeNull()
+  })
+})
+
+describe("health with Redis unreachable", () => {
+  let app: TestApp
+  beforeAll(async () => {
+    const port = await closedPort()
+    app = await startTestApp({
+      config: { redisUrl: Option.some(Redacted.make(`redis://127.0.0.1:${port}/0`)), redisKeyPrefix: `test:${Math.random().toString(36).slice(2)}:` }
+    })
+  })
+  afterAll(() => app?.close())
+
+  it("is 503 with the same shape, naming the cache store", async () => {
+    const res = await request(app, "GET", "/health")
+    expect(res.status).toBe(503)
+    expect(res.body).toMatchObject({ status: "unhealthy", database: "healthy", redis: "unhealthy" })
+    expect(Object.keys(res.body as object).sort()).toEqual(["database", "redis", "status", "websocket"])
+  })
+})
+
+describe.runIf(TEST_DATABASE_URL !== undefined)("health with PostgreSQL cut off", () => {
+  let app: TestApp
+  let proxy: TcpProxy
+  let database: TestDatabase
+  beforeAll(async () => {
+    database = await createPostgresDatabase(TEST_DATABASE_URL!)
+    const target = hostPort(database.url!)
+    proxy = await startTcpProxy(target.host, target.port)
+    app = await startTestApp({
+      config: {
+        databaseUrl: Option.some(Redacted.make(viaProxy(database.url!, proxy))),
+        ...(TEST_REDIS_URL !== undefined
+          ? { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL)), redisKeyPrefix: `test:${Math.random().toString(36).slice(2)}:` }
+          : {})
+      }
+    })
+  })
+  afterAll(async () => {
+    await app?.close()
+    await proxy?.close()
+    await database?.dispose()
+  })
+
+  it("goes 200 → 503 (database unhealthy) when the database is cut → 200 when it is back", async () => {
+    const before = await request(app, "GET", "/health")
+    expect(before.status).toBe(200)
+    expect(before.body).toEqual(healthy)
+
+    await proxy.cut()
+    const down = await pollHealth(app, 503)
+    expect(down.status).toBe(503)
+    expect(down.body).toEqual({ ...healthy, status: "unhealthy", database: "unhealthy" })
+
+    await proxy.restore()
+    const up = await pollHealth(app, 200)
+    expect(up.status).toBe(200)
+    expect(up.body).toEqual(healthy)
+  })
+})

@@ -1,0 +1,87 @@
+/**
+ * CONTRACT §8: one JSON line per event with level, message, correlation id and trace id (and the
+ * user id once known); no password or token ever appears in a log line.
+ */
+import { LogLevel } from "effect"
+import { mkdtempSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { loggerLayer, scrub, scrubText } from "../../src/Observability/Logging.js"
+import { request, startTestApp, type TestApp } from "../support/TestApp.js"
+
+const PASSWORD = "Corr3ct-H0rse-Battery-Staple"
+const WRONG_PASSWORD = "Wr0ng-Passw0rd-Never-Logged"
+const USER_ID = "5d0c4c55-1f0b-4a43-9a52-7c1b0b7a0001"
+
+describe("structured logs", () => {
+  const lines: Array<string> = []
+  let app: TestApp
+  beforeAll(async () => {
+    const dir = mkdtempSync(join(tmpdir(), "ads-logging-"))
+    const usersFile = join(dir, "users.json")
+    writeFileSync(usersFile, JSON.stringify([{ username: "logger", password: PASSWORD, roles: ["get-authors"], id: USER_ID }]))
+    app = await startTestApp({
+      config: { authUsersFile: usersFile },
+      logLevel: LogLevel.Debug,
+      logger: loggerLayer("json", (line) => lines.push(line))
+    })
+  })
+  afterAll(() => app?.close())
+
+  const records = () => lines.map((l) => JSON.parse(l) as Record<string, unknown>)
+
+  it("logs a login, a failed login and an authenticated request as JSON lines without any secret", async () => {
+    const ok = await request(app, "POST", "/login", { body: { username: "logger", password: PASSWORD }, headers: { "x-correlation-id": "corr-login-1" } })
+    expect(ok.status).toBe(200)
+    const { access_token, refresh_token } = ok.body as { access_token: string; refresh_token: string }
+    const failed = await request(app, "POST", "/login", { body: { username: "logger", password: WRONG_PASSWORD }, headers: { "x-correlation-id": "corr-login-2" } })
+    expect(failed.status).toBe(401)
+    const listed = await request(app, "GET", "/authors", { token: access_token, headers: { "x-correlation-id": "corr-list-3" } })
+    expect(listed.status).toBe(200)
+    const refreshed = await request(app, "POST", "/login/refresh", { body: { refresh_token } })
+    expect(refreshed.status).toBe(200)
+    const bad = await request(app, "GET", "/authors", { token: `${access_token}x` })
+    expect(bad.status).toBe(401)
+
+    // Every line is one JSON object with a level and a message.
+    const all = records()
+    expect(all.length).toBeGreaterThanOrEqual(5)
+    for (const r of all) {
+      expect(typeof r["level"]).toBe("string")
+      expect(typeof r["message"]).toBe("string")
+      expect(typeof r["timestamp"]).toBe("string")
+    }
+
+    const byCorrelation = (id: string) => all.filter((r) => r["correlation_id"] === id)
+    const login = byCorrelation("corr-login-1")
+    expect(login.length).toBeGreaterThan(0)
+    expect(login[0]).toMatchObject({ level: "INFO", message: "HTTP request", endpoint: "/login", status_code: 200 })
+    expect(login[0]!["trace_id"]).toMatch(/^[0-9a-f]{32}$/)
+    expect(byCorrelation("corr-login-2")[0]).toMatchObject({ status_code: 401 })
+    const list = byCorrelation("corr-list-3")[0]
+    expect(list).toMatchObject({ endpoint: "/authors", status_code: 200, user_id: USER_ID })
+    expect(list!["request_id"]).toMatch(/^[0-9a-f-]{36}$/)
+
+    // No secret anywhere in the log output.
+    const text = lines.join("\n")
+    for (const secret of [PASSWORD, WRONG_PASSWORD, access_token, refresh_token, (refreshed.body as { access_token: string }).access_token]) {
+      expect(text).not.toContain(secret)
+    }
+    // Not even a token's signature alone.
+    expect(text).not.toContain(access_token.split(".")[2]!)
+  })
+})
+
+describe("scrubbing (a last line of defence)", () => {
+  it("redacts sensitive keys, JWT-shaped strings and bearer credentials", () => {
+    const jwt = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"
+    expect(scrubText(`token ${jwt} here`)).toBe("token [REDACTED] here")
+    expect(scrubText("Authorization: Bearer abc.def-ghi")).toBe("Authorization: Bearer [REDACTED]")
+    expect(scrub({ user: "u", password: "p", nested: { client_secret: "s", list: [jwt] } })).toEqual({
+      user: "u",
+      password: "[REDACTED]",
+      nested: { client_secret: "[REDACTED]", list: ["[REDACTED]"] }
+    })
+  })
+})

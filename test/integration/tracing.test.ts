@@ -1,0 +1,138 @@
+/**
+ * CONTRACT §8: a span per HTTP request (named by route template), SQL statement and Redis command,
+ * one trace per request, an incoming W3C `traceparent` continued; OTLP/HTTP export when
+ * `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+ */
+import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base"
+import { Option, Redacted } from "effect"
+import { createServer, type IncomingMessage, type Server } from "node:http"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { tracingWith } from "../../src/Observability/Tracing.js"
+import { login, request, startTestApp, type TestApp, TEST_REDIS_URL } from "../support/TestApp.js"
+
+const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+const PARENT_SPAN_ID = "00f067aa0ba902b7"
+
+const waitFor = async <A>(probe: () => A | undefined, what: string, timeoutMs = 10_000): Promise<A> => {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const value = probe()
+    if (value !== undefined) return value
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 25))
+  }
+}
+
+describe("tracing with an in-memory exporter", () => {
+  const exporter = new InMemorySpanExporter()
+  let app: TestApp
+  beforeAll(async () => {
+    app = await startTestApp({
+      tracing: tracingWith(new SimpleSpanProcessor(exporter)),
+      ...(TEST_REDIS_URL !== undefined
+        ? { config: { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL)), redisKeyPrefix: `test:${Math.random().toString(36).slice(2)}:` } }
+        : {})
+    })
+  })
+  // The exporter is emptied when the SDK shuts down: every assertion reads spans before this.
+  afterAll(() => app?.close())
+
+  const spans = () => exporter.getFinishedSpans()
+  const traceOf = (traceId: string) => spans().filter((s) => s.spanContext().traceId === traceId)
+
+  it("names the server span by route template and continues the incoming traceparent", async () => {
+    const { access_token } = await login(app, "admin")
+    const res = await request(app, "GET", "/authors?search=x", {
+      token: access_token,
+      headers: { traceparent: `00-${TRACE_ID}-${PARENT_SPAN_ID}-01` }
+    })
+    expect(res.status).toBe(200)
+    const server = await waitFor(() => traceOf(TRACE_ID).find((s) => s.name === "GET /authors"), "server span")
+    expect(server.parentSpanContext?.spanId).toBe(PARENT_SPAN_ID)
+    expect(server.attributes["http.response.status_code"]).toBe(200)
+    // The SQL statements of that request are in the same trace, under the server span.
+    const sql = traceOf(TRACE_ID).filter((s) => s.name.startsWith("sql."))
+    expect(sql.length).toBeGreaterThan(0)
+    expect(sql.every((s) => s.spanContext().traceId === TRACE_ID)).toBe(true)
+  })
+
+  it("uses the template for parameterised routes and starts one new trace per request without traceparent", async () => {
+    const { access_token } = await login(app, "admin")
+    const before = new Set(spans().map((s) => s.spanContext().traceId))
+    expect((await request(app, "PUT", "/authors/987654", { token: access_token, body: { name: "nobody" } })).status).toBe(404)
+    expect((await request(app, "PUT", "/authors/987655", { token: access_token, body: { name: "nobody" } })).status).toBe(404)
+    const servers = await waitFor(() => {
+      const found = spans().filter((s) => s.name === "PUT /authors/{author_id}")
+      return found.length >= 2 ? found : undefined
+    }, "two PUT spans")
+    const traces = new Set(servers.map((s) => s.spanContext().traceId))
+    expect(traces.size).toBe(2)
+    for (const t of traces) expect(before.has(t)).toBe(false)
+    expect(servers.every((s) => s.parentSpanContext === undefined)).toBe(true)
+    // Never the raw path.
+    expect(spans().some((s) => s.name.includes("987654"))).toBe(false)
+  })
+
+  it.runIf(TEST_REDIS_URL !== undefined)("traces Redis commands inside the request's trace", async () => {
+    const res = await request(app, "GET", "/health", { headers: { traceparent: `00-${"ab".repeat(16)}-${PARENT_SPAN_ID}-01` } })
+    expect(res.status).toBe(200)
+    const ping = await waitFor(() => traceOf("ab".repeat(16)).find((s) => s.name === "redis PING"), "redis span")
+    expect(ping.attributes["db.system"]).toBe("redis")
+  })
+})
+
+interface Received {
+  readonly path: string
+  readonly contentType: string
+  readonly body: string
+}
+
+const readBody = (req: IncomingMessage) =>
+  new Promise<string>((resolve) => {
+    const chunks: Array<Buffer> = []
+    req.on("data", (c: Buffer) => chunks.push(c)).on("end", () => resolve(Buffer.concat(chunks).toString("utf8")))
+  })
+
+describe("tracing over OTLP/HTTP", () => {
+  const received: Array<Received> = []
+  let receiver: Server
+  let endpoint: string
+  beforeAll(async () => {
+    receiver = createServer((req, res) => {
+      void readBody(req).then((body) => {
+        received.push({ path: req.url ?? "", contentType: req.headers["content-type"] ?? "", body })
+        res.writeHead(200, { "content-type": "application/json" }).end("{}")
+      })
+    })
+    await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", () => r()))
+    const address = receiver.address()
+    endpoint = `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`
+  })
+  afterAll(() => new Promise<void>((r) => receiver.close(() => r())))
+
+  it("exports nothing when OTEL_EXPORTER_OTLP_ENDPOINT is unset", async () => {
+    const app = await startTestApp()
+    try {
+      expect((await request(app, "GET", "/health")).status).toBe(200)
+    } finally {
+      await app.close()
+    }
+    expect(received).toEqual([])
+  })
+
+  it("posts the request's spans to <endpoint>/v1/traces (flushed at shutdown at the latest)", async () => {
+    const app = await startTestApp({ config: { otelExporterOtlpEndpoint: Option.some(endpoint), otelServiceName: "ads-otlp-test" } })
+    try {
+      expect((await request(app, "GET", "/authors/paginated")).status).toBe(401)
+      expect((await request(app, "GET", "/health")).status).toBe(200)
+    } finally {
+      await app.close()
+    }
+    const traces = received.filter((r) => r.path === "/v1/traces")
+    expect(traces.length).toBeGreaterThan(0)
+    const all = traces.map((t) => t.body).join("\n")
+    expect(all).toContain("GET /authors/paginated")
+    expect(all).toContain("GET /health")
+    expect(all).toContain("ads-otlp-test")
+  })
+})
