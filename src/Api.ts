@@ -5,11 +5,13 @@ import { AuthorsApi } from "./Authors/Api.js"
 import { Wire } from "./Errors.js"
 import { openApi422 } from "./Http/Validation.js"
 import { SystemApi } from "./Observability/Api.js"
+import { ProfilingApi } from "./Profiling/Api.js"
 
 export class Api extends HttpApi.make("author-directory")
   .add(AuthorsApi)
   .add(LoginApi)
   .add(SystemApi)
+  .add(ProfilingApi)
   // Answered by the front door for any endpoint (Http/FrontDoor.ts).
   .addError(Wire.PayloadTooLarge)
   .addError(Wire.RateLimited)

@@ -20,6 +20,8 @@ import { CacheProbe, DatabaseProbe, Health, WebSocketProbe } from "./Observabili
 import { SystemHttpLive } from "./Observability/Http.js"
 import { setAppInfo } from "./Observability/Metrics.js"
 import { TracingLive } from "./Observability/Tracing.js"
+import { ProfilingHttpLive } from "./Profiling/Http.js"
+import { Profiler } from "./Profiling/Profiler.js"
 import { MemoryRateLimiterLive } from "./RateLimit/RateLimiter.js"
 import { redisLayer, RedisProbe } from "./Store/Redis.js"
 
@@ -38,7 +40,7 @@ const rolesByRoute = () => {
 const AuthenticationLayer = Layer.effect(Authentication, AuthenticationLive(rolesByRoute()))
 
 const ApiLive = HttpApiBuilder.api(Api).pipe(
-  Layer.provide([AuthorsHttpLive, LoginHttpLive, SystemHttpLive]),
+  Layer.provide([AuthorsHttpLive, LoginHttpLive, SystemHttpLive, ProfilingHttpLive]),
   Layer.provide(AuthenticationLayer)
 )
 
@@ -66,7 +68,7 @@ const InfrastructureLive = Layer.mergeAll(
   WebSocketProbe.Idle
 )
 
-const ServicesLive = Layer.mergeAll(Authors.Default, Health.Default.pipe(Layer.provide(DatabaseProbe.Live))).pipe(
+const ServicesLive = Layer.mergeAll(Authors.Default, Health.Default.pipe(Layer.provide(DatabaseProbe.Live)), Profiler.Default).pipe(
   Layer.provideMerge(InfrastructureLive)
 )
 

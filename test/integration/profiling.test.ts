@@ -1,0 +1,222 @@
+/**
+ * Profiling (INTERFACE §Endpoints, CONTRACT §7, §9): status, on-demand and continuous reports,
+ * listing, serving and deleting with strict filename checks (traversal, encoded or raw, and
+ * symlinks escaping the directory), and a report that opens in headless Chromium.
+ */
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, symlinkSync, utimesSync, writeFileSync } from "node:fs"
+import { request as httpRequest } from "node:http"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { KEEP_REPORTS } from "../../src/Profiling/Profiler.js"
+import { request, startTestApp, type TestApp } from "../support/TestApp.js"
+
+/** The function the profiler must find on top: pure arithmetic, no builtins in the loop. */
+function burnCpuForProfilerTest(ms: number) {
+  const end = Date.now() + ms
+  let x = 1
+  while (Date.now() < end) {
+    for (let i = 0; i < 200_000; i++) x = (x * 1103515245 + 12345) % 2147483648
+  }
+  return x
+}
+
+interface Descriptor {
+  readonly filename: string
+  readonly path: string
+  readonly size_bytes: number
+  readonly created_at: number
+}
+
+/** Takes a report while this process (the service's own) burns CPU in `burnCpuForProfilerTest`. */
+export const captureBusyReport = async (app: TestApp): Promise<Descriptor> => {
+  let done = false
+  const pending = request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } }).finally(() => {
+    done = true
+  })
+  while (!done) {
+    burnCpuForProfilerTest(20)
+    await new Promise((r) => setImmediate(r))
+  }
+  const res = await pending
+  expect(res.status).toBe(201)
+  return res.body as Descriptor
+}
+
+/** A raw request: no URL normalisation by the client (fetch would collapse `..`). */
+const rawRequest = (app: TestApp, method: string, path: string) =>
+  new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const url = new URL(app.url)
+    const req = httpRequest({ host: url.hostname, port: url.port, path, method }, (res) => {
+      const chunks: Array<Buffer> = []
+      res.on("data", (c: Buffer) => chunks.push(c)).on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }))
+    })
+    req.on("error", reject)
+    req.end()
+  })
+
+const firstSelfRow = (html: string) => {
+  const table = html.slice(html.indexOf(`id="by-self"`))
+  return /<td class="fn">([^<]*)<\/td><td class="loc">([^<]*)<\/td>/.exec(table)
+}
+
+describe("profiling endpoints", () => {
+  let app: TestApp
+  let outside: string
+  const SECRET = "TOP-SECRET-OUTSIDE-THE-REPORT-DIRECTORY"
+  beforeAll(async () => {
+    app = await startTestApp({ config: { profilingIntervalSeconds: 7 } })
+    outside = mkdtempSync(join(tmpdir(), "ads-outside-"))
+    writeFileSync(join(outside, "secret.html"), SECRET)
+  })
+  afterAll(() => app?.close())
+
+  const dir = () => join(app.dataDir, "profiling")
+
+  it("reports its status without authentication", async () => {
+    const res = await request(app, "GET", "/api/profiling/status")
+    expect(res.status).toBe(200)
+    expect(res.body).toEqual({
+      enabled: false,
+      profiler_installed: true,
+      output_directory: dir(),
+      interval_seconds: 7,
+      python_version: `node ${process.version}`,
+      command: "node:inspector Profiler, 1 ms sampling"
+    })
+  })
+
+  it("takes a report on demand that ranks the busy function first, lists it, serves it as HTML", async () => {
+    const descriptor = await captureBusyReport(app)
+    expect(descriptor.filename).toMatch(/^profile-[0-9TZ]+-[a-z0-9]+\.html$/)
+    expect(descriptor).toMatchObject({ path: join(dir(), descriptor.filename) })
+    expect(descriptor.size_bytes).toBeGreaterThan(0)
+    expect(Math.abs(descriptor.created_at - Date.now() / 1000)).toBeLessThan(120)
+
+    const listed = await request(app, "GET", "/api/profiling/reports")
+    expect(listed.status).toBe(200)
+    expect(listed.body).toEqual({ reports: [descriptor], total_count: 1 })
+
+    const res = await fetch(`${app.url}/api/profiling/reports/${descriptor.filename}`)
+    expect(res.status).toBe(200)
+    expect(res.headers.get("content-type")).toMatch(/^text\/html/)
+    const html = await res.text()
+    expect(Buffer.byteLength(html)).toBe(descriptor.size_bytes)
+    const top = firstSelfRow(html)
+    expect(top?.[1]).toBe("burnCpuForProfilerTest")
+    expect(top?.[2]).toMatch(/profiling\.test\.ts:\d+$/)
+    expect(html).toContain("<svg id=\"flame\"")
+    // Self-contained: no external scripts, styles, images or fonts.
+    expect(html).not.toMatch(/\b(src|href)=["']?(https?:)?\/\//i)
+    expect(html).not.toMatch(/@import|url\(\s*["']?https?:/i)
+  })
+
+  it("validates the capture duration (1–60 s)", async () => {
+    for (const seconds of [0, 61, 1.5, "3"]) {
+      const res = await request(app, "POST", "/api/profiling/reports", { body: { seconds } })
+      expect(res.status, String(seconds)).toBe(422)
+    }
+  })
+
+  it("answers 404 with the filename for an absent report", async () => {
+    const res = await request(app, "GET", "/api/profiling/reports/nope.html")
+    expect(res).toMatchObject({ status: 404, body: { detail: "Report nope.html not found" } })
+    const del = await request(app, "DELETE", "/api/profiling/reports/nope.html")
+    expect(del).toMatchObject({ status: 404, body: { detail: "Report nope.html not found" } })
+  })
+
+  it("refuses names outside the pattern, encoded traversal and symlinks escaping the directory with 400", async () => {
+    mkdirSync(dir(), { recursive: true })
+    symlinkSync(join(outside, "secret.html"), join(dir(), "escape.html"))
+    symlinkSync(join(outside, "gone.html"), join(dir(), "dangling.html"))
+    const invalid = [
+      "..%2F..%2Fetc%2Fpasswd",
+      "..%2f..%2f..%2fetc%2fpasswd.html",
+      "%2e%2e%2f" + encodeURIComponent(join(outside, "secret.html")),
+      encodeURIComponent(join(outside, "secret.html")),
+      "%2E%2E",
+      "..",
+      ".hidden.html",
+      "report.txt",
+      "report.html%00.txt",
+      "a%5C..%5Csecret.html",
+      "escape.html",
+      "dangling.html"
+    ]
+    for (const name of invalid) {
+      const res = await rawRequest(app, "GET", `/api/profiling/reports/${name}`)
+      expect({ name, status: res.status, body: JSON.parse(res.body) as unknown }).toEqual({ name, status: 400, body: { detail: "Invalid filename" } })
+      const del = await rawRequest(app, "DELETE", `/api/profiling/reports/${name}`)
+      expect({ name, status: del.status }).toEqual({ name, status: 400 })
+    }
+    // Raw `..` segments never reach a report: the route does not match (or the name is refused).
+    for (const path of ["/api/profiling/reports/../../../etc/passwd", `/api/profiling/reports/..${outside}/secret.html`, "/api/profiling/reports/./../reports/x.html"]) {
+      const res = await rawRequest(app, "GET", path)
+      expect([400, 404], path).toContain(res.status)
+      expect(res.body).not.toContain(SECRET)
+      expect(res.body).not.toContain("root:")
+    }
+    // The escaping link is neither served, listed nor deleted, and its target is untouched.
+    const listed = (await request(app, "GET", "/api/profiling/reports")).body as { reports: Array<Descriptor> }
+    expect(listed.reports.map((r) => r.filename)).not.toContain("escape.html")
+    expect(existsSync(join(outside, "secret.html"))).toBe(true)
+  })
+
+  it("serves a symlink that resolves inside the directory", async () => {
+    const [report] = ((await request(app, "GET", "/api/profiling/reports")).body as { reports: Array<Descriptor> }).reports
+    symlinkSync(join(dir(), report!.filename), join(dir(), "latest.html"))
+    const res = await rawRequest(app, "GET", "/api/profiling/reports/latest.html")
+    expect(res.status).toBe(200)
+    expect(res.body).toContain("burnCpuForProfilerTest")
+  })
+
+  it("deletes a report: 200 {message, filename}, then 404", async () => {
+    const [report] = ((await request(app, "GET", "/api/profiling/reports")).body as { reports: Array<Descriptor> }).reports
+    const del = await request(app, "DELETE", `/api/profiling/reports/${report!.filename}`)
+    expect(del).toMatchObject({ status: 200, body: { message: "Report deleted", filename: report!.filename } })
+    expect((await request(app, "GET", `/api/profiling/reports/${report!.filename}`)).status).toBe(404)
+  })
+
+  it(`keeps the newest ${KEEP_REPORTS} reports`, async () => {
+    const old = Date.now() / 1000 - 3600
+    for (let i = 0; i < KEEP_REPORTS + 3; i++) {
+      const file = join(dir(), `old-${String(i).padStart(2, "0")}.html`)
+      writeFileSync(file, "<!DOCTYPE html><title>old</title>")
+      utimesSync(file, old + i, old + i)
+    }
+    const fresh = (await request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } })).body as Descriptor
+    const listed = (await request(app, "GET", "/api/profiling/reports")).body as { reports: Array<Descriptor>; total_count: number }
+    expect(listed.total_count).toBe(KEEP_REPORTS)
+    expect(listed.reports[0]!.filename).toBe(fresh.filename)
+    // The oldest went first.
+    const names = readdirSync(dir())
+    expect(names).not.toContain("old-00.html")
+    expect(names).toContain(`old-${String(KEEP_REPORTS + 2).padStart(2, "0")}.html`)
+  })
+
+  it("is described in the OpenAPI document", async () => {
+    const doc = (await request(app, "GET", "/openapi.json")).body as { paths: Record<string, Record<string, unknown>> }
+    expect(Object.keys(doc.paths["/api/profiling/reports"]!)).toEqual(expect.arrayContaining(["get", "post"]))
+    expect(Object.keys(doc.paths["/api/profiling/reports/{filename}"]!)).toEqual(expect.arrayContaining(["get", "delete"]))
+    expect(doc.paths["/api/profiling/status"]).toBeDefined()
+  })
+})
+
+describe("continuous profiling", () => {
+  let app: TestApp
+  beforeAll(async () => {
+    app = await startTestApp({ config: { profilingEnabled: true, profilingIntervalSeconds: 1 } })
+  })
+  afterAll(() => app?.close())
+
+  it("writes one report per interval while enabled", async () => {
+    const deadline = Date.now() + 20_000
+    let count = 0
+    while (count < 2 && Date.now() < deadline) {
+      count = ((await request(app, "GET", "/api/profiling/reports")).body as { total_count: number }).total_count
+      await new Promise((r) => setTimeout(r, 200))
+    }
+    expect(count).toBeGreaterThanOrEqual(2)
+    expect((await request(app, "GET", "/api/profiling/status")).body).toMatchObject({ enabled: true, interval_seconds: 1 })
+  })
+})
