@@ -152,7 +152,7 @@ const escapeHtml = (text: string) =>
 
 const WIDTH = 1200
 const ROW = 18
-const MIN_WIDTH = 0.5
+const MIN_WIDTH = 1
 
 /** Warm colours by name, stable across reports (the classic flame graph palette). */
 const colourOf = (name: string) => {
@@ -199,7 +199,7 @@ export interface ReportMeta {
 export const renderReport = (profile: CpuProfile, meta: ReportMeta): string => {
   const a = analyse(profile)
   const rows = (list: ReadonlyArray<HotFunction>) =>
-    list.slice(0, 50).map((f, i) =>
+    list.slice(0, 30).map((f, i) =>
       `<tr><td class="n">${i + 1}</td><td class="fn">${escapeHtml(f.name)}</td><td class="loc">${escapeHtml(f.location)}</td>` +
       `<td class="n">${fmt(f.selfMs)}</td><td class="n">${f.selfPercent.toFixed(1)}%</td>` +
       `<td class="n">${fmt(f.totalMs)}</td><td class="n">${f.totalPercent.toFixed(1)}%</td></tr>`
@@ -235,7 +235,7 @@ button{font:inherit;margin-left:8px}
 <p class="sub">${escapeHtml(meta.startedAt.toISOString())} · ${fmt(a.durationMs)} ms · ${a.sampleCount} samples · ${escapeHtml(meta.command)}${metaLine === "" ? "" : ` · ${metaLine}`}</p>
 <h2>Hot functions by self time</h2>
 <table id="by-self"><thead>${header}</thead><tbody>
-${rows(a.hot)}
+${rows(a.hot.filter((f) => f.selfMs > 0))}
 </tbody></table>
 <h2>Flame graph <button id="reset" type="button">Reset zoom</button></h2>
 <div id="detail">Click a frame to zoom; hover for details.</div>

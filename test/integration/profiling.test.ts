@@ -11,12 +11,18 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { KEEP_REPORTS } from "../../src/Profiling/Profiler.js"
 import { request, startTestApp, type TestApp } from "../support/TestApp.js"
 
-/** The function the profiler must find on top: pure arithmetic, no builtins in the loop. */
-function burnCpuForProfilerTest(ms: number) {
-  const end = Date.now() + ms
+/**
+ * Burns CPU until `done()`, yielding to the event loop every 20 ms so the service can answer. The hot
+ * loop is in this very function (nothing for V8 to inline away), so the profile must name it.
+ */
+async function burnCpuForProfilerTest(done: () => boolean) {
   let x = 1
-  while (Date.now() < end) {
-    for (let i = 0; i < 200_000; i++) x = (x * 1103515245 + 12345) % 2147483648
+  while (!done()) {
+    const end = Date.now() + 20
+    while (Date.now() < end) {
+      for (let i = 0; i < 200_000; i++) x = (x * 1103515245 + 12345) % 2147483648
+    }
+    await new Promise((r) => setImmediate(r))
   }
   return x
 }
@@ -34,10 +40,7 @@ export const captureBusyReport = async (app: TestApp): Promise<Descriptor> => {
   const pending = request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } }).finally(() => {
     done = true
   })
-  while (!done) {
-    burnCpuForProfilerTest(20)
-    await new Promise((r) => setImmediate(r))
-  }
+  await burnCpuForProfilerTest(() => done)
   const res = await pending
   expect(res.status).toBe(201)
   return res.body as Descriptor

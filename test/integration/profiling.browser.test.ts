@@ -1,0 +1,87 @@
+/**
+ * A generated report opens in headless Chromium, offline (no request leaves the page's own URL),
+ * shows the busy function on top and draws its flame graph. Runs only where Chromium is installed
+ * (`/usr/bin/chromium` or `CHROMIUM_PATH`); saves the screenshot the README links to.
+ */
+import { existsSync, mkdirSync } from "node:fs"
+import { chromium, type Browser } from "playwright-core"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { request, startTestApp, type TestApp } from "../support/TestApp.js"
+
+const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium"
+
+/**
+ * Burns CPU until `done()`, yielding to the event loop every 20 ms so the service can answer. The hot
+ * loop is in this very function (nothing for V8 to inline away), so the profile must name it.
+ */
+async function busyLoopForBrowserReport(done: () => boolean) {
+  let x = 1
+  while (!done()) {
+    const end = Date.now() + 20
+    while (Date.now() < end) {
+      for (let i = 0; i < 200_000; i++) x = (x * 1103515245 + 12345) % 2147483648
+    }
+    await new Promise((r) => setImmediate(r))
+  }
+  return x
+}
+
+describe.runIf(existsSync(CHROMIUM))("a profiling report in headless Chromium", () => {
+  let app: TestApp
+  let browser: Browser
+  beforeAll(async () => {
+    app = await startTestApp()
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+    })
+  })
+  afterAll(async () => {
+    await browser?.close()
+    await app?.close()
+  })
+
+  it("renders the hot-function tables and the flame graph with no external request", async () => {
+    let done = false
+    const pending = request(app, "POST", "/api/profiling/reports", { body: { seconds: 2 } }).finally(() => {
+      done = true
+    })
+    await busyLoopForBrowserReport(() => done)
+    const created = await pending
+    expect(created.status).toBe(201)
+    const { filename } = created.body as { filename: string }
+    const url = `${app.url}/api/profiling/reports/${filename}`
+
+    const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } })
+    const requested: Array<string> = []
+    page.on("request", (r) => requested.push(r.url()))
+    const errors: Array<string> = []
+    page.on("pageerror", (e) => errors.push(e.message))
+    const response = await page.goto(url, { waitUntil: "load" })
+    expect(response?.status()).toBe(200)
+
+    expect(await page.locator("h1").textContent()).toBe("CPU profile")
+    const top = page.locator("#by-self tbody tr").first()
+    expect(await top.locator("td.fn").textContent()).toBe("busyLoopForBrowserReport")
+    expect(await top.locator("td.loc").textContent()).toMatch(/profiling\.browser\.test\.ts:\d+$/)
+    expect(await page.locator("#flame g.f").count()).toBeGreaterThan(3)
+
+    mkdirSync("docs", { recursive: true })
+    await page.screenshot({ path: "docs/profiling-report.png", fullPage: false })
+    expect(existsSync("docs/profiling-report.png")).toBe(true)
+
+    // The flame graph's script works: clicking a frame zooms (hides frames outside it).
+    const frame = page.locator("#flame g.f", { hasText: "busyLoopForBrowserReport" }).first()
+    const visibleBefore = await page.locator("#flame g.f:visible").count()
+    await frame.click()
+    expect(await page.locator("#flame g.f:visible").count()).toBeLessThan(visibleBefore)
+    expect(await page.locator("#detail").textContent()).toContain("busyLoopForBrowserReport")
+    await page.locator("#reset").click()
+    expect(await page.locator("#flame g.f:visible").count()).toBe(visibleBefore)
+
+    expect(errors).toEqual([])
+    expect(requested.filter((u) => u !== url)).toEqual([])
+
+    await page.close()
+  })
+})
