@@ -4,7 +4,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { appVersion } from "../../src/Observability/Metrics.js"
-import { login, request, signToken, startTestApp, type TestApp } from "../support/TestApp.js"
+import { login, request, signToken, startTestApp, type TestApp, TEST_DATABASE_URL } from "../support/TestApp.js"
 
 interface Sample {
   readonly name: string
@@ -50,7 +50,11 @@ describe("GET /metrics after a scripted HTTP session", () => {
 
   beforeAll(async () => {
     // A small budget, so the unauthenticated burst below (keyed by IP) meets the limiter.
-    app = await startTestApp({ config: { rateLimitPerMinute: LIMIT, rateLimitBurst: 0 } })
+    // One app per file (the registry is per process): real PostgreSQL when available, else PGlite.
+    app = await startTestApp({
+      database: TEST_DATABASE_URL !== undefined ? "postgres" : "embedded",
+      config: { rateLimitPerMinute: LIMIT, rateLimitBurst: 0 }
+    })
     const admin = await login(app, "admin") // IP budget: 1
     expect((await request(app, "POST", "/login", { body: { username: "admin", password: "nope" } })).status).toBe(401) // 2
     const token = admin.access_token
