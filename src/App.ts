@@ -23,6 +23,7 @@ import { TracingLive } from "./Observability/Tracing.js"
 import { ProfilingHttpLive } from "./Profiling/Http.js"
 import { Profiler } from "./Profiling/Profiler.js"
 import { MemoryRateLimiterLive } from "./RateLimit/RateLimiter.js"
+import { RedisRateLimiterLive } from "./RateLimit/RedisRateLimiter.js"
 import { redisLayer, RedisProbe } from "./Store/Redis.js"
 
 /** "METHOD /path/:param" → the roles its `RequiredRoles` annotation lists. */
@@ -52,7 +53,7 @@ const StoresLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
   Option.match(config.redisUrl, {
     onNone: () => Layer.mergeAll(MemoryRateLimiterLive, CacheProbe.InProcess),
     onSome: (url) =>
-      Layer.mergeAll(MemoryRateLimiterLive, RedisProbe).pipe(
+      Layer.mergeAll(RedisRateLimiterLive, RedisProbe).pipe(
         Layer.provideMerge(redisLayer(url, config.redisKeyPrefix))
       )
   })

@@ -1,0 +1,73 @@
+/**
+ * The Redis implementation of `RateLimiter` (CONTRACT §4): one Lua script per hit, so the check
+ * and the admission are one atomic step and one round trip — exact under concurrency and across
+ * instances. `now` comes from Effect's Clock (a test clock drives both implementations alike);
+ * each key is a ZSET of admitted hits only, so its size is bounded by `limit` and it expires
+ * with the window.
+ */
+import { Clock, Effect, Layer } from "effect"
+import { randomBytes } from "node:crypto"
+import type { Redis } from "ioredis"
+import { RedisClient, redisCommand } from "../Store/Redis.js"
+import { decision, RateLimiter, RateLimiterUnavailable } from "./RateLimiter.js"
+
+/** KEYS[1] = window key; ARGV = now (ms), window (ms), limit, member. Returns {allowed, count, oldest|-1}. */
+export const SLIDING_WINDOW_LUA = `
+local key = KEYS[1]
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+local count = redis.call('ZCARD', key)
+local allowed = 0
+if count < limit then
+  redis.call('ZADD', key, now, ARGV[4])
+  count = count + 1
+  allowed = 1
+end
+local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+local oldestScore = -1
+if oldest[2] then oldestScore = tonumber(oldest[2]) end
+if count > 0 then redis.call('PEXPIRE', key, window) end
+return {allowed, count, oldestScore}
+`
+
+const COMMAND = "adsSlidingWindow"
+
+interface WithSlidingWindow {
+  readonly [COMMAND]: (key: string, now: number, windowMs: number, limit: number, member: string) => Promise<[number, number, number]>
+}
+
+/** ioredis sends EVALSHA and falls back to EVAL once after a script flush (NOSCRIPT). */
+const withScript = (client: Redis): WithSlidingWindow => {
+  if (!(COMMAND in client)) client.defineCommand(COMMAND, { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA })
+  return client as unknown as WithSlidingWindow
+}
+
+/** A store that does not answer within this bound counts as failed (RATE_LIMIT_FAIL_MODE decides). */
+const STORE_TIMEOUT = "1 second"
+
+export const makeRedisRateLimiter = Effect.gen(function*() {
+  const { client, prefix } = yield* RedisClient
+  const script = withScript(client)
+  // ZSET members must be unique per hit: two hits in the same millisecond are two admissions.
+  const instance = randomBytes(6).toString("hex")
+  let sequence = 0
+  return RateLimiter.of({
+    hit: (key, limit, windowMs) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const member = `${now}:${instance}:${(sequence = (sequence + 1) % Number.MAX_SAFE_INTEGER)}`
+        const [allowed, count, oldest] = yield* redisCommand(
+          "EVALSHA sliding_window",
+          () => script[COMMAND](`${prefix}ratelimit:${key}`, now, windowMs, limit, member)
+        ).pipe(
+          Effect.timeoutFail({ duration: STORE_TIMEOUT, onTimeout: () => new Error("Redis did not answer in time") }),
+          Effect.mapError((error) => new RateLimiterUnavailable(error))
+        )
+        return decision(allowed === 1, limit, count, oldest < 0 ? undefined : oldest, now, windowMs)
+      })
+  })
+})
+
+export const RedisRateLimiterLive = Layer.effect(RateLimiter, makeRedisRateLimiter)

@@ -1,0 +1,88 @@
+/**
+ * One contract suite for both `RateLimiter` implementations (ARCHITECTURE habit 15): the
+ * in-process sliding window and the Redis Lua script, driven by the same TestClock.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Context, Effect, Layer, Redacted, TestClock } from "effect"
+import { randomUUID } from "node:crypto"
+import { MemoryRateLimiterLive, RateLimiter } from "../../src/RateLimit/RateLimiter.js"
+import { RedisRateLimiterLive } from "../../src/RateLimit/RedisRateLimiter.js"
+import { redisLayer } from "../../src/Store/Redis.js"
+import { TEST_REDIS_URL } from "../support/TestApp.js"
+
+const redisLimiter = () =>
+  RedisRateLimiterLive.pipe(Layer.provide(redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), `test:${randomUUID()}:`)))
+
+const hits = (key: string, n: number, limit: number, windowMs = 60_000) =>
+  Effect.flatMap(RateLimiter, (limiter) =>
+    Effect.forEach(Array.from({ length: n }), () => limiter.hit(key, limit, windowMs), { concurrency: 1 }))
+
+const contract = (name: string, layer: () => Layer.Layer<RateLimiter>) =>
+  describe(`RateLimiter contract: ${name}`, () => {
+    it.effect("admits exactly limit + burst in the window, with CONTRACT §9 headers values", () =>
+      Effect.gen(function*() {
+        // 5 per minute + 2 burst: the headers go 6…0 and the 8th is refused.
+        const decisions = yield* hits("k1", 8, 7)
+        expect(decisions.map((d) => d.allowed)).toEqual([true, true, true, true, true, true, true, false])
+        expect(decisions.map((d) => d.remaining)).toEqual([6, 5, 4, 3, 2, 1, 0, 0])
+        expect(decisions[0]!.resetSeconds).toBe(60)
+        expect(decisions[7]!.retryAfterSeconds).toBe(60)
+        expect(decisions.every((d) => d.limit === 7)).toBe(true)
+      }).pipe(Effect.provide(layer())))
+
+    it.effect("slides: a slot frees exactly when the oldest admitted hit leaves the window", () =>
+      Effect.gen(function*() {
+        const limiter = yield* RateLimiter
+        yield* limiter.hit("k2", 3, 60_000) // t = 0
+        yield* TestClock.adjust("20 seconds")
+        yield* limiter.hit("k2", 3, 60_000) // t = 20 s
+        yield* limiter.hit("k2", 3, 60_000)
+        const refused = yield* limiter.hit("k2", 3, 60_000)
+        expect(refused.allowed).toBe(false)
+        expect(refused.retryAfterSeconds).toBe(40)
+        yield* TestClock.adjust("39999 millis")
+        expect((yield* limiter.hit("k2", 3, 60_000)).allowed).toBe(false)
+        yield* TestClock.adjust("1 millis") // t = 60 s: the hit of t = 0 has left
+        const admitted = yield* limiter.hit("k2", 3, 60_000)
+        expect(admitted.allowed).toBe(true)
+        expect(admitted.remaining).toBe(0)
+        expect(admitted.resetSeconds).toBe(20) // the oldest now (t = 20 s) leaves at t = 80 s
+        expect((yield* limiter.hit("k2", 3, 60_000)).allowed).toBe(false)
+      }).pipe(Effect.provide(layer())))
+
+    it.effect("refused hits do not count; keys are independent", () =>
+      Effect.gen(function*() {
+        const limiter = yield* RateLimiter
+        yield* hits("a", 10, 2)
+        yield* TestClock.adjust("60 seconds")
+        // Ten hits earlier, only two were admitted: after one window all are gone.
+        expect((yield* hits("a", 3, 2)).map((d) => d.allowed)).toEqual([true, true, false])
+        expect((yield* limiter.hit("b", 2, 60_000)).allowed).toBe(true)
+      }).pipe(Effect.provide(layer())))
+
+    it.effect("hits in the same millisecond are distinct admissions", () =>
+      Effect.gen(function*() {
+        const limiter = yield* RateLimiter
+        const decisions = yield* Effect.all(Array.from({ length: 50 }, () => limiter.hit("same", 20, 60_000)), { concurrency: "unbounded" })
+        expect(decisions.filter((d) => d.allowed)).toHaveLength(20)
+      }).pipe(Effect.provide(layer())))
+  })
+
+contract("in-process", () => MemoryRateLimiterLive)
+
+describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
+  contract("Redis", redisLimiter)
+
+  it.live("two instances (two connections) share one budget, exactly, under 200 concurrent hits", () =>
+    Effect.gen(function*() {
+      const prefix = `test:${randomUUID()}:`
+      const instance = () => RedisRateLimiterLive.pipe(Layer.provide(redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), prefix)))
+      const a = Context.get(yield* Layer.build(instance()), RateLimiter)
+      const b = Context.get(yield* Layer.build(instance()), RateLimiter)
+      const decisions = yield* Effect.all(
+        Array.from({ length: 200 }, (_, i) => (i % 2 === 0 ? a : b).hit("shared", 70, 60_000)),
+        { concurrency: "unbounded" }
+      )
+      expect(decisions.filter((d) => d.allowed)).toHaveLength(70)
+    }).pipe(Effect.scoped))
+})
