@@ -1,5 +1,6 @@
 /** The HTTP API: every group, one document (served at /openapi.json). */
 import { HttpApi, OpenApi } from "@effect/platform"
+import { AuditLogsApi } from "./AuditLogs/Api.js"
 import { LoginApi } from "./Auth/Api.js"
 import { AuthorsApi } from "./Authors/Api.js"
 import { Wire } from "./Errors.js"
@@ -10,6 +11,7 @@ import { ProfilingApi } from "./Profiling/Api.js"
 export class Api extends HttpApi.make("author-directory")
   .add(AuthorsApi)
   .add(LoginApi)
+  .add(AuditLogsApi)
   .add(SystemApi)
   .add(ProfilingApi)
   // Answered by the front door for any endpoint (Http/FrontDoor.ts).

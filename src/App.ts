@@ -5,7 +5,9 @@
 import { HttpApi, HttpApiBuilder, HttpMiddleware, HttpServer, type HttpServerRequest } from "@effect/platform"
 import { Context, Effect, Layer, Option } from "effect"
 import { Api } from "./Api.js"
-import { AuditLog } from "./AuditLogs/AuditLog.js"
+import { AuditLogsHttpLive } from "./AuditLogs/Http.js"
+import { AuditRepo } from "./AuditLogs/Repo.js"
+import { AuditLogLive } from "./AuditLogs/Writer.js"
 import { Authentication, AuthenticationLive, RequiredRoles } from "./Auth/Authentication.js"
 import { LoginHttpLive } from "./Auth/Http.js"
 import { AuthLive } from "./Auth/Layers.js"
@@ -41,7 +43,7 @@ const rolesByRoute = () => {
 const AuthenticationLayer = Layer.effect(Authentication, AuthenticationLive(rolesByRoute()))
 
 const ApiLive = HttpApiBuilder.api(Api).pipe(
-  Layer.provide([AuthorsHttpLive, LoginHttpLive, SystemHttpLive, ProfilingHttpLive]),
+  Layer.provide([AuthorsHttpLive, AuditLogsHttpLive, LoginHttpLive, SystemHttpLive, ProfilingHttpLive]),
   Layer.provide(AuthenticationLayer)
 )
 
@@ -64,12 +66,18 @@ const InfrastructureLive = Layer.mergeAll(
   DatabaseLive,
   AuthLive,
   StoresLive,
-  AuditLog.none,
   AuthorEvents.none,
   WebSocketProbe.Idle
 )
 
-const ServicesLive = Layer.mergeAll(Authors.Default, Health.Default.pipe(Layer.provide(DatabaseProbe.Live)), Profiler.Default).pipe(
+/** The audit writer sits here because it needs `SqlClient` (and Redis, when configured) from below. */
+const ServicesLive = Layer.mergeAll(
+  Authors.Default,
+  AuditRepo.Default,
+  AuditLogLive,
+  Health.Default.pipe(Layer.provide(DatabaseProbe.Live)),
+  Profiler.Default
+).pipe(
   Layer.provideMerge(InfrastructureLive)
 )
 

@@ -21,7 +21,9 @@ export const makeRedis = (url: string) =>
     enableOfflineQueue: true,
     connectTimeout: 2000,
     retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
-    lazyConnect: false
+    lazyConnect: false,
+    // Commands issued in the same tick (audit XADDs, rate-limit scripts) share one write.
+    enableAutoPipelining: true
   })
 
 const closeRedis = (redis: Redis) => Effect.promise(() => redis.quit().catch(() => redis.disconnect()))

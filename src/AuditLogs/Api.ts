@@ -1,0 +1,140 @@
+/** The audit-log HTTP contract (INTERFACE §Endpoints: audit-logs, §Resources: audit log record; CONTRACT §6, §9). */
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
+import { ParseResult, Schema } from "effect"
+import { Authentication, RequiredRoles } from "../Auth/Authentication.js"
+import { OperationRoles } from "../Auth/Rbac.js"
+import { PageMeta } from "../Domain/Author.js"
+import { MAX_PAGE } from "../Domain/Pagination.js"
+import { Wire } from "../Errors.js"
+import { atLeast, atMost, IntFromString, issue, QueryText } from "../Http/Params.js"
+
+export const AUDIT_MAX_PER_PAGE = 100
+
+const ISO_8601 = /^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|z|[+-]\d{2}:?\d{2})?)?$/
+
+/**
+ * An ISO 8601 date or datetime (a datetime without zone is UTC). `endOfDay` makes a bare date
+ * mean the last millisecond of that day, so `end_date=2026-01-31` includes all of the 31st
+ * (CONTRACT §6: the range is inclusive). Anything else, or an impossible date, is a 422.
+ */
+export const parseIsoDate = (text: string, endOfDay: boolean): Date | undefined => {
+  const m = ISO_8601.exec(text.trim())
+  if (m === null) return undefined
+  const [, y, mo, d, h, mi, s, frac, zone] = m
+  const year = Number(y), month = Number(mo), day = Number(d)
+  const hour = Number(h ?? 0), minute = Number(mi ?? 0), second = Number(s ?? 0)
+  if (month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || second > 59) return undefined
+  const probe = new Date(Date.UTC(year, month - 1, day))
+  if (probe.getUTCDate() !== day || probe.getUTCMonth() !== month - 1) return undefined
+  const millis = frac === undefined ? 0 : Math.floor(Number(`0.${frac}`) * 1000)
+  let time = Date.UTC(year, month - 1, day, hour, minute, second, millis)
+  if (h === undefined && endOfDay) time += 86_400_000 - 1
+  if (zone !== undefined && zone.toUpperCase() !== "Z") {
+    const sign = zone.startsWith("-") ? -1 : 1
+    const digits = zone.slice(1).replace(":", "")
+    time -= sign * (Number(digits.slice(0, 2)) * 60 + Number(digits.slice(2))) * 60_000
+  }
+  const date = new Date(time)
+  return Number.isNaN(date.getTime()) ? undefined : date
+}
+
+const DateParam = (endOfDay: boolean) =>
+  Schema.transformOrFail(Schema.String, Schema.DateFromSelf, {
+    strict: true,
+    decode: (text, _, ast) => {
+      const date = parseIsoDate(text, endOfDay)
+      return date === undefined
+        ? ParseResult.fail(new ParseResult.Type(ast, text, issue("datetime_from_date_parsing", "Input should be a valid datetime or date (ISO 8601)")))
+        : ParseResult.succeed(date)
+    },
+    encode: (date) => ParseResult.succeed(date.toISOString())
+  }).annotations({ jsonSchema: { type: "string", format: "date-time" } })
+
+const Page = Schema.optionalWith(IntFromString.pipe(atLeast(1), atMost(MAX_PAGE)), { default: () => 1 })
+/** INTERFACE §Limits: per_page 1 to 100 for audit logs (refused, not clamped: CONTRACT §3). */
+const PerPage = Schema.optionalWith(IntFromString.pipe(atLeast(1), atMost(AUDIT_MAX_PER_PAGE)), { default: () => 20 })
+const DateRange = {
+  start_date: Schema.optional(DateParam(false)),
+  end_date: Schema.optional(DateParam(true))
+}
+
+export const AuditListParams = Schema.Struct({
+  page: Page,
+  per_page: PerPage,
+  user_id: Schema.optional(QueryText),
+  username: Schema.optional(QueryText),
+  action_type: Schema.optional(QueryText),
+  resource: Schema.optional(QueryText),
+  outcome: Schema.optional(QueryText),
+  ...DateRange
+})
+
+export const AuditUserParams = Schema.Struct({ page: Page, per_page: PerPage, ...DateRange })
+
+const Timestamp = Schema.String.annotations({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
+
+/** Items of the per-user list (INTERFACE §Resources). */
+export const AuditLogUserItem = Schema.Struct({
+  id: Schema.Int,
+  timestamp: Timestamp,
+  user_id: Schema.String,
+  username: Schema.String,
+  action_type: Schema.String,
+  resource: Schema.String,
+  outcome: Schema.Literal("success", "error", "permission_denied"),
+  response_status: Schema.Int,
+  duration_ms: Schema.Int
+}).annotations({ identifier: "AuditLogUserItem" })
+
+export const AuditLogListItem = Schema.Struct({
+  ...AuditLogUserItem.fields,
+  ip_address: Schema.String,
+  request_id: Schema.String
+}).annotations({ identifier: "AuditLogListItem" })
+
+/** The detail adds the INTERFACE detail fields and `correlation_id` (CONTRACT §9). */
+export const AuditLogDetail = Schema.Struct({
+  ...AuditLogListItem.fields,
+  user_roles: Schema.Array(Schema.String),
+  user_agent: Schema.String,
+  request_data: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  error_message: Schema.NullOr(Schema.String),
+  correlation_id: Schema.String
+}).annotations({ identifier: "AuditLogDetail" })
+
+export const AuditLogPage = Schema.Struct({ items: Schema.Array(AuditLogListItem), meta: PageMeta })
+export const AuditLogUserPage = Schema.Struct({ items: Schema.Array(AuditLogUserItem), meta: PageMeta })
+
+const logIdParam = HttpApiSchema.param("log_id", IntFromString)
+const userIdParam = HttpApiSchema.param("user_id", Schema.String)
+
+const requires = `Requires role: ${OperationRoles.readAuditLogs.map((r) => `\`${r}\``).join(", ")}.`
+
+export class AuditLogsApi extends HttpApiGroup.make("auditLogs")
+  .add(
+    HttpApiEndpoint.get("list", "/audit-logs")
+      .setUrlParams(AuditListParams)
+      .addSuccess(AuditLogPage)
+      .annotate(RequiredRoles, OperationRoles.readAuditLogs)
+      .annotate(OpenApi.Summary, "List audit records")
+      .annotate(OpenApi.Description, `Newest first. Filters are exact and combine with AND; \`start_date\`/\`end_date\` are inclusive ISO 8601 (a bare end date includes the whole day). \`per_page\` 1–100.\n\n${requires}`)
+  )
+  .add(
+    HttpApiEndpoint.get("byUser")`/audit-logs/user/${userIdParam}`
+      .setUrlParams(AuditUserParams)
+      .addSuccess(AuditLogUserPage)
+      .annotate(RequiredRoles, OperationRoles.readAuditLogs)
+      .annotate(OpenApi.Summary, "List one user's audit records")
+      .annotate(OpenApi.Description, `Newest first; \`user_id\` is the identity provider's user id.\n\n${requires}`)
+  )
+  .add(
+    HttpApiEndpoint.get("get")`/audit-logs/${logIdParam}`
+      .addSuccess(AuditLogDetail)
+      .addError(Wire.AuditLogNotFound)
+      .annotate(RequiredRoles, OperationRoles.readAuditLogs)
+      .annotate(OpenApi.Summary, "One audit record")
+      .annotate(OpenApi.Description, `All fields, with \`request_data\` (secrets redacted) and \`correlation_id\`.\n\n${requires}`)
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Audit logs")
+{}

@@ -1,0 +1,119 @@
+/**
+ * Audit trail SQL: the writer's batch insert (one parameterised multi-row INSERT, idempotent on
+ * the internal `entry_id`) and the admin queries (CONTRACT §6: exact filters, inclusive date
+ * range, newest first, each served by one index of migrations/0003_audit_logs.sql).
+ */
+import { SqlClient, type Statement } from "@effect/sql"
+import { Effect } from "effect"
+import type { AuditEntry, AuditOutcome } from "./AuditLog.js"
+
+/** A record as buffered: the entry and the id that makes its insertion idempotent. */
+export interface StoredEntry {
+  readonly entryId: string
+  readonly entry: AuditEntry
+}
+
+export interface AuditFilters {
+  readonly user_id?: string | undefined
+  readonly username?: string | undefined
+  readonly action_type?: string | undefined
+  readonly resource?: string | undefined
+  readonly outcome?: string | undefined
+  /** Inclusive bounds. */
+  readonly from?: Date | undefined
+  readonly to?: Date | undefined
+}
+
+export interface AuditListRow {
+  readonly id: number
+  readonly timestamp: string
+  readonly user_id: string
+  readonly username: string
+  readonly action_type: string
+  readonly resource: string
+  readonly outcome: AuditOutcome
+  readonly ip_address: string
+  readonly request_id: string
+  readonly response_status: number
+  readonly duration_ms: number
+}
+
+export interface AuditDetailRow extends AuditListRow {
+  readonly user_roles: ReadonlyArray<string>
+  readonly user_agent: string
+  readonly request_data: Record<string, unknown>
+  readonly error_message: string | null
+  readonly correlation_id: string
+}
+
+/** Rows per INSERT: 500 × 17 parameters stays far below PostgreSQL's 65535. */
+export const INSERT_BATCH_MAX = 500
+
+/** PostgreSQL text cannot hold NUL; a client could send one in a path or header. */
+const text = (s: string) => (s.includes("\u0000") ? s.replaceAll("\u0000", "\uFFFD") : s)
+const int = (n: number) => Math.max(-2147483648, Math.min(2147483647, Math.round(n)))
+
+export class AuditRepo extends Effect.Service<AuditRepo>()("AuditLogs/Repo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const timestamp = sql`to_char("timestamp" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS "timestamp"`
+    const listColumns = sql`id::int AS id, ${timestamp}, user_id, username, action_type, resource, outcome, ip_address,
+      request_id, response_status, duration_ms`
+
+    /** Inserts a batch; rows already stored (same entry id) are skipped. Fails with SqlError. */
+    const insertBatch = (batch: ReadonlyArray<StoredEntry>) =>
+      batch.length === 0 ? Effect.void : sql`INSERT INTO audit_logs ${
+        sql.insert(batch.map(({ entry: e, entryId }) => ({
+          entry_id: entryId,
+          timestamp: e.timestamp,
+          user_id: text(e.user_id),
+          username: text(e.username),
+          user_roles: JSON.stringify(e.user_roles.map(text)),
+          action_type: text(e.action_type),
+          resource: text(e.resource),
+          outcome: e.outcome,
+          ip_address: text(e.ip_address),
+          user_agent: text(e.user_agent),
+          request_id: text(e.request_id),
+          correlation_id: text(e.correlation_id),
+          response_status: int(e.response_status),
+          duration_ms: int(e.duration_ms),
+          request_data: text(JSON.stringify(e.request_data)),
+          error_message: e.error_message === null ? null : text(e.error_message)
+        })))
+      } ON CONFLICT (entry_id) DO NOTHING`.pipe(Effect.asVoid, Effect.withSpan("AuditRepo.insertBatch", { attributes: { rows: batch.length } }))
+
+    const where = (f: AuditFilters) => {
+      const clauses: Array<Statement.Fragment> = []
+      if (f.user_id !== undefined) clauses.push(sql`user_id = ${f.user_id}`)
+      if (f.username !== undefined) clauses.push(sql`username = ${f.username}`)
+      if (f.action_type !== undefined) clauses.push(sql`action_type = ${f.action_type}`)
+      if (f.resource !== undefined) clauses.push(sql`resource = ${f.resource}`)
+      if (f.outcome !== undefined) clauses.push(sql`outcome = ${f.outcome}`)
+      if (f.from !== undefined) clauses.push(sql`"timestamp" >= ${f.from}`)
+      if (f.to !== undefined) clauses.push(sql`"timestamp" <= ${f.to}`)
+      return clauses.length === 0 ? sql`` : sql`WHERE ${sql.and(clauses)}`
+    }
+
+    const page = (filters: AuditFilters, pageNumber: number, perPage: number) =>
+      Effect.all([
+        sql<AuditListRow>`SELECT ${listColumns} FROM audit_logs ${where(filters)}
+          ORDER BY "timestamp" DESC, id DESC LIMIT ${perPage} OFFSET ${(pageNumber - 1) * perPage}`,
+        sql<{ total: number }>`SELECT count(*)::int AS total FROM audit_logs ${where(filters)}`
+      ], { concurrency: 2 }).pipe(
+        Effect.map(([items, totals]) => ({ items, total: totals[0]?.total ?? 0 })),
+        Effect.orDie,
+        Effect.withSpan("AuditRepo.page")
+      )
+
+    const findById = (id: number) =>
+      sql<AuditDetailRow>`SELECT ${listColumns}, user_roles, user_agent, request_data, error_message, correlation_id
+        FROM audit_logs WHERE id = ${id}`.pipe(
+        Effect.map((rows) => rows[0]),
+        Effect.orDie,
+        Effect.withSpan("AuditRepo.findById")
+      )
+
+    return { insertBatch, page, findById } as const
+  })
+}) {}

@@ -1,0 +1,278 @@
+/**
+ * The audit writer (CONTRACT §6): `record` never touches the database; a writer fiber inserts
+ * records in batches, and nothing is lost.
+ *
+ * - In-process: a bounded buffer. A failed batch is retried with capped backoff until
+ *   PostgreSQL answers (never discarded); overflow is counted (`audit_records_dropped_total`) and
+ *   logged; closing the scope (SIGTERM) flushes the buffer and the batch in flight.
+ * - With Redis: `record` appends to a Redis Stream (XADD, awaited, so an answered request has a
+ *   durable record) and a consumer group feeds the writer; entries are acknowledged (XACK + XDEL)
+ *   only after their batch committed. Entries of a killed instance stay pending: the restarted
+ *   instance (same consumer name) reads them first, any other claims them with XAUTOCLAIM. A
+ *   record whose XADD fails (Redis down) falls back to the in-process buffer.
+ * Redelivery is idempotent: each record carries an `entry_id` (ON CONFLICT DO NOTHING).
+ */
+import { Chunk, Duration, Effect, Fiber, Layer, Option, Queue, Schedule } from "effect"
+import type { Redis } from "ioredis"
+import { randomUUID } from "node:crypto"
+import { hostname } from "node:os"
+import { AppConfig } from "../Config.js"
+import { auditRecordsDroppedTotal } from "../Observability/Metrics.js"
+import { RedisClient, redisCommand } from "../Store/Redis.js"
+import { AuditLog, type AuditEntry } from "./AuditLog.js"
+import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "./Repo.js"
+
+export interface WriterOptions {
+  /** Records the in-process buffer holds while the database is unreachable. */
+  readonly bufferMax: number
+  /** Entries the Redis Stream may hold before new records are refused (and counted). */
+  readonly streamMax: number
+  /** How long a pending stream entry of another consumer waits before it is claimed. */
+  readonly claimIdle: Duration.DurationInput
+  /** How long closing the scope may spend flushing. */
+  readonly flushTimeout: Duration.DurationInput
+}
+
+export const defaultWriterOptions: WriterOptions = {
+  bufferMax: 100_000,
+  streamMax: 1_000_000,
+  claimIdle: "30 seconds",
+  // CONTRACT §5 Shutdown: exit within 10 s, flush included.
+  flushTimeout: "8 seconds"
+}
+
+/** Capped exponential backoff, forever: a batch waits for the database, it is never discarded. */
+const retryForever = Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))
+
+const countDropped = (n: number, reason: string) =>
+  n === 0 ? Effect.void : Effect.zipRight(
+    Effect.sync(() => auditRecordsDroppedTotal.inc(n)),
+    Effect.logError(`Audit records dropped: ${reason}`).pipe(Effect.annotateLogs({ dropped: n }))
+  )
+
+const makeInserter = Effect.gen(function*() {
+  const repo = yield* AuditRepo
+  let failing = false
+  /** Inserts one batch, retrying until the database commits it. */
+  return (batch: ReadonlyArray<StoredEntry>) =>
+    repo.insertBatch(batch).pipe(
+      Effect.tapError((error) =>
+        failing ? Effect.void : Effect.logWarning("Audit batch not written; retrying until the database is back", error)
+          .pipe(Effect.tap(() => (failing = true)))
+      ),
+      Effect.retry(retryForever),
+      Effect.tap(() => {
+        if (failing) failing = false
+      }),
+      Effect.orDie
+    )
+})
+
+/** Writes `records` in batches until done or `timeout`; returns the count not written. */
+const flushWithin = (
+  insert: (batch: ReadonlyArray<StoredEntry>) => Effect.Effect<void>,
+  records: ReadonlyArray<StoredEntry>,
+  timeout: Duration.DurationInput
+) => {
+  let written = 0
+  return Effect.gen(function*() {
+    for (let i = 0; i < records.length; i += INSERT_BATCH_MAX) {
+      const batch = records.slice(i, i + INSERT_BATCH_MAX)
+      yield* insert(batch)
+      written += batch.length
+    }
+  }).pipe(Effect.timeoutOption(timeout), Effect.map(() => records.length - written))
+}
+
+/** The in-process buffer and its writer fiber; the Redis writer uses it as its fallback. */
+const makeBuffer = (options: WriterOptions) =>
+  Effect.gen(function*() {
+    const insert = yield* makeInserter
+    const queue = yield* Queue.dropping<StoredEntry>(options.bufferMax)
+    let inFlight: ReadonlyArray<StoredEntry> = []
+    const offer = (stored: StoredEntry) =>
+      Effect.flatMap(Queue.offer(queue, stored), (accepted) => (accepted ? Effect.void : countDropped(1, "buffer full")))
+    const loop = Effect.forever(Effect.gen(function*() {
+      inFlight = Chunk.toReadonlyArray(yield* Queue.takeBetween(queue, 1, INSERT_BATCH_MAX))
+      yield* insert(inFlight)
+      inFlight = []
+    }))
+    const fiber = yield* Effect.forkDaemon(loop)
+    /** Stops the fiber and writes what it held and what is queued (the batch in flight may be written twice: idempotent). */
+    const flush = Effect.gen(function*() {
+      yield* Fiber.interrupt(fiber)
+      const rest = [...inFlight, ...Chunk.toReadonlyArray(yield* Queue.takeAll(queue))]
+      const left = yield* flushWithin(insert, rest, options.flushTimeout)
+      yield* countDropped(left, "database unreachable at shutdown")
+    })
+    return { offer, flush } as const
+  })
+
+const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), entry })
+
+/** In-process writer (no Redis). */
+export const makeBufferedAuditLog = (options: WriterOptions = defaultWriterOptions) =>
+  Effect.gen(function*() {
+    const buffer = yield* makeBuffer(options)
+    yield* Effect.addFinalizer(() => buffer.flush)
+    return AuditLog.of({ record: (entry) => buffer.offer(newEntry(entry)) })
+  })
+
+// ---------------------------------------------------------------------------------------------
+// Redis Stream
+
+type StreamEntry = { readonly id: string; readonly stored: StoredEntry | undefined }
+
+const encodeEntry = (stored: StoredEntry) => JSON.stringify({ ...stored.entry, timestamp: stored.entry.timestamp.toISOString() })
+
+const decodeEntry = (entryId: string | undefined, json: string | undefined): StoredEntry | undefined => {
+  if (entryId === undefined || json === undefined) return undefined
+  try {
+    const raw = JSON.parse(json) as Omit<AuditEntry, "timestamp"> & { timestamp: string }
+    return { entryId, entry: { ...raw, timestamp: new Date(raw.timestamp) } }
+  } catch {
+    return undefined
+  }
+}
+
+/** `[[id, [field, value, …] | null], …]` as XREADGROUP and XAUTOCLAIM return them. */
+const parseEntries = (raw: unknown): Array<StreamEntry> => {
+  if (!Array.isArray(raw)) return []
+  return raw.flatMap((item): Array<StreamEntry> => {
+    if (!Array.isArray(item) || typeof item[0] !== "string") return []
+    const fields: unknown = item[1]
+    const map = new Map<string, string>()
+    if (Array.isArray(fields)) for (let i = 0; i + 1 < fields.length; i += 2) map.set(String(fields[i]), String(fields[i + 1]))
+    return [{ id: item[0], stored: decodeEntry(map.get("id"), map.get("e")) }]
+  })
+}
+
+/** XREADGROUP's reply `[[stream, entries]]` (or null) → entries. */
+const parseRead = (raw: unknown): Array<StreamEntry> =>
+  Array.isArray(raw) && Array.isArray(raw[0]) ? parseEntries(raw[0][1]) : []
+
+export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions) =>
+  Effect.gen(function*() {
+    const redis = yield* RedisClient
+    const config = yield* AppConfig
+    const insert = yield* makeInserter
+    const buffer = yield* makeBuffer(options)
+    const stream = `${redis.prefix}audit:stream`
+    const group = "audit-writers"
+    // Stable across restarts of the same instance, so a restarted process reads its own pending entries first.
+    const consumer = `${hostname()}:${config.port}`
+    const claimIdleMs = Duration.toMillis(Duration.decode(options.claimIdle))
+    let backlog = 0
+
+    const ensureGroup = (client: Redis) =>
+      redisCommand("XGROUP CREATE", () => client.call("XGROUP", "CREATE", stream, group, "0", "MKSTREAM")).pipe(
+        Effect.catchAll((error) =>
+          String((error.cause as Error | undefined)?.message).includes("BUSYGROUP") ? Effect.void : Effect.fail(error)
+        )
+      )
+
+    /** Inserts the entries' records, then acknowledges and deletes them (only after the commit). */
+    const commit = (client: Redis, entries: ReadonlyArray<StreamEntry>) =>
+      Effect.gen(function*() {
+        if (entries.length === 0) return
+        yield* insert(entries.flatMap((e) => (e.stored === undefined ? [] : [e.stored])))
+        const ids = entries.map((e) => e.id)
+        yield* redisCommand("XACK+XDEL", () => client.multi().xack(stream, group, ...ids).xdel(stream, ...ids).exec())
+      })
+
+    const readGroup = (client: Redis, id: ">" | "0", blockMs: number | undefined) =>
+      redisCommand("XREADGROUP", () =>
+        client.call(
+          "XREADGROUP", "GROUP", group, consumer, "COUNT", String(INSERT_BATCH_MAX),
+          ...(blockMs === undefined ? [] : ["BLOCK", String(blockMs)]), "STREAMS", stream, id
+        )).pipe(Effect.map(parseRead))
+
+    let claimCursor = "0-0"
+    let lastClaim = 0
+    /** Entries other consumers left pending for `claimIdle` (a crashed instance's). */
+    const claim = (client: Redis) =>
+      redisCommand("XAUTOCLAIM", () =>
+        client.call("XAUTOCLAIM", stream, group, consumer, String(claimIdleMs), claimCursor, "COUNT", String(INSERT_BATCH_MAX)))
+        .pipe(Effect.map((raw) => {
+          if (!Array.isArray(raw)) return []
+          claimCursor = typeof raw[0] === "string" ? raw[0] : "0-0"
+          return parseEntries(raw[1])
+        }))
+
+    const reader = yield* redis.duplicate
+    const consume = Effect.gen(function*() {
+      yield* ensureGroup(reader)
+      // Our own entries left pending by a previous run of this instance.
+      while (true) {
+        const mine = yield* readGroup(reader, "0", undefined)
+        if (mine.length === 0) break
+        yield* commit(reader, mine)
+      }
+      while (true) {
+        if (Date.now() - lastClaim >= claimIdleMs / 2 || claimCursor !== "0-0") {
+          lastClaim = Date.now()
+          yield* commit(reader, yield* claim(reader))
+        }
+        yield* commit(reader, yield* readGroup(reader, ">", 1000))
+        backlog = yield* redisCommand("XLEN", () => reader.xlen(stream))
+      }
+    }).pipe(
+      Effect.catchAll((error) =>
+        Effect.logWarning("Audit stream consumer failed; retrying", error).pipe(Effect.zipRight(Effect.sleep("1 second")))
+      ),
+      Effect.forever
+    )
+    const fiber = yield* Effect.forkDaemon(consume)
+
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        yield* Fiber.interrupt(fiber)
+        // Whatever this instance holds or is still queued in the stream goes in now; what does not
+        // fit in the time stays in the stream for the next consumer (nothing is lost).
+        const drain = Effect.gen(function*() {
+          for (const id of ["0", ">"] as const) {
+            while (true) {
+              const entries = yield* readGroup(redis.client, id, undefined)
+              if (entries.length === 0) break
+              yield* commit(redis.client, entries)
+            }
+          }
+        })
+        yield* drain.pipe(
+          Effect.timeoutOption(options.flushTimeout),
+          Effect.catchAll((error) => Effect.logWarning("Audit stream not drained at shutdown; entries stay pending", error))
+        )
+        yield* buffer.flush
+      })
+    )
+
+    const append = (stored: StoredEntry) =>
+      redisCommand("XADD", () => redis.client.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))).pipe(
+        Effect.timeout("2 seconds"),
+        Effect.asVoid,
+        Effect.catchAll((error) =>
+          Effect.logWarning("Audit stream unavailable; record buffered in process", error).pipe(
+            Effect.zipRight(buffer.offer(stored))
+          )
+        )
+      )
+
+    return AuditLog.of({
+      record: (entry) =>
+        backlog >= options.streamMax ? countDropped(1, "audit stream backlog full") : append(newEntry(entry))
+    })
+  })
+
+/**
+ * The `AuditLog` the configuration asks for: none when `AUDIT_LOG_ENABLED=false`, the Redis Stream
+ * writer when Redis is configured, else the in-process writer. Needs `SqlClient`.
+ */
+export const AuditLogLive = Layer.unwrapEffect(Effect.gen(function*() {
+  const config = yield* AppConfig
+  if (!config.auditLogEnabled) return AuditLog.none
+  const redis = yield* Effect.serviceOption(RedisClient)
+  const writer = Option.isSome(redis)
+    ? Layer.scoped(AuditLog, makeStreamAuditLog()).pipe(Layer.provide(Layer.succeed(RedisClient, redis.value)))
+    : Layer.scoped(AuditLog, makeBufferedAuditLog())
+  return writer.pipe(Layer.provide(AuditRepo.Default))
+}))
