@@ -1,0 +1,144 @@
+/**
+ * The in-process audit writer against a scripted repository: a failing database is retried
+ * (the batch is never discarded), overflow is counted, closing the scope flushes, batches are
+ * bounded; plus request_data capture and the inclusive date parser.
+ */
+import { SqlError } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Exit, Layer, Scope } from "effect"
+import type { AuditEntry } from "../../src/AuditLogs/AuditLog.js"
+import { outcomeOf } from "../../src/AuditLogs/AuditLog.js"
+import { parseIsoDate } from "../../src/AuditLogs/Api.js"
+import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "../../src/AuditLogs/Repo.js"
+import { captureRequestData, redact } from "../../src/AuditLogs/RequestData.js"
+import { defaultWriterOptions, makeBufferedAuditLog } from "../../src/AuditLogs/Writer.js"
+import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.js"
+
+const entry = (n: number): AuditEntry => ({
+  timestamp: new Date(1_700_000_000_000 + n),
+  user_id: "u1",
+  username: "user",
+  user_roles: ["admin"],
+  action_type: "GET",
+  resource: `/authors/${n}`,
+  outcome: "success",
+  ip_address: "127.0.0.1",
+  user_agent: "test",
+  request_id: `r${n}`,
+  correlation_id: "c",
+  response_status: 200,
+  duration_ms: 1,
+  request_data: {},
+  error_message: null
+})
+
+/** A repository that stores by entry id (like ON CONFLICT DO NOTHING) and fails while `down`. */
+const scriptedRepo = () => {
+  const state = { down: false, attempts: 0, batches: [] as Array<number>, stored: new Map<string, AuditEntry>() }
+  const layer = Layer.succeed(AuditRepo, AuditRepo.make({
+    insertBatch: (batch: ReadonlyArray<StoredEntry>) =>
+      Effect.suspend(() => {
+        state.attempts++
+        if (state.down) return Effect.fail(new SqlError.SqlError({ cause: new Error("connection refused"), message: "down" }))
+        state.batches.push(batch.length)
+        for (const { entryId, entry } of batch) state.stored.set(entryId, entry)
+        return Effect.void
+      }),
+    page: () => Effect.die("unused"),
+    findById: () => Effect.die("unused")
+  }))
+  return { state, layer }
+}
+
+const waitUntil = (check: () => boolean) =>
+  Effect.repeat(Effect.sleep("10 millis"), { until: check }).pipe(Effect.timeout("20 seconds"))
+
+const droppedCount = async () => (await auditRecordsDroppedTotal.get()).values[0]?.value ?? 0
+
+describe("audit writer (in-process buffer)", () => {
+  it.live("a database outage is retried until it is back; nothing is discarded", () =>
+    Effect.gen(function*() {
+      const { state, layer } = scriptedRepo()
+      state.down = true
+      const scope = yield* Scope.make()
+      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.extend(scope), Effect.provide(layer))
+      for (let i = 0; i < 1200; i++) yield* audit.record(entry(i))
+      yield* waitUntil(() => state.attempts >= 3)
+      expect(state.stored.size).toBe(0)
+      state.down = false
+      yield* waitUntil(() => state.stored.size === 1200)
+      expect(Math.max(...state.batches)).toBeLessThanOrEqual(INSERT_BATCH_MAX)
+      yield* Scope.close(scope, Exit.void)
+    }))
+
+  it.live("closing the scope (SIGTERM) flushes the buffer and the batch in flight", () =>
+    Effect.gen(function*() {
+      const { state, layer } = scriptedRepo()
+      state.down = true
+      const scope = yield* Scope.make()
+      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.extend(scope), Effect.provide(layer))
+      for (let i = 0; i < 700; i++) yield* audit.record(entry(i))
+      yield* waitUntil(() => state.attempts >= 1)
+      const attempts = state.attempts
+      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
+      yield* waitUntil(() => state.attempts > attempts + 1) // the flush is retrying against the "down" database
+      state.down = false
+      yield* closing.await
+      expect(state.stored.size).toBe(700)
+    }))
+
+  it.live("a full buffer counts and logs each refused record", () =>
+    Effect.gen(function*() {
+      const { state, layer } = scriptedRepo()
+      state.down = true
+      const before = yield* Effect.promise(droppedCount)
+      const scope = yield* Scope.make()
+      const audit = yield* makeBufferedAuditLog({ ...defaultWriterOptions, bufferMax: 10, flushTimeout: "100 millis" }).pipe(
+        Scope.extend(scope),
+        Effect.provide(layer)
+      )
+      yield* audit.record(entry(0))
+      yield* waitUntil(() => state.attempts >= 1) // the first record is in flight, out of the buffer
+      for (let i = 1; i <= 15; i++) yield* audit.record(entry(i))
+      expect((yield* Effect.promise(droppedCount)) - before).toBe(5)
+      state.down = false
+      yield* waitUntil(() => state.stored.size === 11)
+      yield* Scope.close(scope, Exit.void)
+      expect(state.stored.size).toBe(11)
+    }))
+})
+
+describe("audit record rules", () => {
+  it("outcome from status (CONTRACT §6)", () => {
+    expect([200, 201, 204, 400, 401, 403, 404, 409, 422, 429, 500].map(outcomeOf)).toEqual(
+      ["success", "success", "success", "error", "error", "permission_denied", "error", "error", "error", "error", "error"]
+    )
+  })
+
+  it("redacts every listed key, any case, at any depth, inside arrays", () => {
+    const keys = ["password", "passwd", "secret", "token", "access_token", "refresh_token", "authorization", "api_key",
+      "client_secret", "credit_card", "card_number", "cvv", "ssn"]
+    const input = Object.fromEntries(keys.map((k, i) => [i % 2 === 0 ? k.toUpperCase() : k, { deep: "value" }]))
+    const out = redact({ a: [{ b: input }], keep: { secretive: "kept" } }) as { a: Array<{ b: Record<string, unknown> }>; keep: unknown }
+    expect(Object.values(out.a[0]!.b).every((v) => v === "[REDACTED]")).toBe(true)
+    expect(out.keep).toEqual({ secretive: "kept" })
+  })
+
+  it("request_data is {query, body}, absent parts left out, at most 8 KiB", () => {
+    expect(captureRequestData(undefined, undefined)).toEqual({})
+    expect(captureRequestData({ q: "1" }, { name: "x" })).toEqual({ query: { q: "1" }, body: { name: "x" } })
+    const big = captureRequestData({ q: "1" }, { blob: "é".repeat(10_000) })
+    expect(Buffer.byteLength(JSON.stringify(big))).toBeLessThanOrEqual(8192)
+    expect(big).toEqual({ query: { q: "1" }, body: { _truncated: true, _bytes: expect.any(Number) } })
+  })
+
+  it("ISO 8601 dates: inclusive bare end dates, zones, impossible dates refused", () => {
+    expect(parseIsoDate("2026-01-31", false)?.toISOString()).toBe("2026-01-31T00:00:00.000Z")
+    expect(parseIsoDate("2026-01-31", true)?.toISOString()).toBe("2026-01-31T23:59:59.999Z")
+    expect(parseIsoDate("2026-01-31T10:00:00+02:00", true)?.toISOString()).toBe("2026-01-31T08:00:00.000Z")
+    expect(parseIsoDate("2026-01-31T10:00:00.123456", false)?.toISOString()).toBe("2026-01-31T10:00:00.123Z")
+    for (const bad of ["2026-02-30", "2026-13-01", "yesterday", "2026-01-31T24:00:00", "1706659200", ""]) {
+      expect(parseIsoDate(bad, false), bad).toBeUndefined()
+    }
+  })
+})
