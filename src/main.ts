@@ -1,16 +1,21 @@
 /** Starts the service with the configuration from the environment (CONTRACT §2). */
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
 import { Cause, Effect, Layer } from "effect"
-import { createServer } from "node:http"
 import { AppLive } from "./App.js"
 import { AppConfig } from "./Config.js"
+import { drainOnShutdown, makeNodeServer } from "./Http/NodeServer.js"
 import { LoggerLive } from "./Observability/Logging.js"
 
+const node = makeNodeServer()
+
 const ServerLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
-  NodeHttpServer.layer(() => createServer({ keepAliveTimeout: 65_000 }), { port: config.port, host: config.host })
+  NodeHttpServer.layer(() => node.server, { port: config.port, host: config.host })
 ))
 
-const MainLive = AppLive.pipe(
+// drainOnShutdown wraps the app, so on SIGTERM/SIGINT it stops accepting and waits for the
+// requests in flight before the app's layers close (CONTRACT §5: exit within 10 s).
+const MainLive = drainOnShutdown(node, 8_000).pipe(
+  Layer.provideMerge(AppLive),
   Layer.provide(ServerLive),
   Layer.provide(LoggerLive),
   Layer.provide(AppConfig.layer)

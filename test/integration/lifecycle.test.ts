@@ -1,0 +1,93 @@
+/**
+ * Lifecycle (CONTRACT §5 Shutdown, §9 Signals): on SIGTERM/SIGINT the real service stops
+ * accepting connections, finishes the request in flight, closes its pools and exits 0.
+ */
+import { mkdtempSync, rmSync } from "node:fs"
+import { request as httpRequest, type ClientRequest, type IncomingMessage } from "node:http"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, describe, expect, it } from "vitest"
+import { freePort, spawnService, waitFor, type Spawned } from "../support/Spawn.js"
+
+const root = mkdtempSync(join(tmpdir(), "ads-lifecycle-"))
+const children: Array<Spawned> = []
+afterAll(() => {
+  for (const c of children) if (c.child.exitCode === null) c.child.kill("SIGKILL")
+  rmSync(root, { recursive: true, force: true })
+})
+
+/** One request on its own connection (no keep-alive pool), resolving with status and body. */
+const get = (port: number, path: string) =>
+  new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const req = httpRequest({ host: "127.0.0.1", port, path, agent: false }, (res) => {
+      let body = ""
+      res.on("data", (d: Buffer) => (body += d.toString()))
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }))
+    })
+    req.on("error", reject)
+    req.end()
+  })
+
+const refused = (port: number) => get(port, "/health").then(() => false, (e: NodeJS.ErrnoException) => e.code === "ECONNREFUSED")
+
+const start = async (name: string) => {
+  const port = await freePort()
+  const service = spawnService({ DATA_DIR: join(root, name), PORT: String(port), HOST: "127.0.0.1", RATE_LIMIT_ENABLED: "false" })
+  children.push(service)
+  // While it starts, the port either refuses, or answers 503 with a JSON detail: never hangs.
+  const early: Array<{ status: number; body: string }> = []
+  await waitFor(async () => {
+    const res = await get(port, "/health").catch(() => ({ status: 0, body: "" }))
+    if (res.status !== 0 && res.status !== 200) early.push(res)
+    return res.status === 200
+  }, "the service to be healthy", 60_000)
+  for (const res of early) expect(res).toEqual({ status: 503, body: JSON.stringify({ detail: "Service unavailable" }) })
+  return { port, service }
+}
+
+/** A POST /login whose body is sent in two parts, so it stays in flight until `finish`. */
+const slowLogin = (port: number) => {
+  const body = JSON.stringify({ username: "admin", password: "admin" })
+  let req: ClientRequest | undefined
+  const response = new Promise<{ status: number; body: string }>((resolve, reject) => {
+    req = httpRequest({
+      host: "127.0.0.1",
+      port,
+      path: "/login",
+      method: "POST",
+      agent: false,
+      headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) }
+    }, (res: IncomingMessage) => {
+      let text = ""
+      res.on("data", (d: Buffer) => (text += d.toString()))
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text }))
+    })
+    req.on("error", reject)
+    req.write(body.slice(0, 10))
+  })
+  return { response, finish: () => req?.end(body.slice(10)) }
+}
+
+const inFlightLogins = async (port: number) => {
+  const metrics = await get(port, "/metrics")
+  const line = metrics.body.split("\n").find((l) => l.startsWith("http_requests_in_progress{") && l.includes("\"/login\""))
+  return line === undefined ? 0 : Number(line.split(" ").pop())
+}
+
+describe.each(["SIGTERM", "SIGINT"] as const)("graceful shutdown on %s", (signal) => {
+  it("stops accepting, completes the request in flight, exits 0", async () => {
+    const { port, service } = await start(signal)
+    const inFlight = slowLogin(port)
+    await waitFor(async () => (await inFlightLogins(port)) === 1, "the login to be in flight")
+
+    service.child.kill(signal)
+    await waitFor(() => refused(port), "the listener to close")
+    expect(service.child.exitCode).toBeNull() // still finishing the request in flight
+
+    inFlight.finish()
+    const res = await inFlight.response
+    expect(res.status).toBe(200)
+    expect(JSON.parse(res.body)).toHaveProperty("access_token")
+    expect(await service.exited).toBe(0)
+  }, 90_000)
+})
