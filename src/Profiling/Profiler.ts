@@ -121,6 +121,11 @@ export class Profiler extends Effect.Service<Profiler>()("Profiling/Profiler", {
         return describe(filename, yield* Effect.promise(() => stat(path)))
       }).pipe(Effect.withSpan("Profiler.capture", { attributes: { seconds } }))
 
+    // On-demand captures run one at a time: the endpoint is public (INTERFACE), so a burst of
+    // requests queues instead of stacking inspector sessions.
+    const onDemand = yield* Effect.makeSemaphore(1)
+    const captureNow = (seconds: number) => onDemand.withPermits(1)(capture(seconds))
+
     const status = {
       enabled: config.profilingEnabled,
       profiler_installed: true,
@@ -139,6 +144,6 @@ export class Profiler extends Effect.Service<Profiler>()("Profiling/Profiler", {
       )
     }
 
-    return { status, list, read, remove, capture, directory } as const
+    return { status, list, read, remove, capture: captureNow, directory } as const
   })
 }) {}
