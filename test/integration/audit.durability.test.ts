@@ -1,0 +1,178 @@
+/**
+ * "Nothing is lost" (CONTRACT §6), against real PostgreSQL and Redis: PostgreSQL cut for a while
+ * under load (a TCP proxy in front of it), the scope closed (SIGTERM) while records wait, and a
+ * `kill -9` of the real process with the Redis Stream buffer. Each counts answered requests
+ * against stored records.
+ */
+import { Option, Redacted } from "effect"
+import { randomUUID } from "node:crypto"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import pg from "pg"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { freePort, spawnService, waitFor } from "../support/Spawn.js"
+import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.js"
+import { createPostgresDatabase, login, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.js"
+
+/** Sends `count` authenticated requests, `concurrency` at a time; returns the request ids answered. */
+const load = async (url: string, token: string, agent: string, count: number, answered: Array<string> = [], concurrency = 10) => {
+  let next = 0
+  const worker = async () => {
+    while (next < count) {
+      next++
+      try {
+        const res = await fetch(`${url}/authors`, { headers: { authorization: `Bearer ${token}`, "user-agent": agent } })
+        await res.arrayBuffer()
+        answered.push(res.headers.get("x-request-id") ?? "")
+      } catch {
+        // not answered (the process died): not owed a record
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: concurrency }, worker))
+  return answered
+}
+
+const storedIds = async (dbUrl: string, agent: string) => {
+  const client = new pg.Client({ connectionString: dbUrl })
+  await client.connect()
+  try {
+    const { rows } = await client.query<{ request_id: string }>("SELECT request_id FROM audit_logs WHERE user_agent = $1", [agent])
+    return rows.map((r) => r.request_id)
+  } finally {
+    await client.end()
+  }
+}
+
+/**
+ * Every answered request has exactly one record. With `exact`, no other record either; after a
+ * kill a request may have been recorded whose answer never reached the client (allowed).
+ */
+const expectAllStoredOnce = async (dbUrl: string, agent: string, answered: ReadonlyArray<string>, exact = true) => {
+  let stored: Array<string> = []
+  const want = new Set(answered)
+  await waitFor(async () => (stored = await storedIds(dbUrl, agent)).filter((id) => want.has(id)).length >= want.size, "every answered request's record", 60_000)
+  expect(new Set(stored).size).toBe(stored.length) // no duplicates after retries and redelivery
+  expect(want.size).toBe(answered.length)
+  if (exact) expect([...stored].sort()).toEqual([...answered].sort())
+  else expect(stored.filter((id) => want.has(id))).toHaveLength(answered.length)
+}
+
+describe.runIf(TEST_DATABASE_URL !== undefined)("audit durability with PostgreSQL", () => {
+  let db: TestDatabase
+  let proxy: TcpProxy
+
+  beforeAll(async () => {
+    db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")
+    const { host, port } = hostPort(db.url!)
+    proxy = await startTcpProxy(host, port)
+  })
+  afterAll(async () => {
+    await proxy.close()
+    await db.dispose()
+  })
+
+  const variants = [
+    { name: "in-process buffer", redis: false },
+    ...(TEST_REDIS_URL !== undefined ? [{ name: "Redis Stream", redis: true }] : [])
+  ]
+
+  it.each(variants)("PostgreSQL cut under load, then back: no record lost ($name)", async ({ redis }) => {
+    const app = await startTestApp({
+      config: {
+        databaseUrl: Option.some(Redacted.make(viaProxy(db.url!, proxy))),
+        rateLimitEnabled: false,
+        ...(redis ? { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")), redisKeyPrefix: `test:${randomUUID()}:` } : {})
+      }
+    })
+    let cut = false
+    try {
+      const token = (await login(app, "admin")).access_token
+      const agent = `outage-${randomUUID()}`
+      const answered = [...await load(app.url, token, agent, 100)]
+      await proxy.cut()
+      cut = true
+      answered.push(...await load(app.url, token, agent, 150)) // answered 500: PostgreSQL is away, records wait
+      await proxy.restore()
+      cut = false
+      answered.push(...await load(app.url, token, agent, 50))
+      expect(answered).toHaveLength(300)
+      await expectAllStoredOnce(db.url!, agent, answered)
+    } finally {
+      if (cut) await proxy.restore()
+      await app.close()
+    }
+  })
+
+  it("closing the app (SIGTERM) flushes records still waiting for PostgreSQL", async () => {
+    const app = await startTestApp({ config: { databaseUrl: Option.some(Redacted.make(viaProxy(db.url!, proxy))), rateLimitEnabled: false } })
+    const token = (await login(app, "admin")).access_token
+    const agent = `sigterm-${randomUUID()}`
+    await proxy.cut()
+    const answered = await load(app.url, token, agent, 80)
+    const closing = app.close() // the flush retries against the cut database…
+    await proxy.restore() // …and completes once it is back, before the close returns
+    await closing
+    expect(await storedIds(db.url!, agent)).toHaveLength(answered.length)
+    expect((await storedIds(db.url!, agent)).sort()).toEqual([...answered].sort())
+  })
+})
+
+describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("audit durability with Redis", () => {
+  it("kill -9 under load loses no record: the restarted instance writes the pending stream entries", async () => {
+    const db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")
+    const { host, port } = hostPort(db.url!)
+    const proxy = await startTcpProxy(host, port)
+    const dataDir = mkdtempSync(join(tmpdir(), "ads-kill-"))
+    const servicePort = await freePort()
+    const env = {
+      PORT: String(servicePort),
+      HOST: "127.0.0.1",
+      DATABASE_URL: viaProxy(db.url!, proxy),
+      REDIS_URL: TEST_REDIS_URL ?? "",
+      REDIS_KEY_PREFIX: `test:${randomUUID()}:`,
+      DATA_DIR: dataDir,
+      RATE_LIMIT_ENABLED: "false",
+      LOG_LEVEL: "error"
+    }
+    const url = `http://127.0.0.1:${servicePort}`
+    const healthy = async () => {
+      try {
+        return (await fetch(`${url}/health`)).status === 200
+      } catch {
+        return false
+      }
+    }
+    try {
+      const first = spawnService(env)
+      await waitFor(healthy, "the service to start", 60_000)
+      const token = (await login({ url }, "admin")).access_token
+      const agent = `kill9-${randomUUID()}`
+      const answered = [...await load(url, token, agent, 100)]
+      // PostgreSQL away: the records of the next requests exist only in the Redis Stream.
+      await proxy.cut()
+      const duringCut: Array<string> = []
+      const during = load(url, token, agent, 2000, duringCut)
+      await waitFor(() => duringCut.length >= 200, "requests answered while PostgreSQL is cut")
+      first.child.kill("SIGKILL")
+      await during
+      answered.push(...duringCut)
+      expect(await first.exited).toBe("SIGKILL")
+      await proxy.restore()
+
+      const second = spawnService(env)
+      try {
+        await waitFor(healthy, "the service to restart", 60_000)
+        await expectAllStoredOnce(db.url!, agent, answered, false)
+      } finally {
+        second.child.kill("SIGTERM")
+        await second.exited
+      }
+    } finally {
+      await proxy.close()
+      await db.dispose()
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  }, 120_000)
+})
