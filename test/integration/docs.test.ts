@@ -1,0 +1,172 @@
+/**
+ * Docs (CONTRACT §7): /openapi.json is a well-formed OpenAPI 3.1 document describing every
+ * endpoint's errors and the bearer scheme; /docs (Swagger UI) and /redoc render the operations
+ * in a real headless Chromium with no internet access.
+ */
+import { existsSync } from "node:fs"
+import { chromium, type Browser } from "playwright-core"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { startTestApp, type TestApp } from "../support/TestApp.js"
+
+type Json = Record<string, unknown>
+
+let app: TestApp
+let doc: Json
+
+beforeAll(async () => {
+  app = await startTestApp({ config: { rateLimitEnabled: false } })
+  doc = await (await fetch(`${app.url}/openapi.json`)).json() as Json
+})
+afterAll(() => app.close())
+
+const METHODS = ["get", "put", "post", "delete", "patch", "options", "head", "trace"]
+const operations = () =>
+  Object.entries(doc["paths"] as Record<string, Json>).flatMap(([path, item]) =>
+    Object.entries(item).filter(([m]) => METHODS.includes(m)).map(([method, op]) => ({ path, method, op: op as Json }))
+  )
+const op = (method: string, path: string) => {
+  const found = operations().find((o) => o.method === method && o.path === path)
+  if (found === undefined) throw new Error(`no ${method} ${path}`)
+  return found.op
+}
+const statuses = (o: Json) => Object.keys(o["responses"] as Json)
+
+describe("/openapi.json", () => {
+  it("is OpenAPI 3.1 with info, paths and the bearer scheme", () => {
+    expect(doc["openapi"]).toMatch(/^3\.1\.\d+$/)
+    expect(doc["info"]).toMatchObject({ title: expect.any(String), version: expect.any(String) })
+    const schemes = (doc["components"] as Json)["securitySchemes"] as Json
+    const bearer = Object.values(schemes).find((s) => (s as Json)["type"] === "http" && (s as Json)["scheme"] === "bearer")
+    expect(bearer).toBeDefined()
+  })
+
+  it("is well formed: every $ref resolves, responses have descriptions, path parameters are declared, ids unique", () => {
+    const refs: Array<string> = []
+    const walk = (node: unknown) => {
+      if (Array.isArray(node)) node.forEach(walk)
+      else if (typeof node === "object" && node !== null) {
+        for (const [k, v] of Object.entries(node)) {
+          if (k === "$ref" && typeof v === "string") refs.push(v)
+          else walk(v)
+        }
+      }
+    }
+    walk(doc)
+    for (const ref of refs) {
+      expect(ref.startsWith("#/"), ref).toBe(true)
+      const target = ref.slice(2).split("/").reduce<unknown>((n, key) => (n as Json | undefined)?.[key.replace(/~1/g, "/").replace(/~0/g, "~")], doc)
+      expect(target, ref).toBeDefined()
+    }
+    const ids = new Set<string>()
+    const schemeNames = Object.keys(((doc["components"] as Json)["securitySchemes"] ?? {}) as Json)
+    for (const { path, method, op: o } of operations()) {
+      for (const [status, response] of Object.entries(o["responses"] as Json)) {
+        expect(status, `${method} ${path}`).toMatch(/^([1-5]\d\d|[1-5]XX|default)$/)
+        expect(typeof (response as Json)["description"], `${method} ${path} ${status}`).toBe("string")
+      }
+      const declared = ((o["parameters"] ?? []) as Array<Json>).filter((p) => p["in"] === "path")
+      for (const name of [...path.matchAll(/\{([^}]+)\}/g)].map((m) => m[1])) {
+        expect(declared.find((p) => p["name"] === name && p["required"] === true), `${method} ${path} {${name}}`).toBeDefined()
+      }
+      if (typeof o["operationId"] === "string") {
+        expect(ids.has(o["operationId"]), o["operationId"]).toBe(false)
+        ids.add(o["operationId"])
+      }
+      for (const requirement of (o["security"] ?? []) as Array<Json>) {
+        for (const name of Object.keys(requirement)) expect(schemeNames).toContain(name)
+      }
+    }
+  })
+
+  it("describes every authors endpoint with its errors and the bearer requirement", () => {
+    const authed: Array<[string, string, Array<string>]> = [
+      ["get", "/authors", ["200"]],
+      ["get", "/authors/paginated", ["200"]],
+      ["post", "/authors", ["201", "409"]],
+      ["put", "/authors/{author_id}", ["200", "404", "409"]],
+      ["delete", "/authors/{author_id}", ["204", "404"]]
+    ]
+    for (const [method, path, own] of authed) {
+      const o = op(method, path)
+      expect(statuses(o), `${method} ${path}`).toEqual(expect.arrayContaining([...own, "401", "403", "422", "429"]))
+      expect(o["security"], `${method} ${path}`).toEqual(expect.arrayContaining([expect.objectContaining({ bearer: [] })]))
+    }
+  })
+
+  it("describes /login and /login/refresh without a bearer requirement", () => {
+    for (const path of ["/login", "/login/refresh"]) {
+      const o = op("post", path)
+      expect(statuses(o)).toEqual(expect.arrayContaining(["200", "401", "422", "429", "503"]))
+      expect((o["security"] ?? []) as Array<unknown>).toEqual([])
+    }
+  })
+
+  it("documents the 422 body in the FastAPI shape", () => {
+    const response = (op("get", "/authors/paginated")["responses"] as Json)["422"] as Json
+    const ref = ((((response["content"] as Json)["application/json"] as Json)["schema"]) as Json)["$ref"] as string
+    const schema = ((doc["components"] as Json)["schemas"] as Json)[ref.split("/").pop()!] as Json
+    expect(schema).toMatchObject({ type: "object", properties: { detail: { type: "array" } } })
+    expect(JSON.stringify(schema)).toMatch(/"loc".*"msg"|"msg".*"loc"/)
+  })
+})
+
+const chromiumPath = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium"
+
+describe.runIf(existsSync(chromiumPath))("docs in a real browser (headless Chromium)", () => {
+  let browser: Browser
+  beforeAll(async () => {
+    browser = await chromium.launch({
+      executablePath: chromiumPath,
+      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+    })
+  })
+  afterAll(() => browser.close())
+
+  /** Opens a page that may only talk to the service (no internet), collecting CSP violations. */
+  const open = async (path: string) => {
+    const context = await browser.newContext()
+    const page = await context.newPage()
+    const external: Array<string> = []
+    const violations: Array<string> = []
+    await page.route("**/*", (route) => {
+      const url = route.request().url()
+      if (url.startsWith(app.url) || url.startsWith("data:") || url.startsWith("blob:")) return route.continue()
+      external.push(url)
+      return route.abort()
+    })
+    page.on("console", (msg) => {
+      if (/Content Security Policy/i.test(msg.text())) violations.push(msg.text())
+    })
+    await page.goto(`${app.url}${path}`)
+    return { page, context, external, violations }
+  }
+
+  it("/docs (Swagger UI) renders every authors operation", async () => {
+    const { page, context, external, violations } = await open("/docs")
+    try {
+      await page.locator(".opblock").first().waitFor({ timeout: 20_000 })
+      const summaries = await page.locator(".opblock .opblock-summary-path").allTextContents()
+      const paths = summaries.map((s) => s.replace(/\u200b/g, "").trim())
+      expect(paths).toEqual(expect.arrayContaining(["/authors", "/authors/paginated", "/authors/{author_id}", "/login", "/login/refresh"]))
+      expect(await page.locator(".opblock-delete").count()).toBeGreaterThan(0)
+      expect(external).toEqual([])
+      expect(violations).toEqual([])
+    } finally {
+      await context.close()
+    }
+  })
+
+  it("/redoc renders the operations", async () => {
+    const { page, context, external, violations } = await open("/redoc")
+    try {
+      await page.locator("h2", { hasText: "List authors" }).first().waitFor({ timeout: 20_000 })
+      const headings = (await page.locator("h2").allTextContents()).map((h) => h.trim())
+      expect(headings).toEqual(expect.arrayContaining(["List authors", "Create an author", "Rename an author", "Delete an author"]))
+      expect(external).toEqual([])
+      expect(violations).toEqual([])
+    } finally {
+      await context.close()
+    }
+  })
+})
