@@ -247,7 +247,8 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     )
 
     const append = (stored: StoredEntry) =>
-      redisCommand("XADD", () => redis.client.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))).pipe(
+      // Not connected: straight to the in-process buffer, so a Redis outage never slows requests.
+      redis.client.status !== "ready" ? buffer.offer(stored) : redisCommand("XADD", () => redis.client.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))).pipe(
         Effect.timeout("2 seconds"),
         Effect.asVoid,
         Effect.catchAll((error) =>

@@ -23,7 +23,13 @@ import { TokenVerifier } from "../Auth/TokenVerifier.js"
 import { AppConfig } from "../Config.js"
 import { errorStatus, InternalError, isClientError, PayloadTooLarge, RateLimited, RouteNotFound } from "../Errors.js"
 import { Unhealthy } from "../Observability/Api.js"
-import { httpRequestDuration, httpRequestsInProgress, httpRequestsTotal, rateLimitHitsTotal } from "../Observability/Metrics.js"
+import {
+  httpRequestDuration,
+  httpRequestsInProgress,
+  httpRequestsTotal,
+  rateLimitHitsTotal,
+  rateLimitStoreErrorsTotal
+} from "../Observability/Metrics.js"
 import { type RateDecision, RateLimiter } from "../RateLimit/RateLimiter.js"
 import { clientIp } from "./ClientIp.js"
 import { correlationIdFrom, currentRequest, type RequestContext } from "./RequestContext.js"
@@ -146,7 +152,8 @@ export const FrontDoorLive = (api: Api) =>
           return yield* limiter.hit(`http:${key}`, rateLimit, 60_000).pipe(
             Effect.map(Option.some),
             Effect.catchAll((error) =>
-              Effect.logWarning("Rate limiter unavailable", error.cause).pipe(
+              Effect.logWarning(`Rate limiter unavailable; failing ${config.rateLimitFailMode}`, error.cause).pipe(
+                Effect.tap(() => rateLimitStoreErrorsTotal.inc({ limit_type: "http" })),
                 Effect.as(
                   config.rateLimitFailMode === "open"
                     ? Option.none<RateDecision>()

@@ -87,6 +87,13 @@ export const rateLimitHitsTotal = new client.Counter({
   labelNames: ["limit_type"] as const,
   registers: [registry]
 })
+/** CONTRACT §4: a rate-limit store failure is counted (and logged), whichever fail mode applies. */
+export const rateLimitStoreErrorsTotal = new client.Counter({
+  name: "rate_limit_store_errors_total",
+  help: "Rate-limit checks that could not reach the store (RATE_LIMIT_FAIL_MODE decided)",
+  labelNames: ["limit_type"] as const,
+  registers: [registry]
+})
 export const authAttemptsTotal = new client.Counter({
   name: "auth_attempts_total",
   help: "Authentications (logins, bearer tokens, WebSocket handshakes) by outcome",

@@ -58,6 +58,8 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const member = `${now}:${instance}:${(sequence = (sequence + 1) % Number.MAX_SAFE_INTEGER)}`
+        // Not connected: fail now (RATE_LIMIT_FAIL_MODE) rather than queue behind reconnects.
+        if (client.status !== "ready") return yield* Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
         const [allowed, count, oldest] = yield* redisCommand(
           "EVALSHA sliding_window",
           () => script[COMMAND](`${prefix}ratelimit:${key}`, now, windowMs, limit, member)
