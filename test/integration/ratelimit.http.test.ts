@@ -11,7 +11,7 @@ import type { AppConfigShape } from "../../src/Config.js"
 import { parseCidrList } from "../../src/Http/ClientIp.js"
 import { waitFor } from "../support/Spawn.js"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.js"
-import { login, request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.js"
+import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.js"
 
 const small = { rateLimitEnabled: true, rateLimitPerMinute: 5, rateLimitBurst: 2 } satisfies Partial<AppConfigShape>
 const redisConfig = (prefix = `test:${randomUUID()}:`, url = TEST_REDIS_URL ?? "") =>
