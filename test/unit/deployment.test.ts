@@ -1,0 +1,121 @@
+/**
+ * The deployment files agree with the code: the Keycloak realm with config/dev-users.json, the
+ * compose file with CONTRACT §1/§5, the Dockerfile with §9 Signals, .env.example with §2.
+ */
+import { ConfigProvider, Effect, Option } from "effect"
+import { readFileSync } from "node:fs"
+import { describe, expect, it } from "vitest"
+import { parse } from "yaml" // present through redoc (a pinned dependency)
+import { appConfig } from "../../src/Config.js"
+
+type Json = Record<string, unknown>
+const readJson = (path: string) => JSON.parse(readFileSync(path, "utf8")) as unknown
+
+describe("deploy/keycloak realm export", () => {
+  const realm = readJson("deploy/keycloak/author-directory-realm.json") as Json
+  const devUsers = readJson("config/dev-users.json") as Array<{ username: string; password: string; roles: Array<string> }>
+  const ROLES = ["admin", "user", "get-authors", "create-author", "update-author", "delete-author"]
+
+  it("defines the public client author-directory with direct access grants", () => {
+    const client = (realm["clients"] as Array<Json>).find((c) => c["clientId"] === "author-directory")
+    expect(client).toMatchObject({ publicClient: true, directAccessGrantsEnabled: true, enabled: true })
+  })
+
+  it("defines all six roles", () => {
+    const roles = ((realm["roles"] as Json)["realm"] as Array<Json>).map((r) => r["name"])
+    expect([...roles].sort()).toEqual([...ROLES].sort())
+  })
+
+  it("has the demo users of config/dev-users.json with the same roles, passwords = usernames", () => {
+    const users = realm["users"] as Array<Json>
+    expect(users.map((u) => u["username"]).sort()).toEqual(devUsers.map((u) => u.username).sort())
+    for (const dev of devUsers) {
+      expect(dev.password).toBe(dev.username)
+      const user = users.find((u) => u["username"] === dev.username)!
+      expect([...(user["realmRoles"] as Array<string>)].sort()).toEqual([...dev.roles].sort())
+      expect(user["credentials"]).toEqual([{ type: "password", value: dev.username, temporary: false }])
+      expect(user).toMatchObject({ enabled: true, email: expect.any(String), firstName: expect.any(String), lastName: expect.any(String) })
+    }
+  })
+})
+
+describe("docker-compose.yml", () => {
+  const compose = parse(readFileSync("docker-compose.yml", "utf8")) as { services: Record<string, Json> }
+
+  it("runs PostgreSQL, Redis with expiry notifications, Keycloak importing the realm, and the service", () => {
+    const { postgres, redis, keycloak, app } = compose.services
+    expect(postgres?.["image"]).toMatch(/^postgres:/)
+    expect((redis?.["command"] as Array<string>).join(" ")).toContain("--notify-keyspace-events Ex")
+    expect(keycloak?.["command"]).toEqual(expect.arrayContaining(["start-dev", "--import-realm"]))
+    expect(keycloak?.["volumes"]).toEqual(expect.arrayContaining([expect.stringMatching(/^\.\/deploy\/keycloak:\/opt\/keycloak\/data\/import/)]))
+    expect(app?.["build"]).toBe(".")
+    expect(app?.["environment"]).toMatchObject({
+      DATABASE_URL: expect.stringMatching(/^postgres:\/\/.*@postgres:5432\//),
+      REDIS_URL: expect.stringMatching(/^redis:\/\/redis:6379/),
+      OIDC_ISSUER_URL: "http://keycloak:8080/realms/author-directory",
+      OIDC_CLIENT_ID: "author-directory"
+    })
+  })
+})
+
+describe("Dockerfile", () => {
+  const dockerfile = readFileSync("Dockerfile", "utf8")
+  it("node:20-slim, npm ci, a non-root user, node run directly with the tsx loader", () => {
+    expect(dockerfile).toMatch(/^FROM node:20-slim$/m)
+    expect(dockerfile).toMatch(/^RUN npm ci\b/m)
+    expect(dockerfile).toMatch(/^USER (?!root)\S+$/m)
+    expect(dockerfile).toContain("CMD [\"node\", \"--import\", \"tsx\", \"src/main.ts\"]")
+  })
+})
+
+describe(".env.example", () => {
+  const lines = readFileSync(".env.example", "utf8").split("\n")
+  const documented = new Map(lines.flatMap((l) => {
+    const m = /^# ([A-Z][A-Z0-9_]+)=(.*)$/.exec(l)
+    return m ? [[m[1]!, m[2]!] as const] : []
+  }))
+
+  it("lists every variable of CONTRACT §2", () => {
+    for (const name of ["PORT", "HOST", "APP_ENV", "LOG_LEVEL", "LOG_FORMAT", "DATABASE_URL", "DATABASE_POOL_MAX", "DATA_DIR", "REDIS_URL",
+      "OIDC_ISSUER_URL", "OIDC_CLIENT_ID", "OIDC_CLIENT_SECRET", "OIDC_AUDIENCE", "AUTH_USERS_FILE", "RATE_LIMIT_ENABLED",
+      "RATE_LIMIT_PER_MINUTE", "RATE_LIMIT_BURST", "RATE_LIMIT_FAIL_MODE", "TRUSTED_PROXIES", "WS_MAX_CONNECTIONS_PER_USER",
+      "WS_MESSAGE_RATE_LIMIT", "WS_AUTH_TIMEOUT_SECONDS", "ALLOWED_WS_ORIGINS", "MAX_REQUEST_BODY_BYTES", "WS_MAX_MESSAGE_BYTES",
+      "REDIS_KEY_PREFIX", "AUDIT_LOG_ENABLED", "PROFILING_ENABLED", "PROFILING_OUTPUT_DIR", "PROFILING_INTERVAL_SECONDS",
+      "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"]) {
+      expect(documented.has(name), name).toBe(true)
+    }
+  })
+
+  it("shows the defaults the service really uses (development)", async () => {
+    const defaults = await Effect.runPromise(appConfig.pipe(Effect.withConfigProvider(ConfigProvider.fromMap(new Map()))))
+    const expected: Record<string, string> = {
+      PORT: String(defaults.port),
+      HOST: defaults.host,
+      APP_ENV: defaults.appEnv,
+      LOG_LEVEL: defaults.logLevel,
+      LOG_FORMAT: defaults.logFormat,
+      DATABASE_POOL_MAX: String(defaults.databasePoolMax),
+      DATA_DIR: defaults.dataDir,
+      REDIS_KEY_PREFIX: defaults.redisKeyPrefix,
+      OIDC_CLIENT_ID: defaults.oidcClientId,
+      AUTH_USERS_FILE: defaults.authUsersFile,
+      RATE_LIMIT_ENABLED: String(defaults.rateLimitEnabled),
+      RATE_LIMIT_PER_MINUTE: String(defaults.rateLimitPerMinute),
+      RATE_LIMIT_BURST: String(defaults.rateLimitBurst),
+      RATE_LIMIT_FAIL_MODE: defaults.rateLimitFailMode,
+      WS_MAX_CONNECTIONS_PER_USER: String(defaults.wsMaxConnectionsPerUser),
+      WS_MESSAGE_RATE_LIMIT: String(defaults.wsMessageRateLimit),
+      WS_AUTH_TIMEOUT_SECONDS: String(defaults.wsAuthTimeoutSeconds),
+      ALLOWED_WS_ORIGINS: defaults.allowedWsOrigins.join(","),
+      MAX_REQUEST_BODY_BYTES: String(defaults.maxRequestBodyBytes),
+      WS_MAX_MESSAGE_BYTES: String(defaults.wsMaxMessageBytes),
+      AUDIT_LOG_ENABLED: String(defaults.auditLogEnabled),
+      PROFILING_ENABLED: String(defaults.profilingEnabled),
+      PROFILING_OUTPUT_DIR: defaults.profilingOutputDir,
+      PROFILING_INTERVAL_SECONDS: String(defaults.profilingIntervalSeconds),
+      OTEL_SERVICE_NAME: defaults.otelServiceName
+    }
+    for (const [name, value] of Object.entries(expected)) expect(documented.get(name), name).toBe(value)
+    expect(Option.isNone(defaults.databaseUrl) && Option.isNone(defaults.redisUrl) && Option.isNone(defaults.oidcIssuerUrl)).toBe(true)
+  })
+})
