@@ -31,3 +31,49 @@ CREATE INDEX audit_logs_username_idx ON audit_logs (username, "timestamp" DESC, 
 CREATE INDEX audit_logs_action_type_idx ON audit_logs (action_type, "timestamp" DESC, id DESC);
 CREATE INDEX audit_logs_resource_idx ON audit_logs (resource, "timestamp" DESC, id DESC);
 CREATE INDEX audit_logs_outcome_idx ON audit_logs (outcome, "timestamp" DESC, id DESC);
+
+-- Exact totals stay cheap at millions of rows: an hourly rollup per (action_type, outcome), kept in
+-- the same transaction as every insert and delete by statement-level triggers (one upsert per
+-- batch). A total over the low-cardinality filters sums whole hours here and counts only the
+-- partial hours at the ends of a date range in audit_logs (AuditLogs/Repo.ts). Keys are upserted
+-- in sorted order so concurrent batches cannot deadlock.
+CREATE TABLE audit_log_hourly (
+  hour timestamptz NOT NULL,
+  action_type text NOT NULL,
+  outcome text NOT NULL,
+  n bigint NOT NULL,
+  PRIMARY KEY (hour, action_type, outcome)
+);
+CREATE INDEX audit_log_hourly_filters_idx ON audit_log_hourly (action_type, outcome, hour);
+CREATE INDEX audit_log_hourly_outcome_idx ON audit_log_hourly (outcome, hour);
+
+CREATE FUNCTION audit_log_hourly_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO audit_log_hourly (hour, action_type, outcome, n)
+  SELECT date_trunc('hour', "timestamp" AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', action_type, outcome, count(*)
+  FROM inserted_rows GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+  ON CONFLICT (hour, action_type, outcome) DO UPDATE SET n = audit_log_hourly.n + EXCLUDED.n;
+  RETURN NULL;
+END $$;
+
+CREATE FUNCTION audit_log_hourly_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE audit_log_hourly h SET n = h.n - d.n
+  FROM (SELECT date_trunc('hour', "timestamp" AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour, action_type, outcome, count(*) AS n
+        FROM deleted_rows GROUP BY 1, 2, 3) d
+  WHERE h.hour = d.hour AND h.action_type = d.action_type AND h.outcome = d.outcome;
+  RETURN NULL;
+END $$;
+
+CREATE FUNCTION audit_log_hourly_truncated() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM audit_log_hourly;
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER audit_logs_count_insert AFTER INSERT ON audit_logs
+  REFERENCING NEW TABLE AS inserted_rows FOR EACH STATEMENT EXECUTE FUNCTION audit_log_hourly_inserted();
+CREATE TRIGGER audit_logs_count_delete AFTER DELETE ON audit_logs
+  REFERENCING OLD TABLE AS deleted_rows FOR EACH STATEMENT EXECUTE FUNCTION audit_log_hourly_deleted();
+CREATE TRIGGER audit_logs_count_truncate AFTER TRUNCATE ON audit_logs
+  FOR EACH STATEMENT EXECUTE FUNCTION audit_log_hourly_truncated();

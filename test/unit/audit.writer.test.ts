@@ -45,7 +45,8 @@ const scriptedRepo = () => {
         return Effect.void
       }),
     page: () => Effect.die("unused"),
-    findById: () => Effect.die("unused")
+    findById: () => Effect.die("unused"),
+    statements: { pageRows: () => { throw new Error("unused") }, total: () => { throw new Error("unused") } }
   }))
   return { state, layer }
 }
