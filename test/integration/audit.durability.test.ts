@@ -119,6 +119,42 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit durability with PostgreSQ
   })
 })
 
+describe.runIf(TEST_DATABASE_URL !== undefined)("audit flush on SIGTERM (real process)", () => {
+  it("records waiting for PostgreSQL at SIGTERM are written before the process exits 0", async () => {
+    const db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")
+    const { host, port } = hostPort(db.url!)
+    const proxy = await startTcpProxy(host, port)
+    const dataDir = mkdtempSync(join(tmpdir(), "ads-term-"))
+    const servicePort = await freePort()
+    const url = `http://127.0.0.1:${servicePort}`
+    try {
+      const service = spawnService({
+        PORT: String(servicePort), HOST: "127.0.0.1", DATABASE_URL: viaProxy(db.url!, proxy), DATA_DIR: dataDir,
+        RATE_LIMIT_ENABLED: "false", LOG_LEVEL: "error"
+      })
+      await waitFor(async () => {
+        try {
+          return (await fetch(`${url}/health`)).status === 200
+        } catch {
+          return false
+        }
+      }, "the service to start", 60_000)
+      const token = (await login({ url }, "admin")).access_token
+      const agent = `term-${randomUUID()}`
+      await proxy.cut()
+      const answered = await load(url, token, agent, 60)
+      service.child.kill("SIGTERM")
+      await proxy.restore() // the shutdown flush is retrying; it completes once PostgreSQL is back
+      expect(await service.exited).toBe(0)
+      expect((await storedIds(db.url!, agent)).sort()).toEqual([...answered].sort())
+    } finally {
+      await proxy.close()
+      await db.dispose()
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  }, 90_000)
+})
+
 describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("audit durability with Redis", () => {
   it("kill -9 under load loses no record: the restarted instance writes the pending stream entries", async () => {
     const db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")

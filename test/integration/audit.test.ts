@@ -259,3 +259,17 @@ describe.each(setups)("audit trail ($name)", (setup) => {
     expect(Object.keys(doc.paths["/audit-logs/{log_id}"]!["get"]!.responses)).toContain("404")
   })
 })
+
+describe("AUDIT_LOG_ENABLED=false", () => {
+  it("records nothing; the endpoints still answer", async () => {
+    const app = await startTestApp({ config: { rateLimitEnabled: false, auditLogEnabled: false } })
+    try {
+      const admin = (await login(app, "admin")).access_token
+      expect((await request(app, "GET", "/authors", { token: admin })).status).toBe(200)
+      const res = await request(app, "GET", "/audit-logs", { token: admin })
+      expect(res).toMatchObject({ status: 200, body: { items: [], meta: { total: 0 } } })
+    } finally {
+      await app.close()
+    }
+  })
+})
