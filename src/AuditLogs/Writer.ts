@@ -18,7 +18,7 @@ import { randomUUID } from "node:crypto"
 import { hostname } from "node:os"
 import { AppConfig } from "../Config.js"
 import { auditRecordsDroppedTotal } from "../Observability/Metrics.js"
-import { RedisClient, redisCommand } from "../Store/Redis.js"
+import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.js"
 import { AuditLog, type AuditEntry } from "./AuditLog.js"
 import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "./Repo.js"
 
@@ -248,7 +248,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
 
     const append = (stored: StoredEntry) =>
       // Not connected: straight to the in-process buffer, so a Redis outage never slows requests.
-      redis.client.status !== "ready" ? buffer.offer(stored) : redisCommand("XADD", () => redis.client.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))).pipe(
+      isDisconnected(redis.client) ? buffer.offer(stored) : redisCommand("XADD", () => redis.client.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))).pipe(
         Effect.timeout("2 seconds"),
         Effect.asVoid,
         Effect.catchAll((error) =>

@@ -8,7 +8,7 @@
 import { Clock, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import type { Redis } from "ioredis"
-import { RedisClient, redisCommand } from "../Store/Redis.js"
+import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.js"
 import { decision, RateLimiter, RateLimiterUnavailable } from "./RateLimiter.js"
 
 /** KEYS[1] = window key; ARGV = now (ms), window (ms), limit, member. Returns {allowed, count, oldest|-1}. */
@@ -59,7 +59,7 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const member = `${now}:${instance}:${(sequence = (sequence + 1) % Number.MAX_SAFE_INTEGER)}`
         // Not connected: fail now (RATE_LIMIT_FAIL_MODE) rather than queue behind reconnects.
-        if (client.status !== "ready") return yield* Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
+        if (isDisconnected(client)) return yield* Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
         const [allowed, count, oldest] = yield* redisCommand(
           "EVALSHA sliding_window",
           () => script[COMMAND](`${prefix}ratelimit:${key}`, now, windowMs, limit, member)

@@ -52,6 +52,14 @@ export class RedisError {
 }
 
 /**
+ * True when the connection was lost and ioredis is between reconnect attempts: a command would
+ * wait in the offline queue. Callers with a fallback (rate-limit fail mode, the audit buffer) use
+ * it to fail at once. A connection still being established the first time is not "down".
+ */
+export const isDisconnected = (client: Redis) =>
+  client.status === "reconnecting" || client.status === "close" || client.status === "end"
+
+/**
  * One Redis command (or pipeline) as an Effect, traced as a client span (CONTRACT §8: a span per
  * Redis command). Every module that talks to Redis goes through this.
  */
