@@ -108,7 +108,20 @@ const makeBuffer = (options: WriterOptions) =>
     return { offer, flush } as const
   })
 
-const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), entry })
+/**
+ * PostgreSQL text cannot hold NUL and jsonb refuses `\u0000` and unpaired surrogates; a request
+ * carrying them (e.g. `?search=%00`) made a record no insert could ever store, and the retry-forever
+ * writer then blocked every later record and the shutdown flush. Such characters become U+FFFD.
+ */
+const storable = (value: unknown): unknown => {
+  // eslint-disable-next-line no-control-regex -- NUL is exactly what must be matched
+  if (typeof value === "string") return value.replace(/\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, "\ufffd")
+  if (Array.isArray(value)) return value.map(storable)
+  if (value instanceof Date || typeof value !== "object" || value === null) return value
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [storable(k) as string, storable(v)]))
+}
+
+const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), entry: storable(entry) as AuditEntry })
 
 /** In-process writer (no Redis). */
 export const makeBufferedAuditLog = (options: WriterOptions = defaultWriterOptions) =>
