@@ -87,6 +87,23 @@ const contentType = fc.oneof(
 )
 const pathSegment = fc.oneof(nasty.map(encode), nasty.map((s) => s.replace(/[/?#\s]/g, "")).filter((s) => s !== ""))
 
+describe("requests PostgreSQL cannot store verbatim", () => {
+  it("NUL and unpaired surrogates in query and body are still audited, and nothing blocks", async () => {
+    const marker = `nul-${Date.now()}`
+    expectHandled(await send("GET", `/authors?search=${marker}%00`), "NUL query")
+    expectHandled(await send("POST", "/authors", { body: `{"name":"${marker}\\ud800","x\\u0000":1}`, contentType: "application/json" }), "surrogate")
+    const deadline = Date.now() + 20_000
+    let found = 0
+    while (Date.now() < deadline && found < 2) {
+      const res = await send("GET", "/audit-logs?per_page=100")
+      const items = (res.body as { items?: Array<{ resource: string; action_type: string }> }).items ?? []
+      found = items.filter((i) => i.resource === "/authors" && ["GET", "POST"].includes(i.action_type)).length
+      if (found < 2) await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    expect(found).toBeGreaterThanOrEqual(2)
+  })
+})
+
 describe("generated bad input never yields a 500", () => {
   it("GET /authors and /authors/paginated with any query", async () => {
     await fc.assert(
