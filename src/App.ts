@@ -11,14 +11,14 @@ import { AuditLogLive } from "./AuditLogs/Writer.js"
 import { Authentication, AuthenticationLive, RequiredRoles } from "./Auth/Authentication.js"
 import { LoginHttpLive } from "./Auth/Http.js"
 import { AuthLive } from "./Auth/Layers.js"
-import { AuthorEvents, Authors } from "./Authors/Authors.js"
+import { Authors } from "./Authors/Authors.js"
 import { AuthorsHttpLive } from "./Authors/Http.js"
 import { AppConfig } from "./Config.js"
 import { DatabaseLive } from "./Db/Database.js"
 import type { Role } from "./Domain/User.js"
 import { DocsLive } from "./Http/Docs.js"
 import { FrontDoorLive, routeLabeler } from "./Http/FrontDoor.js"
-import { CacheProbe, DatabaseProbe, Health, WebSocketProbe } from "./Observability/Health.js"
+import { CacheProbe, DatabaseProbe, Health } from "./Observability/Health.js"
 import { SystemHttpLive } from "./Observability/Http.js"
 import { setAppInfo } from "./Observability/Metrics.js"
 import { TracingLive } from "./Observability/Tracing.js"
@@ -27,6 +27,10 @@ import { Profiler } from "./Profiling/Profiler.js"
 import { MemoryRateLimiterLive } from "./RateLimit/RateLimiter.js"
 import { RedisRateLimiterLive } from "./RateLimit/RedisRateLimiter.js"
 import { redisLayer, RedisProbe } from "./Store/Redis.js"
+import { WsHttpLive } from "./Ws/Http.js"
+import { RedisRegistryLive } from "./Ws/RedisRegistry.js"
+import { AuthorEventsLive, MemoryRegistryLive, WebSocketProbeLive } from "./Ws/Registry.js"
+import { WsServerLive } from "./Ws/Server.js"
 
 /** "METHOD /path/:param" → the roles its `RequiredRoles` annotation lists. */
 const rolesByRoute = () => {
@@ -49,13 +53,14 @@ const ApiLive = HttpApiBuilder.api(Api).pipe(
 
 /**
  * The shared stores: Redis when `REDIS_URL` is set (several instances share one budget, one
- * registry, one audit stream), else in-process stand-ins for a single instance.
+ * connection registry, one audit stream), else in-process stand-ins for a single instance.
+ * Author changes are broadcast through the registry; its store is the WebSocket health check.
  */
 const StoresLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
   Option.match(config.redisUrl, {
-    onNone: () => Layer.mergeAll(MemoryRateLimiterLive, CacheProbe.InProcess),
+    onNone: () => Layer.mergeAll(MemoryRateLimiterLive, CacheProbe.InProcess, MemoryRegistryLive),
     onSome: (url) =>
-      Layer.mergeAll(RedisRateLimiterLive, RedisProbe).pipe(
+      Layer.mergeAll(RedisRateLimiterLive, RedisProbe, RedisRegistryLive).pipe(
         Layer.provideMerge(redisLayer(url, config.redisKeyPrefix))
       )
   })
@@ -65,9 +70,7 @@ const StoresLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
 const InfrastructureLive = Layer.mergeAll(
   DatabaseLive,
   AuthLive,
-  StoresLive,
-  AuthorEvents.none,
-  WebSocketProbe.Idle
+  Layer.mergeAll(AuthorEventsLive, WebSocketProbeLive).pipe(Layer.provideMerge(StoresLive))
 )
 
 /** The audit writer sits here because it needs `SqlClient` (and Redis, when configured) from below. */
@@ -102,14 +105,20 @@ const spanName = (() => {
 })()
 
 /**
- * The whole service; needs an `HttpServer` and the `AppConfig`. `tracing` is provided under
+ * The whole service — the HttpApi and the `/web` WebSocket on one port; needs the Node server
+ * (`NodeServer` and its `HttpServer`) and the `AppConfig`. `tracing` is provided under
  * everything else (server, SQL, Redis), so every span goes to it (Observability/Tracing.ts).
  */
 export const makeAppLive = (tracing: Layer.Layer<never, never, AppConfig> = TracingLive) =>
-  HttpApiBuilder.serve().pipe(
-    Layer.provide(DocsLive),
-    Layer.provide(FrontDoorLive(Api)),
-    Layer.provide(ApiLive),
+  Layer.merge(
+    HttpApiBuilder.serve().pipe(
+      Layer.provide(DocsLive),
+      Layer.provide(WsHttpLive),
+      Layer.provide(FrontDoorLive(Api)),
+      Layer.provide(ApiLive)
+    ),
+    WsServerLive
+  ).pipe(
     Layer.provide(ServicesLive),
     Layer.provide(StartupLog),
     HttpServer.withLogAddress,

@@ -31,6 +31,10 @@ export interface AppConfigShape {
   readonly wsMaxConnectionsPerUser: number
   readonly wsMessageRateLimit: number
   readonly wsAuthTimeoutSeconds: number
+  /** Beyond CONTRACT §2: how long a connection outlives its token's exp (CONTRACT §5: 10 s). */
+  readonly wsSessionGraceSeconds: number
+  /** Beyond CONTRACT §2: how long a crashed instance's connection slots stay counted (Redis). */
+  readonly wsSlotTtlSeconds: number
   readonly allowedWsOrigins: ReadonlyArray<string>
   readonly maxRequestBodyBytes: number
   readonly wsMaxMessageBytes: number
@@ -112,6 +116,11 @@ export const appConfig: Effect.Effect<AppConfigShape, ConfigError.ConfigError> =
     wsMaxConnectionsPerUser: yield* positiveInt("WS_MAX_CONNECTIONS_PER_USER", 5),
     wsMessageRateLimit: yield* positiveInt("WS_MESSAGE_RATE_LIMIT", 100),
     wsAuthTimeoutSeconds: yield* positiveInt("WS_AUTH_TIMEOUT_SECONDS", 5),
+    wsSessionGraceSeconds: yield* Config.integer("WS_SESSION_GRACE_SECONDS").pipe(
+      Config.withDefault(10),
+      Config.validate({ message: "WS_SESSION_GRACE_SECONDS must be a non-negative integer", validation: (n) => n >= 0 })
+    ),
+    wsSlotTtlSeconds: yield* positiveInt("WS_SLOT_TTL_SECONDS", 30),
     allowedWsOrigins: yield* fromParser("ALLOWED_WS_ORIGINS", "*", parseOriginList),
     maxRequestBodyBytes: yield* positiveInt("MAX_REQUEST_BODY_BYTES", 1_048_576),
     wsMaxMessageBytes: yield* positiveInt("WS_MAX_MESSAGE_BYTES", 65_536),

@@ -1,20 +1,16 @@
 /** Starts the service with the configuration from the environment (CONTRACT §2). */
-import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
+import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Effect, Layer } from "effect"
 import { AppLive } from "./App.js"
 import { AppConfig } from "./Config.js"
-import { drainOnShutdown, makeNodeServer } from "./Http/NodeServer.js"
+import { drainOnShutdown, nodeServerLayer } from "./Http/NodeServer.js"
 import { LoggerLive } from "./Observability/Logging.js"
 
-const node = makeNodeServer()
+const ServerLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => nodeServerLayer({ port: config.port, host: config.host })))
 
-const ServerLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
-  NodeHttpServer.layer(() => node.server, { port: config.port, host: config.host })
-))
-
-// drainOnShutdown wraps the app, so on SIGTERM/SIGINT it stops accepting and waits for the
-// requests in flight before the app's layers close (CONTRACT §5: exit within 10 s).
-const MainLive = drainOnShutdown(node, 8_000).pipe(
+// drainOnShutdown wraps the app, so on SIGTERM/SIGINT it stops accepting, closes the WebSockets
+// and waits for the requests in flight before the app's layers close (CONTRACT §5: exit within 10 s).
+const MainLive = drainOnShutdown(8_000).pipe(
   Layer.provideMerge(AppLive),
   Layer.provide(ServerLive),
   Layer.provide(LoggerLive),

@@ -2,18 +2,16 @@
  * The authors service: the one implementation behind HTTP and the WebSocket packages. Every
  * change is announced on `AuthorEvents` (broadcast to WebSocket clients, CONTRACT §5).
  */
-import { Context, Effect, Layer, Option } from "effect"
+import { Context, Effect, Option } from "effect"
 import type { AuthorEvent, AuthorRow } from "../Domain/Author.js"
 import type { PageMeta } from "../Domain/Author.js"
 import { encodeCursor, pageCount } from "../Domain/Pagination.js"
 import { type AuthorFilters, AuthorRepo } from "./Repo.js"
 
-/** Where author changes are announced. The WebSocket module provides the real one. */
+/** Where author changes are announced: the connection registry broadcasts them (Ws/Registry.ts). */
 export class AuthorEvents extends Context.Tag("Authors/Events")<AuthorEvents, {
   readonly publish: (event: AuthorEvent) => Effect.Effect<void>
-}>() {
-  static readonly none = Layer.succeed(AuthorEvents, { publish: () => Effect.void })
-}
+}>() {}
 
 export interface PageQuery {
   readonly page: number

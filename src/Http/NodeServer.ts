@@ -1,24 +1,50 @@
 /**
- * The Node HTTP server under the app, with the two edges @effect/platform leaves open:
+ * The Node HTTP server under the app, with the edges @effect/platform leaves open:
  * - Before the app's handler is attached (the port opens before migrations finish) and after it
  *   is detached at shutdown, a request would get no answer at all; it gets 503 instead.
- * - Graceful shutdown (CONTRACT §5, §9 Signals): stop accepting, let the requests in flight
- *   finish while every service is still up, then let the layers close their pools.
+ * - WebSocket upgrades go to the service's own `/web` server (Ws/Server.ts), which needs the raw
+ *   `ws` options the platform does not expose (frame size limit → 1009, no compression, one
+ *   bounded send buffer per connection); the platform's upgrade handler never sees them.
+ * - Graceful shutdown (CONTRACT §5, §9 Signals): stop accepting, close the WebSockets, let the
+ *   requests in flight finish while every service is still up, then let the layers close.
  */
-import { Effect, Layer } from "effect"
-import { createServer, type Server } from "node:http"
+import { NodeHttpServer } from "@effect/platform-node"
+import { Context, Effect, Layer, type Scope } from "effect"
+import { createServer, type IncomingMessage, type Server } from "node:http"
+import type { Duplex } from "node:stream"
 
-export interface NodeServer {
+export interface UpgradeHandler {
+  readonly upgrade: (request: IncomingMessage, socket: Duplex, head: Buffer) => void
+  /** Closes every connection; called when shutdown begins. */
+  readonly shutdown: () => Promise<void>
+}
+
+export interface NodeServerShape {
   readonly server: Server
   /** Requests being answered right now. */
   readonly inFlight: () => number
   /** Stops accepting and resolves when no request is in flight (or after `timeoutMs`). */
   readonly drain: (timeoutMs: number) => Effect.Effect<void>
+  /** Takes over WebSocket upgrades until the scope closes. */
+  readonly handleUpgrades: (handler: UpgradeHandler) => Effect.Effect<void, never, Scope.Scope>
 }
 
-export const makeNodeServer = (): NodeServer => {
+export class NodeServer extends Context.Tag("Http/NodeServer")<NodeServer, NodeServerShape>() {}
+
+/** Answers an upgrade request with a plain HTTP error and closes the socket. */
+export const refuseUpgrade = (socket: Duplex, status: number, detail: string) => {
+  const body = JSON.stringify({ detail })
+  const reason = status === 404 ? "Not Found" : status === 503 ? "Service Unavailable" : "Bad Request"
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+      `Connection: close\r\n\r\n${body}`
+  )
+}
+
+export const makeNodeServer = (): NodeServerShape => {
   const server = createServer({ keepAliveTimeout: 65_000 })
   let inFlight = 0
+  let upgrades: UpgradeHandler | undefined
   const idle = new Set<() => void>()
   // Registered first, so it sees every request; it answers only when it is the sole listener.
   server.on("request", (_req, res) => {
@@ -31,31 +57,77 @@ export const makeNodeServer = (): NodeServer => {
     res.writeHead(503, { "content-type": "application/json", "retry-after": "1", connection: "close" })
     res.end(JSON.stringify({ detail: "Service unavailable" }))
   })
+  // Upgrades are dispatched here instead of to the listeners (the platform registers one).
+  const emit = server.emit
+  server.emit = function(this: Server, event: string | symbol, ...args: Array<unknown>) {
+    if (event !== "upgrade") return Reflect.apply(emit, this, [event, ...args]) as boolean
+    const [request, socket, head] = args as [IncomingMessage, Duplex, Buffer]
+    socket.on("error", () => {})
+    if (upgrades === undefined) refuseUpgrade(socket, 503, "Service unavailable")
+    else upgrades.upgrade(request, socket, head)
+    return true
+  } as Server["emit"]
 
   const drain = (timeoutMs: number) =>
     Effect.async<void>((resume) => {
       server.close()
       server.closeIdleConnections()
+      const closingSockets = upgrades?.shutdown() ?? Promise.resolve()
+      let requestsDone = false
+      let finished = false
       const done = () => {
+        if (finished) return
+        finished = true
         clearTimeout(timer)
-        idle.delete(done)
+        idle.delete(wake)
         // Keep-alive connections whose last response just finished.
         server.closeIdleConnections()
         resume(Effect.void)
       }
+      const wake = () => {
+        if (requestsDone) return
+        requestsDone = true
+        void closingSockets.then(done)
+      }
       const timer = setTimeout(done, timeoutMs)
-      idle.add(done)
-      if (inFlight === 0) done()
+      idle.add(wake)
+      if (inFlight === 0) wake()
     })
 
-  return { server, inFlight: () => inFlight, drain }
+  const handleUpgrades = (handler: UpgradeHandler) =>
+    Effect.acquireRelease(
+      Effect.sync(() => {
+        upgrades = handler
+      }),
+      () =>
+        Effect.sync(() => {
+          if (upgrades === handler) upgrades = undefined
+        })
+    )
+
+  return { server, inFlight: () => inFlight, drain, handleUpgrades }
 }
+
+/** The Node server (as `NodeServer`) and the platform's `HttpServer` on it. */
+export const nodeServerLayer = (options: { readonly port: number; readonly host: string }) =>
+  Layer.unwrapEffect(Effect.sync(() => {
+    const node = makeNodeServer()
+    return Layer.merge(
+      Layer.succeed(NodeServer, node),
+      NodeHttpServer.layer(() => node.server, options)
+    )
+  }))
 
 /**
  * Provided over the whole app so that its finalizer runs first at shutdown: the app's handler
- * and services are still in place while the requests in flight complete.
+ * and services are still in place while the WebSockets close and the requests in flight complete.
  */
-export const drainOnShutdown = (node: NodeServer, timeoutMs: number) =>
-  Layer.scopedDiscard(Effect.addFinalizer(() =>
-    Effect.logInfo("Shutting down: draining requests in flight").pipe(Effect.zipRight(node.drain(timeoutMs)))
-  ))
+export const drainOnShutdown = (timeoutMs: number) =>
+  Layer.scopedDiscard(Effect.gen(function*() {
+    const node = yield* NodeServer
+    yield* Effect.addFinalizer(() =>
+      Effect.logInfo("Shutting down: closing WebSockets, draining requests in flight").pipe(
+        Effect.zipRight(node.drain(timeoutMs))
+      )
+    )
+  }))

@@ -21,13 +21,15 @@ export const IntFromString = Schema.transformOrFail(Schema.String, Schema.Int, {
   encode: (n) => ParseResult.succeed(String(n))
 }).annotations({ jsonSchema: { type: "integer" } })
 
-export const atLeast = (min: number) =>
-  Schema.greaterThanOrEqualTo(min, {
-    message: () => issue("greater_than_equal", `Input should be greater than or equal to ${min}`)
-  })
+type NumberSchema<S extends Schema.Schema.Any> = S & Schema.Schema<number, Schema.Schema.Encoded<S>, Schema.Schema.Context<S>>
 
-export const atMost = (max: number) =>
-  Schema.lessThanOrEqualTo(max, { message: () => issue("less_than_equal", `Input should be less than or equal to ${max}`) })
+export const atLeast = (min: number) => <S extends Schema.Schema.Any>(self: NumberSchema<S>) =>
+  Schema.greaterThanOrEqualTo<S>(min, {
+    message: () => issue("greater_than_equal", `Input should be greater than or equal to ${min}`)
+  })(self)
+
+export const atMost = (max: number) => <S extends Schema.Schema.Any>(self: NumberSchema<S>) =>
+  Schema.lessThanOrEqualTo<S>(max, { message: () => issue("less_than_equal", `Input should be less than or equal to ${max}`) })(self)
 
 /** A free-text query value: bounded, and without NUL (PostgreSQL cannot compare it). */
 export const QueryText = Schema.String.pipe(

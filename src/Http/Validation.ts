@@ -67,7 +67,11 @@ export const endpointShapes = (api: HttpApi.HttpApi.Any): ReadonlyArray<Endpoint
   return shapes
 }
 
-const splitMessage = (issue: ParseResult.ArrayFormatterIssue, part: string): { type: string; msg: string } => {
+/**
+ * A schema issue as FastAPI would name it: the `type|message` convention of Params.ts, else a
+ * type guessed from the issue. `part` is where the value came from (`body` for a root failure).
+ */
+export const describeIssue = (issue: ParseResult.ArrayFormatterIssue, part: string): { type: string; msg: string } => {
   const bar = issue.message.indexOf("|")
   if (bar > 0 && /^[a-z_]+$/.test(issue.message.slice(0, bar))) {
     return { type: issue.message.slice(0, bar), msg: issue.message.slice(bar + 1) }
@@ -79,6 +83,7 @@ const splitMessage = (issue: ParseResult.ArrayFormatterIssue, part: string): { t
       return { type: "model_attributes_type", msg: "Input should be a valid dictionary or object to extract fields from" }
     }
     if (/^Expected string/.test(issue.message)) return { type: "string_type", msg: "Input should be a valid string" }
+    if (/^Expected (\{|Struct)/.test(issue.message)) return { type: "dict_type", msg: "Input should be a valid dictionary" }
     if (/^Expected (a finite number|number|an integer|Int)/.test(issue.message)) {
       return { type: "int_type", msg: "Input should be a valid integer" }
     }
@@ -125,7 +130,7 @@ export const toValidationIssues = (
       : shape?.hasPayload === true
       ? "body"
       : "query"
-    const { type, msg } = splitMessage(issue, part)
+    const { type, msg } = describeIssue(issue, part)
     let input: unknown = null
     if (part === "path" && shape !== undefined && key !== undefined) {
       const match = shape.pattern.exec(request.pathname)

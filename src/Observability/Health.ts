@@ -33,9 +33,7 @@ export class CacheProbe extends Context.Tag("Health/CacheProbe")<CacheProbe, Pro
 export class WebSocketProbe extends Context.Tag("Health/WebSocketProbe")<WebSocketProbe, {
   readonly check: Probe
   readonly activeConnections: Effect.Effect<number>
-}>() {
-  static readonly Idle = Layer.succeed(WebSocketProbe, { check: Effect.void, activeConnections: Effect.succeed(0) })
-}
+}>() {}
 
 const TIMEOUT = "1 second"
 

@@ -7,8 +7,7 @@
  */
 import { Clock, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
-import type { Redis } from "ioredis"
-import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.js"
+import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.js"
 import { decision, RateLimiter, RateLimiterUnavailable } from "./RateLimiter.js"
 
 /** KEYS[1] = window key; ARGV = now (ms), window (ms), limit, member. Returns {allowed, count, oldest|-1}. */
@@ -32,24 +31,12 @@ if count > 0 then redis.call('PEXPIRE', key, window) end
 return {allowed, count, oldestScore}
 `
 
-const COMMAND = "adsSlidingWindow"
-
-interface WithSlidingWindow {
-  readonly [COMMAND]: (key: string, now: number, windowMs: number, limit: number, member: string) => Promise<[number, number, number]>
-}
-
-/** ioredis sends EVALSHA and falls back to EVAL once after a script flush (NOSCRIPT). */
-const withScript = (client: Redis): WithSlidingWindow => {
-  if (!(COMMAND in client)) client.defineCommand(COMMAND, { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA })
-  return client as unknown as WithSlidingWindow
-}
-
 /** A store that does not answer within this bound counts as failed (RATE_LIMIT_FAIL_MODE decides). */
 const STORE_TIMEOUT = "1 second"
 
 export const makeRedisRateLimiter = Effect.gen(function*() {
   const { client, prefix } = yield* RedisClient
-  const script = withScript(client)
+  const slidingWindow = defineScript<[number, number, number]>(client, "adsSlidingWindow", 1, SLIDING_WINDOW_LUA)
   // ZSET members must be unique per hit: two hits in the same millisecond are two admissions.
   const instance = randomBytes(6).toString("hex")
   let sequence = 0
@@ -62,7 +49,7 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
         if (isDisconnected(client)) return yield* Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
         const [allowed, count, oldest] = yield* redisCommand(
           "EVALSHA sliding_window",
-          () => script[COMMAND](`${prefix}ratelimit:${key}`, now, windowMs, limit, member)
+          () => slidingWindow(`${prefix}ratelimit:${key}`, now, windowMs, limit, member)
         ).pipe(
           Effect.timeoutFail({ duration: STORE_TIMEOUT, onTimeout: () => new Error("Redis did not answer in time") }),
           Effect.mapError((error) => new RateLimiterUnavailable(error))

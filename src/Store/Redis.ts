@@ -71,6 +71,16 @@ export const redisCommand = <A>(command: string, run: () => Promise<A>): Effect.
     })
   )
 
+/**
+ * A Lua script as a function of its keys and arguments. ioredis sends EVALSHA and falls back to
+ * EVAL once after a script flush (NOSCRIPT), so each call is one round trip.
+ */
+export const defineScript = <R>(client: Redis, name: string, numberOfKeys: number, lua: string) => {
+  if (!(name in client)) client.defineCommand(name, { numberOfKeys, lua })
+  const command = (client as unknown as Record<string, (...args: ReadonlyArray<string | number>) => Promise<R>>)[name]!
+  return (...args: ReadonlyArray<string | number>): Promise<R> => command.apply(client, [...args])
+}
+
 /** The health check of the cache store: PING, when Redis is configured. */
 export const RedisProbe = Layer.effect(
   CacheProbe,

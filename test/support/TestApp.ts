@@ -4,10 +4,8 @@
  * built-in identity provider unless overridden.
  */
 import { HttpServer } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { Context, Effect, Exit, Layer, Logger, LogLevel, Option, Redacted, Scope } from "effect"
 import { cpSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
-import { createServer } from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
@@ -15,6 +13,7 @@ import { importJWK, SignJWT, type JWK } from "jose"
 import { AppLive, makeAppLive } from "../../src/App.js"
 import { BUILTIN_ISSUER } from "../../src/Auth/BuiltinProvider.js"
 import { AppConfig, type AppConfigShape } from "../../src/Config.js"
+import { drainOnShutdown, nodeServerLayer } from "../../src/Http/NodeServer.js"
 
 export const TEST_DATABASE_URL = process.env["TEST_DATABASE_URL"]
 export const TEST_REDIS_URL = process.env["TEST_REDIS_URL"]
@@ -88,8 +87,9 @@ export const startTestApp = async (options: TestAppOptions = {}): Promise<TestAp
     profilingOutputDir: join(dataDir, "profiling"),
     ...options.config
   }
-  const layer = (options.tracing === undefined ? AppLive : makeAppLive(options.tracing)).pipe(
-    Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })),
+  const layer = drainOnShutdown(8_000).pipe(
+    Layer.provideMerge(options.tracing === undefined ? AppLive : makeAppLive(options.tracing)),
+    Layer.provideMerge(nodeServerLayer({ port: 0, host: "127.0.0.1" })),
     Layer.provide(AppConfig.layerWith(config)),
     Layer.provide(Logger.minimumLogLevel(options.logLevel ?? LogLevel.Warning)),
     Layer.provide(options.logger ?? Layer.empty)

@@ -1,0 +1,51 @@
+/**
+ * The WebSocket's HTTP companions (CONTRACT §7, §9 Public extras): `/proto/websocket.proto`, the
+ * schema of `?format=protobuf`; `/asyncapi.json`, the protocol generated from the schemas and the
+ * package table the server runs; and `GET /web` without an upgrade, which answers 426. Public, not
+ * rate limited, not in OpenAPI.
+ */
+import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
+import { Effect } from "effect"
+import { makeAsyncApi } from "../Http/AsyncApi.js"
+import { appVersion } from "../Observability/Metrics.js"
+import { Packages } from "./Packages.js"
+import { PROTO_TEXT } from "./Protobuf.js"
+import { AuthFrame, AuthOk, BroadcastEvents, BroadcastFrame, Close, RequestEnvelope, ResponseEnvelope, StatusCodes } from "./Protocol.js"
+import { WS_PATH } from "./Server.js"
+
+export const PROTO_PATH = "/proto/websocket.proto"
+
+export const asyncApiDocument = () =>
+  makeAsyncApi({
+    title: "Author Directory Service WebSocket",
+    version: appVersion,
+    requestEnvelope: RequestEnvelope,
+    responseEnvelope: ResponseEnvelope,
+    broadcast: BroadcastFrame,
+    authFrame: AuthFrame,
+    authOk: AuthOk,
+    packages: [...Packages.values()].map((p) => ({
+      pkgId: p.pkgId,
+      name: p.name,
+      roles: p.roles,
+      summary: p.summary,
+      request: p.request,
+      response: p.response
+    })),
+    statusCodes: StatusCodes,
+    closeCodes: Object.values(Close),
+    broadcastEvents: BroadcastEvents,
+    protobufUrl: PROTO_PATH
+  })
+
+export const WsHttpLive = HttpApiBuilder.Router.use((router) =>
+  Effect.gen(function*() {
+    const asyncApi = JSON.stringify(asyncApiDocument())
+    yield* router.get(PROTO_PATH, Effect.succeed(HttpServerResponse.text(PROTO_TEXT, { contentType: "text/plain; charset=utf-8" })))
+    yield* router.get("/asyncapi.json", Effect.succeed(HttpServerResponse.text(asyncApi, { contentType: "application/json" })))
+    yield* router.get(
+      WS_PATH,
+      Effect.succeed(HttpServerResponse.unsafeJson({ detail: "WebSocket upgrade required" }, { status: 426, headers: { upgrade: "websocket" } }))
+    )
+  })
+)

@@ -1,0 +1,63 @@
+/**
+ * `?format=protobuf` (CONTRACT §5, §9): the messages of `proto/websocket.proto`, the very file
+ * served at `GET /proto/websocket.proto`, compiled once by protobufjs.
+ */
+import { readFileSync } from "node:fs"
+import protobuf from "protobufjs"
+import type { PageMeta } from "../Domain/Author.js"
+import { classify, type Frame, InvalidJson } from "./Protocol.js"
+
+export const PROTO_TEXT = readFileSync(new URL("../../proto/websocket.proto", import.meta.url), "utf8")
+
+const root = protobuf.parse(PROTO_TEXT, { keepCase: true }).root
+const RequestType = root.lookupType("authordirectory.websocket.Request")
+const ResponseType = root.lookupType("authordirectory.websocket.Response")
+
+interface DecodedRequest {
+  readonly pkg_id: number
+  readonly req_id: string
+  readonly method: string
+  readonly data_json: string
+}
+
+/**
+ * A binary frame. Undecodable bytes, or a request without an integer pkg_id and a UUID req_id,
+ * are unusable (close 1003); `data_json` that is not JSON is left for the envelope check, which
+ * answers `status_code 2`.
+ */
+export const parseProtobufFrame = (bytes: Uint8Array): Frame => {
+  let message: DecodedRequest
+  try {
+    message = RequestType.toObject(RequestType.decode(bytes), { defaults: true }) as DecodedRequest
+  } catch {
+    return { _tag: "Invalid" }
+  }
+  let data: unknown = {}
+  if (message.data_json !== "") {
+    try {
+      data = JSON.parse(message.data_json)
+    } catch {
+      data = new InvalidJson(message.data_json)
+    }
+  }
+  const frame = classify({ pkg_id: message.pkg_id, req_id: message.req_id, method: message.method, data })
+  return frame._tag === "Auth" ? { _tag: "Invalid" } : frame
+}
+
+export interface ResponseFields {
+  readonly pkg_id: number
+  readonly req_id: string
+  readonly status_code: number
+  readonly data: unknown
+  readonly meta: PageMeta | null
+}
+
+/** A Response message; `meta` absent when null, `next_cursor` "" when null. */
+export const encodeResponse = (response: ResponseFields): Uint8Array =>
+  ResponseType.encode(ResponseType.fromObject({
+    pkg_id: response.pkg_id,
+    req_id: response.req_id,
+    status_code: response.status_code,
+    data_json: JSON.stringify(response.data ?? null),
+    ...(response.meta === null ? {} : { meta: { ...response.meta, next_cursor: response.meta.next_cursor ?? "" } })
+  })).finish()
