@@ -32,6 +32,7 @@ import {
 } from "../Observability/Metrics.js"
 import { type RateDecision, RateLimiter } from "../RateLimit/RateLimiter.js"
 import { clientIp } from "./ClientIp.js"
+import { textDepthExceeds, tooDeepMessage } from "./JsonDepth.js"
 import { correlationIdFrom, currentRequest, type RequestContext } from "./RequestContext.js"
 import { contentTypeInvalid, endpointShapes, jsonInvalid, requestView, toValidationIssues, type ValidationIssue } from "./Validation.js"
 
@@ -92,10 +93,21 @@ export const FrontDoorLive = (api: Api) =>
       const maxBody = Option.some(config.maxRequestBodyBytes)
 
       /** Maps anything the app failed with to a response; only true bugs become a 500. */
+      /** A JSON body nested deeper than any request needs (Http/JsonDepth.ts); its text is cached by now. */
+      const tooDeep = (request: HttpServerRequest.HttpServerRequest) =>
+        HttpMethod.hasBody(request.method) && isJsonBody(request)
+          ? Effect.map(Effect.orElseSucceed(request.text, () => ""), (text) => textDepthExceeds(text))
+          : Effect.succeed(false)
+
       const toResponse = (request: HttpServerRequest.HttpServerRequest, cause: Cause.Cause<unknown>) =>
         Effect.gen(function*() {
           const error = Cause.squash(cause)
-          if (error instanceof HttpApiError.HttpApiDecodeError) {
+          const isDecodeError = error instanceof HttpApiError.HttpApiDecodeError
+          // Checked before the issues are rendered: echoing such a value overflows the stack.
+          if ((isDecodeError || Cause.isDie(cause)) && (yield* tooDeep(request))) {
+            return validationResponse([{ type: "value_error", loc: ["body"], msg: tooDeepMessage, input: null }])
+          }
+          if (isDecodeError) {
             const contentType = request.headers["content-type"]
             if (
               HttpMethod.hasBody(request.method) && contentType !== undefined &&

@@ -104,6 +104,20 @@ describe("requests PostgreSQL cannot store verbatim", () => {
   })
 })
 
+describe("deeply nested JSON bodies", () => {
+  it("a value nested thousands of levels deep is a 422 naming the limit; nested extras are ignored", async () => {
+    for (const deep of [`${"[".repeat(20_000)}1${"]".repeat(20_000)}`, `${'{"a":'.repeat(20_000)}1${"}".repeat(20_000)}`]) {
+      for (const [method, path] of [["POST", "/authors"], ["PUT", "/authors/1"], ["POST", "/login"]] as const) {
+        const res = await send(method, path, { body: `{"name":${deep},"username":${deep}}`, contentType: "application/json" })
+        expect(res.status, `${method} ${path}`).toBe(422)
+        expect(res.body).toEqual({ detail: [{ type: "value_error", loc: ["body"], msg: "Input is nested more than 64 levels deep", input: null }] })
+      }
+    }
+    const shallow = await send("POST", "/authors", { body: `{"name":"Deep extra ${Date.now()}","x":${"[".repeat(50)}${"]".repeat(50)}}`, contentType: "application/json" })
+    expect(shallow.status).toBe(201)
+  })
+})
+
 describe("generated bad input never yields a 500", () => {
   it("GET /authors and /authors/paginated with any query", async () => {
     await fc.assert(
