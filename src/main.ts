@@ -26,4 +26,4 @@ const reportFailure = (cause: Cause.Cause<unknown>) =>
     ? Effect.void
     : Effect.sync(() => process.stderr.write(`Service failed: ${Cause.pretty(cause)}\n`))
 
-NodeRuntime.runMain(Layer.launch(MainLive).pipe(Effect.tapErrorCause(reportFailure)), { disableErrorReporting: true })
+NodeRuntime.runMain(Layer.launch(MainLive).pipe(Effect.tapErrorCause(reportFailure)), { disableErrorReporting: true, disablePrettyLogger: true })

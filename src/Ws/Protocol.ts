@@ -6,6 +6,7 @@
 import { Either, ParseResult, Schema } from "effect"
 import { Author, PageMeta } from "../Domain/Author.js"
 import { WsStatus } from "../Errors.js"
+import { depthExceeds, MAX_JSON_DEPTH, tooDeepMessage } from "../Http/JsonDepth.js"
 import { issue } from "../Http/Params.js"
 import { describeIssue } from "../Http/Validation.js"
 
@@ -184,4 +185,6 @@ export interface Envelope {
 export const checkEnvelope = (fields: Readonly<Record<string, unknown>>): Either.Either<Envelope, ReadonlyArray<ErrorItem>> =>
   fields["data"] instanceof InvalidJson
     ? Either.left([{ loc: ["data"], msg: "data_json is not valid JSON", type: "json_invalid" }])
+    : depthExceeds(fields, MAX_JSON_DEPTH + 1)
+    ? Either.left([{ loc: [], msg: tooDeepMessage, type: "value_error" }])
     : Either.mapLeft(decodeEnvelope(fields), (error) => errorItems(error, []))

@@ -355,12 +355,17 @@ export const WsServerLive = Layer.scopedDiscard(Effect.gen(function*() {
         rateLimitHitsTotal.inc({ limit_type: "websocket_message" })
         result = reply(WsStatus.ERROR, { msg: "Rate limit exceeded", retry_after: retryAfter }, 429)
       } else {
-        const envelope = checkEnvelope(frame.fields)
-        result = envelope._tag === "Left"
-          ? reply(WsStatus.INVALID_DATA, { msg: "Invalid request data", errors: envelope.left })
-          : pkg === undefined
-          ? reply(WsStatus.INVALID_DATA, { msg: `Unknown pkg_id ${frame.pkgId}` })
-          : yield* pkg.process(envelope.right.data, user)
+        result = yield* Effect.suspend(() => {
+          const envelope = checkEnvelope(frame.fields)
+          return envelope._tag === "Left"
+            ? Effect.succeed(reply(WsStatus.INVALID_DATA, { msg: "Invalid request data", errors: envelope.left }))
+            : pkg === undefined
+            ? Effect.succeed(reply(WsStatus.INVALID_DATA, { msg: `Unknown pkg_id ${frame.pkgId}` }))
+            : pkg.process(envelope.right.data, user)
+        }).pipe(
+          // A bug is answered like HTTP's 500, never left without a reply.
+          Effect.catchAllDefect((defect) => Effect.as(Effect.logError("WebSocket message failed", defect), INTERNAL_ERROR))
+        )
       }
       const seconds = (performance.now() - started) / 1000
       wsMessageProcessingDuration.observe({ pkg_id: pkg === undefined ? "unknown" : String(pkg.pkgId) }, seconds)
@@ -531,6 +536,8 @@ export const WsServerLive = Layer.scopedDiscard(Effect.gen(function*() {
   )
   yield* node.handleUpgrades({ upgrade, shutdown })
 }))
+
+const INTERNAL_ERROR = reply(WsStatus.ERROR, { msg: "Internal server error" })
 
 const messageOf = (data: unknown): string | null =>
   typeof data === "object" && data !== null && "msg" in data && typeof data.msg === "string" ? data.msg : null

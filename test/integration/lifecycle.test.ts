@@ -8,6 +8,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { freePort, spawnService, waitFor, type Spawned } from "../support/Spawn.js"
+import { login } from "../support/TestApp.js"
+import { connectWs } from "../support/WsClient.js"
 
 const root = mkdtempSync(join(tmpdir(), "ads-lifecycle-"))
 const children: Array<Spawned> = []
@@ -75,12 +77,16 @@ const inFlightLogins = async (port: number) => {
 }
 
 describe.each(["SIGTERM", "SIGINT"] as const)("graceful shutdown on %s", (signal) => {
-  it("stops accepting, completes the request in flight, exits 0", async () => {
+  it("stops accepting, closes WebSockets 1001, completes the request in flight, exits 0; logs are JSON lines only", async () => {
     const { port, service } = await start(signal)
+    const token = (await login({ url: `http://127.0.0.1:${port}` }, "reader")).access_token
+    const ws = connectWs(`http://127.0.0.1:${port}`, { token })
+    expect((await ws.request(1, {})).status_code).toBe(0)
     const inFlight = slowLogin(port)
     await waitFor(async () => (await inFlightLogins(port)) === 1, "the login to be in flight")
 
     service.child.kill(signal)
+    expect(await ws.closed).toEqual({ code: 1001, reason: "Server shutting down" })
     await waitFor(() => refused(port), "the listener to close")
     expect(service.child.exitCode).toBeNull() // still finishing the request in flight
 
@@ -89,5 +95,9 @@ describe.each(["SIGTERM", "SIGINT"] as const)("graceful shutdown on %s", (signal
     expect(res.status).toBe(200)
     expect(JSON.parse(res.body)).toHaveProperty("access_token")
     expect(await service.exited).toBe(0)
+    // LOG_FORMAT=json: every line is one JSON object (no second, pretty logger).
+    const lines = service.stdout().split("\n").filter((l) => l.trim() !== "")
+    expect(lines.length).toBeGreaterThan(0)
+    for (const line of lines) expect(() => JSON.parse(line), line).not.toThrow()
   }, 90_000)
 })

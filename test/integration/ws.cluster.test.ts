@@ -1,0 +1,149 @@
+/**
+ * Two real service processes sharing PostgreSQL and Redis, the way users scale out (CONTRACT §5):
+ * the per-user connection limit spans both, a broadcast started on one reaches the clients of the
+ * other, a session expiry closes the connection where it lives, and a killed instance's slots free
+ * themselves.
+ */
+import { randomUUID } from "node:crypto"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { freePort, type Spawned, spawnService, waitFor } from "../support/Spawn.js"
+import { createPostgresDatabase, request, signToken, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.js"
+import { connectWs, type WsClient } from "../support/WsClient.js"
+
+interface Instance {
+  readonly url: string
+  readonly process: Spawned
+}
+
+describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("two instances sharing PostgreSQL and Redis", () => {
+  let db: TestDatabase
+  let dataDir: string
+  let a: Instance
+  let b: Instance
+  const clients: Array<WsClient> = []
+
+  const start = async (env: Record<string, string>): Promise<Instance> => {
+    const port = await freePort()
+    const url = `http://127.0.0.1:${port}`
+    const spawned = spawnService({ ...env, PORT: String(port) })
+    await waitFor(async () => {
+      try {
+        return (await fetch(`${url}/health`)).status === 200
+      } catch {
+        return false
+      }
+    }, `an instance on ${port} to start`, 60_000)
+    return { url, process: spawned }
+  }
+
+  /** Tokens both instances accept: signed with the built-in provider's key in the shared DATA_DIR. */
+  const tokenFor = (roles: ReadonlyArray<string>, expiresIn?: string) => {
+    const sub = `cluster-${randomUUID()}`
+    return signToken({ dataDir }, { sub, preferred_username: sub, roles }, expiresIn !== undefined ? { expiresIn } : {})
+  }
+
+  const connect = (instance: Instance, token: string) => {
+    const client = connectWs(instance.url, { token })
+    clients.push(client)
+    return client
+  }
+
+  const connected = async (instance: Instance, token: string) => {
+    const client = connect(instance, token)
+    expect((await client.request(1, { filters: { id: -1 } })).status_code).toBe(0)
+    return client
+  }
+
+  beforeAll(async () => {
+    db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")
+    dataDir = mkdtempSync(join(tmpdir(), "ads-cluster-"))
+    const env = {
+      HOST: "127.0.0.1",
+      DATABASE_URL: db.url!,
+      REDIS_URL: TEST_REDIS_URL ?? "",
+      REDIS_KEY_PREFIX: `test-cluster-${randomUUID()}:`,
+      DATA_DIR: dataDir,
+      RATE_LIMIT_ENABLED: "false",
+      WS_MAX_CONNECTIONS_PER_USER: "2",
+      WS_SLOT_TTL_SECONDS: "2",
+      WS_SESSION_GRACE_SECONDS: "0",
+      LOG_LEVEL: "error"
+    }
+    // One after the other: the first creates the signing key in DATA_DIR, the second reads it.
+    a = await start(env)
+    b = await start(env)
+  }, 120_000)
+
+  afterAll(async () => {
+    for (const c of clients) c.ws.terminate()
+    for (const instance of [a, b]) {
+      if (instance !== undefined && instance.process.child.exitCode === null && instance.process.child.signalCode === null) {
+        instance.process.child.kill("SIGTERM")
+        await instance.process.exited
+      }
+    }
+    await db?.dispose()
+    rmSync(dataDir, { recursive: true, force: true })
+  })
+
+  it("the per-user connection limit counts the connections on both instances", async () => {
+    const token = await tokenFor(["get-authors"])
+    const onA = await connected(a, token)
+    await connected(b, token)
+    for (const instance of [a, b]) {
+      expect(await connect(instance, token).closed).toEqual({ code: 1008, reason: "Maximum concurrent connections exceeded" })
+    }
+    await onA.close()
+    // The slot is released when A sees the socket end (just after the client does).
+    let admitted: WsClient | undefined
+    for (let i = 0; i < 100 && admitted === undefined; i++) {
+      const client = connect(b, token)
+      const outcome = await Promise.race([client.request(1, {}).then(() => "open" as const), client.closed.then(() => "closed" as const)])
+      if (outcome === "open") admitted = client
+      else await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+    expect(admitted).toBeDefined()
+  })
+
+  it("a broadcast started on one instance reaches the clients of both", async () => {
+    const onA = await connected(a, await tokenFor(["get-authors"]))
+    const onB = await connected(b, await tokenFor(["get-authors"]))
+    const admin = await tokenFor(["create-author"])
+    const name = `Cluster ${randomUUID()}`
+    const res = await request(a, "POST", "/authors", { token: admin, body: { name } })
+    expect(res.status).toBe(201)
+    for (const client of [onA, onB]) {
+      const event = await client.broadcasts.take()
+      expect(event.data).toMatchObject({ event: "author.created", author: res.body as object })
+    }
+  })
+
+  it("a session expiry closes the connection on the instance that holds it", async () => {
+    const longLived = await connected(a, await tokenFor(["get-authors"]))
+    const expiring = await connected(b, await tokenFor(["get-authors"], "2s"))
+    expect(await expiring.closed).toEqual({ code: 4001, reason: "Session expired" })
+    expect((await longLived.request(1, {})).status_code).toBe(0)
+  })
+
+  it("killing an instance frees its slots (the lease is WS_SLOT_TTL_SECONDS)", async () => {
+    const token = await tokenFor(["get-authors"])
+    await connected(b, token)
+    await connected(b, token)
+    expect(await connect(a, token).closed).toEqual({ code: 1008, reason: "Maximum concurrent connections exceeded" })
+    b.process.child.kill("SIGKILL")
+    expect(await b.process.exited).toBe("SIGKILL")
+    // No event marks a lease's end: try until A admits (2 s lease; bounded).
+    let admitted = false
+    for (let i = 0; i < 200 && !admitted; i++) {
+      const client = connect(a, token)
+      admitted = await Promise.race([client.request(1, {}).then(() => true), client.closed.then(() => false)])
+      if (!admitted) await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    expect(admitted).toBe(true)
+    await connected(a, token)
+    expect(await connect(a, token).closed).toEqual({ code: 1008, reason: "Maximum concurrent connections exceeded" })
+  }, 60_000)
+})
