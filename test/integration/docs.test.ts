@@ -6,6 +6,7 @@
 import { existsSync } from "node:fs"
 import { chromium, type Browser } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { Packages } from "../../src/Ws/Packages.js"
 import { startTestApp, type TestApp } from "../support/TestApp.js"
 
 type Json = Record<string, unknown>
@@ -107,6 +108,74 @@ describe("/openapi.json", () => {
     const schema = ((doc["components"] as Json)["schemas"] as Json)[ref.split("/").pop()!] as Json
     expect(schema).toMatchObject({ type: "object", properties: { detail: { type: "array" } } })
     expect(JSON.stringify(schema)).toMatch(/"loc".*"msg"|"msg".*"loc"/)
+  })
+})
+
+describe("/asyncapi.json and /proto/websocket.proto", () => {
+  let asyncApi: Json
+
+  beforeAll(async () => {
+    const res = await fetch(`${app.url}/asyncapi.json`)
+    expect(res.status).toBe(200)
+    expect(res.headers.get("content-type")).toContain("application/json")
+    expect(res.headers.get("x-ratelimit-limit")).toBeNull()
+    asyncApi = await res.json() as Json
+  })
+
+  const refsResolve = (document: Json) => {
+    const refs = JSON.stringify(document).match(/"\$ref":"[^"]+"/g) ?? []
+    for (const raw of refs) {
+      const ref = raw.slice(8, -1)
+      const target = ref.slice(2).split("/").reduce<unknown>((n, key) => (n as Json | undefined)?.[key], document)
+      expect(target, ref).toBeDefined()
+    }
+    return refs.length
+  }
+
+  it("is AsyncAPI 3.0 describing /web: every package of the server's table, both directions, every $ref resolving", () => {
+    expect(asyncApi["asyncapi"]).toBe("3.0.0")
+    const channel = (asyncApi["channels"] as Json)["web"] as Json
+    expect(channel["address"]).toBe("/web")
+    const messages = channel["messages"] as Record<string, Json>
+    for (const pkg of Packages.values()) {
+      expect(messages[`${pkg.name}_request`], pkg.name).toMatchObject({ "x-pkg-id": pkg.pkgId, "x-roles": [...pkg.roles] })
+      expect(messages[`${pkg.name}_response`], pkg.name).toMatchObject({ "x-pkg-id": pkg.pkgId })
+    }
+    expect(Object.keys(messages)).toEqual(expect.arrayContaining(["broadcast", "auth", "auth_ok"]))
+    expect(refsResolve(asyncApi)).toBeGreaterThan(0)
+    const operations = asyncApi["operations"] as Record<string, Json>
+    expect(operations["request"]).toMatchObject({ action: "receive" })
+    expect(operations["broadcast"]).toMatchObject({ action: "send" })
+  })
+
+  it("the schemas are the server's: package 2 requires page and per_page; close and status codes are CONTRACT §5's", () => {
+    const text = JSON.stringify(asyncApi)
+    const request = JSON.stringify(((asyncApi["channels"] as Json)["web"] as Json)["messages"])
+    expect(request).toMatch(/"required":\["page","per_page"\]/)
+    const closeCodes = ((asyncApi["channels"] as Json)["web"] as Json)["x-close-codes"] as Array<{ code: number; reason: string }>
+    expect(closeCodes).toEqual(expect.arrayContaining([
+      expect.objectContaining({ code: 1001, reason: "Server shutting down" }),
+      expect.objectContaining({ code: 1003, reason: "Invalid message format" }),
+      expect.objectContaining({ code: 1008, reason: "Origin not allowed" }),
+      expect.objectContaining({ code: 1008, reason: "Maximum concurrent connections exceeded" }),
+      expect.objectContaining({ code: 1008, reason: "Message rate limit exceeded" }),
+      expect.objectContaining({ code: 1009 }),
+      expect.objectContaining({ code: 4001, reason: "Invalid or expired token" }),
+      expect.objectContaining({ code: 4001, reason: "Session expired" }),
+      expect.objectContaining({ code: 4002, reason: "Authentication timeout" })
+    ]))
+    expect((((asyncApi["channels"] as Json)["web"] as Json)["x-status-codes"] as Array<{ code: number }>).map((s) => s.code)).toEqual([0, 1, 2, 3])
+    for (const event of ["author.created", "author.updated", "author.deleted"]) expect(text).toContain(event)
+  })
+
+  it("/proto/websocket.proto is served as text; neither document is in OpenAPI", async () => {
+    const res = await fetch(`${app.url}/proto/websocket.proto`)
+    expect(res.status).toBe(200)
+    expect(res.headers.get("content-type")).toContain("text/plain")
+    expect(await res.text()).toMatch(/message Response \{[\s\S]*Metadata meta = 5;/)
+    expect(Object.keys(doc["paths"] as Json)).not.toContain("/asyncapi.json")
+    expect(Object.keys(doc["paths"] as Json)).not.toContain("/proto/websocket.proto")
+    expect(Object.keys(doc["paths"] as Json)).not.toContain("/web")
   })
 })
 

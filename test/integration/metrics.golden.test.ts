@@ -5,6 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { appVersion } from "../../src/Observability/Metrics.js"
 import { login, request, signToken, startTestApp, type TestApp, TEST_DATABASE_URL } from "../support/TestApp.js"
+import { connectWs, type WsClient } from "../support/WsClient.js"
 
 interface Sample {
   readonly name: string
@@ -40,11 +41,12 @@ export const parseMetrics = (text: string) => {
   return { samples, types, find, value, labelNames }
 }
 
-describe("GET /metrics after a scripted HTTP session", () => {
+describe("GET /metrics after a scripted HTTP and WebSocket session", () => {
   let app: TestApp
   let text: string
   let contentType: string | null
   let metrics: ReturnType<typeof parseMetrics>
+  let ws: WsClient | undefined
   const UNAUTHENTICATED = 12
   const LIMIT = 10
 
@@ -53,7 +55,7 @@ describe("GET /metrics after a scripted HTTP session", () => {
     // One app per file (the registry is per process): real PostgreSQL when available, else PGlite.
     app = await startTestApp({
       database: TEST_DATABASE_URL !== undefined ? "postgres" : "embedded",
-      config: { rateLimitPerMinute: LIMIT, rateLimitBurst: 0 }
+      config: { rateLimitPerMinute: LIMIT, rateLimitBurst: 0, wsMessageRateLimit: 2, wsMaxConnectionsPerUser: 1 }
     })
     const admin = await login(app, "admin") // IP budget: 1
     expect((await request(app, "POST", "/login", { body: { username: "admin", password: "nope" } })).status).toBe(401) // 2
@@ -74,12 +76,23 @@ describe("GET /metrics after a scripted HTTP session", () => {
     // IP budget: 2 used; 12 more unauthenticated requests → 8 answered 401, then 4 answered 429.
     expect((await request(app, "GET", "/authors", { token: expired })).status).toBe(401) // 3
     for (let i = 0; i < UNAUTHENTICATED - 1; i++) await request(app, "GET", "/authors")
+    // WebSocket: one accepted connection answering 2 packages and 1 rate-limited message, one
+    // refused over the per-user limit (1), one refused for its token. `ws` stays open.
+    ws = connectWs(app.url, { token })
+    expect((await ws.request(1, {})).status_code).toBe(0)
+    expect((await ws.request(2, { page: 1, per_page: 5 })).status_code).toBe(0)
+    expect((await ws.request(1, {})).status_code).toBe(1)
+    expect((await connectWs(app.url, { token }).closed).code).toBe(1008)
+    expect((await connectWs(app.url, { token: "not-a-jwt" }).closed).code).toBe(4001)
     const scrape = await fetch(`${app.url}/metrics`)
     contentType = scrape.headers.get("content-type")
     text = await scrape.text()
     metrics = parseMetrics(text)
   })
-  afterAll(() => app?.close())
+  afterAll(async () => {
+    ws?.ws.terminate()
+    await app?.close()
+  })
 
   it("is the Prometheus text format", () => {
     expect(contentType).toBe("text/plain; version=0.0.4; charset=utf-8")
@@ -133,6 +146,19 @@ describe("GET /metrics after a scripted HTTP session", () => {
     expect(metrics.value("http_requests_in_progress", { method: "GET", endpoint: "/authors" })).toBe(0)
     // The scrape itself is in progress while it is rendered.
     expect(metrics.value("http_requests_in_progress", { method: "GET", endpoint: "/metrics" })).toBe(1)
+  })
+
+  it("counts WebSocket connections by outcome, frames in and out, processing time by package", () => {
+    expect(metrics.value("ws_connections_total", { status: "accepted" })).toBe(1)
+    expect(metrics.value("ws_connections_total", { status: "rejected_limit" })).toBe(1)
+    expect(metrics.value("ws_connections_total", { status: "rejected_auth" })).toBe(1)
+    expect(metrics.value("ws_connections_active")).toBe(1)
+    expect(metrics.value("ws_messages_received_total")).toBe(3)
+    expect(metrics.value("ws_messages_sent_total")).toBe(3)
+    expect(metrics.value("ws_message_processing_duration_seconds_count", { pkg_id: "1" })).toBe(2)
+    expect(metrics.value("ws_message_processing_duration_seconds_count", { pkg_id: "2" })).toBe(1)
+    expect(metrics.value("rate_limit_hits_total", { limit_type: "websocket_message" })).toBe(1)
+    expect(metrics.value("rate_limit_hits_total", { limit_type: "websocket_connection" })).toBe(1)
   })
 
   it("counts rate-limit hits, authentications and token validations", () => {

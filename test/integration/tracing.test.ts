@@ -9,6 +9,7 @@ import { createServer, type IncomingMessage, type Server } from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { tracingWith } from "../../src/Observability/Tracing.js"
 import { login, request, startTestApp, type TestApp, TEST_REDIS_URL } from "../support/TestApp.js"
+import { connectWs } from "../support/WsClient.js"
 
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 const PARENT_SPAN_ID = "00f067aa0ba902b7"
@@ -71,6 +72,25 @@ describe("tracing with an in-memory exporter", () => {
     expect(servers.every((s) => s.parentSpanContext === undefined)).toBe(true)
     // Never the raw path.
     expect(spans().some((s) => s.name.includes("987654"))).toBe(false)
+  })
+
+  it("traces each WebSocket message as a ws.message span with pkg_id, its SQL inside", async () => {
+    const { access_token } = await login(app, "admin")
+    const client = connectWs(app.url, { token: access_token })
+    const answer = await client.request(2, { page: 1, per_page: 3 })
+    expect(answer.status_code).toBe(0)
+    const message = await waitFor(
+      () => spans().find((s) => s.name === "ws.message" && s.attributes["ws.req_id"] === answer.req_id),
+      "ws.message span"
+    )
+    expect(message.attributes["pkg_id"]).toBe(2)
+    const traceId = message.spanContext().traceId
+    const sql = await waitFor(() => {
+      const found = traceOf(traceId).filter((s) => s.name.startsWith("sql."))
+      return found.length > 0 ? found : undefined
+    }, "SQL spans of the message")
+    expect(sql.length).toBeGreaterThan(0)
+    await client.close()
   })
 
   it.runIf(TEST_REDIS_URL !== undefined)("traces Redis commands inside the request's trace", async () => {
