@@ -75,13 +75,13 @@ describe(".env.example", () => {
     return m ? [[m[1]!, m[2]!] as const] : []
   }))
 
-  it("lists every variable of CONTRACT §2", () => {
+  it("lists every variable of CONTRACT §2 (and the two WebSocket tuning variables beyond it)", () => {
     for (const name of ["PORT", "HOST", "APP_ENV", "LOG_LEVEL", "LOG_FORMAT", "DATABASE_URL", "DATABASE_POOL_MAX", "DATA_DIR", "REDIS_URL",
       "OIDC_ISSUER_URL", "OIDC_CLIENT_ID", "OIDC_CLIENT_SECRET", "OIDC_AUDIENCE", "AUTH_USERS_FILE", "RATE_LIMIT_ENABLED",
       "RATE_LIMIT_PER_MINUTE", "RATE_LIMIT_BURST", "RATE_LIMIT_FAIL_MODE", "TRUSTED_PROXIES", "WS_MAX_CONNECTIONS_PER_USER",
       "WS_MESSAGE_RATE_LIMIT", "WS_AUTH_TIMEOUT_SECONDS", "ALLOWED_WS_ORIGINS", "MAX_REQUEST_BODY_BYTES", "WS_MAX_MESSAGE_BYTES",
       "REDIS_KEY_PREFIX", "AUDIT_LOG_ENABLED", "PROFILING_ENABLED", "PROFILING_OUTPUT_DIR", "PROFILING_INTERVAL_SECONDS",
-      "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"]) {
+      "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "WS_SESSION_GRACE_SECONDS", "WS_SLOT_TTL_SECONDS"]) {
       expect(documented.has(name), name).toBe(true)
     }
   })
@@ -106,6 +106,8 @@ describe(".env.example", () => {
       WS_MAX_CONNECTIONS_PER_USER: String(defaults.wsMaxConnectionsPerUser),
       WS_MESSAGE_RATE_LIMIT: String(defaults.wsMessageRateLimit),
       WS_AUTH_TIMEOUT_SECONDS: String(defaults.wsAuthTimeoutSeconds),
+      WS_SESSION_GRACE_SECONDS: String(defaults.wsSessionGraceSeconds),
+      WS_SLOT_TTL_SECONDS: String(defaults.wsSlotTtlSeconds),
       ALLOWED_WS_ORIGINS: defaults.allowedWsOrigins.join(","),
       MAX_REQUEST_BODY_BYTES: String(defaults.maxRequestBodyBytes),
       WS_MAX_MESSAGE_BYTES: String(defaults.wsMaxMessageBytes),
