@@ -1,0 +1,354 @@
+/**
+ * `npm run bench`: the service against the hand-written baseline (bench/baseline/server.ts), each
+ * on its own fresh, identically seeded database, workload by workload in alternating rounds
+ * (service, baseline, service, baseline, …). See bench/README.md.
+ *
+ *   npm run bench -- [--rounds 5] [--duration 5] [--warmup 2] [--only W1,W6,W7,idle] [--authors 10000]
+ *                    [--audit-rows 1000000] [--fanout-clients 2000] [--fanout-events 30]
+ *                    [--idle-connections 5000] [--users 64]
+ *
+ * BENCH_DATABASE_URL / BENCH_REDIS_URL select real PostgreSQL / Redis (else embedded PGlite and
+ * in-process stores). Results: printed tables and bench/results/<timestamp>.json.
+ */
+import { Redis } from "ioredis"
+import { randomBytes } from "node:crypto"
+import { mkdirSync, writeFileSync } from "node:fs"
+import { cpus, totalmem } from "node:os"
+import { join } from "node:path"
+import { prepareDatabases, type Prepared } from "./lib/databases.js"
+import { type FanoutResult, type IdleResult, measureFanout, measureIdle } from "./lib/fanout.js"
+import { closeClients, openClients, type RoundResult, runHttp, runWsRoundTrips } from "./lib/load.js"
+import { checkAnswers, checkCodeParity, checkWsAnswers } from "./lib/parity.js"
+import { formatNumber as fmt, formatWorkload, ratio, round2, type ServerSummary, summarize } from "./lib/report.js"
+import { ROOT, rssMb, type Server, type ServerName, settle, startBaseline, startService } from "./lib/servers.js"
+import { makeKey, mintTokens, writePublicKey } from "./lib/tokens.js"
+import { type Context, w6Spec, type Workload, WORKLOADS } from "./lib/workloads.js"
+
+// ---- options ------------------------------------------------------------------------------------
+const argv = process.argv.slice(2)
+const option = (name: string): string | undefined => {
+  const i = argv.indexOf(`--${name}`)
+  if (i !== -1) return argv[i + 1]
+  const inline = argv.find((a) => a.startsWith(`--${name}=`))
+  return inline?.slice(name.length + 3)
+}
+const numberOption = (name: string, fallback: number) => {
+  const raw = option(name)
+  const n = raw === undefined ? fallback : Number(raw)
+  if (!Number.isFinite(n) || n < 0) throw new Error(`--${name} must be a non-negative number`)
+  return n
+}
+if (argv.includes("--help")) {
+  process.stdout.write("usage: npm run bench -- [--rounds 5] [--duration 5] [--warmup 2] [--only W1,W4,W6,W7,idle] [--authors 10000] [--audit-rows 1000000]\n" +
+    "                     [--fanout-clients 2000] [--fanout-events 30] [--idle-connections 5000] [--users 64]\n")
+  process.exit(0)
+}
+const opts = {
+  rounds: Math.max(1, numberOption("rounds", 5)),
+  duration: numberOption("duration", 5),
+  warmup: numberOption("warmup", 2),
+  authors: Math.max(100, numberOption("authors", 10_000)),
+  auditRows: numberOption("audit-rows", 1_000_000),
+  fanoutClients: numberOption("fanout-clients", 2000),
+  fanoutEvents: Math.max(1, numberOption("fanout-events", 30)),
+  idleConnections: numberOption("idle-connections", 5000),
+  users: Math.max(1, numberOption("users", 64)),
+  only: option("only")?.split(",").map((s) => s.trim()).filter((s) => s !== "")
+}
+const selected = (id: string) => opts.only === undefined || opts.only.some((o) => o.toLowerCase() === id.toLowerCase() || id.toLowerCase().startsWith(`${o.toLowerCase()}-`))
+const adminUrl = process.env["BENCH_DATABASE_URL"] || undefined
+const redisUrl = process.env["BENCH_REDIS_URL"] || undefined
+
+const started = performance.now()
+const elapsed = () => `${((performance.now() - started) / 1000).toFixed(0).padStart(4)} s`
+const log = (line: string) => process.stdout.write(`[${elapsed()}] ${line}\n`)
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+const message = (error: unknown) => (error instanceof Error ? error.message : String(error)).split("\n")[0]!.slice(0, 300)
+
+// ---- cleanup ------------------------------------------------------------------------------------
+const runId = randomBytes(4).toString("hex")
+const redisPrefix = `adsbench:${runId}:`
+const servers: Array<Server> = []
+let prepared: Prepared | undefined
+let cleaning: Promise<void> | undefined
+const cleanup = () =>
+  cleaning ??= (async () => {
+    for (const s of servers) await s.stop().catch(() => undefined)
+    await prepared?.dispose().catch(() => undefined)
+    if (redisUrl !== undefined) {
+      const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 })
+      redis.on("error", () => {})
+      try {
+        await redis.connect()
+        let cursor = "0"
+        do {
+          const [next, keys] = await redis.scan(cursor, "MATCH", `${redisPrefix}*`, "COUNT", 1000)
+          cursor = next
+          if (keys.length > 0) await redis.unlink(...keys)
+        } while (cursor !== "0")
+      } catch {
+        // best effort
+      } finally {
+        redis.disconnect()
+      }
+    }
+  })()
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    log(`${signal}: stopping servers and removing the bench databases`)
+    void cleanup().finally(() => process.exit(130))
+  })
+}
+
+// ---- one workload -------------------------------------------------------------------------------
+interface WorkloadResult {
+  readonly id: string
+  readonly title: string
+  readonly connections: number
+  readonly service: ServerSummary
+  readonly baseline: ServerSummary
+  readonly ratio: number | undefined
+}
+
+const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server>): Promise<WorkloadResult> => {
+  type Runner = (seconds: number) => Promise<RoundResult>
+  const state = new Map<ServerName, { runner?: Runner; failure?: string; rounds: Array<RoundResult & { settle_ms: number }> }>()
+  for (const s of pair) state.set(s.name, { rounds: [] })
+  const makeRunner = async (s: Server): Promise<Runner> => {
+    if (w.kind === "http") {
+      const spec = await w.spec(ctx, s)
+      return (seconds) => runHttp(s.url, spec, seconds)
+    }
+    const request = w.request(ctx)
+    return async (seconds) => {
+      const clients = await openClients(s.wsUrl, ctx.tokens, w.connections, 64)
+      try {
+        return await runWsRoundTrips(clients, request, seconds)
+      } finally {
+        await closeClients(clients)
+      }
+    }
+  }
+  const attempt = async (s: Server, f: (st: { runner?: Runner; rounds: Array<RoundResult & { settle_ms: number }> }) => Promise<void>) => {
+    const st = state.get(s.name)!
+    if (st.failure !== undefined) return
+    if (!s.alive()) {
+      st.failure = s.exitReason() ?? "server is gone"
+      return
+    }
+    try {
+      await f(st)
+    } catch (error) {
+      st.failure = s.alive() ? message(error) : s.exitReason() ?? message(error)
+    }
+  }
+  for (const s of pair) {
+    await attempt(s, async (st) => {
+      st.runner = await makeRunner(s)
+      if (opts.warmup > 0) {
+        await settle(s.pid)
+        await st.runner(opts.warmup)
+      }
+    })
+  }
+  for (let r = 0; r < opts.rounds; r++) {
+    for (const s of pair) {
+      await attempt(s, async (st) => {
+        const settle_ms = await settle(s.pid)
+        const result = await st.runner!(opts.duration)
+        if (!s.alive()) throw new Error(s.exitReason() ?? "server is gone") // a round against a dead server is not a data point
+        st.rounds.push({ ...result, settle_ms })
+        log(`  ${w.id} round ${r + 1}/${opts.rounds} ${s.name.padEnd(8)} ${fmt(result.rps).padStart(7)} req/s  p50 ${fmt(result.p50, 2)} ms  p99 ${fmt(result.p99, 2)} ms  errors ${result.errors}`)
+      })
+    }
+  }
+  const summaryOf = (s: Server) => {
+    const st = state.get(s.name)!
+    return summarize(st.rounds, st.failure, rssMb(s.pid))
+  }
+  const service = summaryOf(pair[0]!)
+  const baseline = summaryOf(pair[1]!)
+  return { id: w.id, title: w.title, connections: w.connections, service, baseline, ratio: ratio(service, baseline) }
+}
+
+// ---- main ---------------------------------------------------------------------------------------
+const main = async () => {
+  log(`bench ${runId}: ${opts.authors} authors, ${opts.auditRows} audit records, ${opts.rounds} rounds × ${opts.duration} s (+${opts.warmup} s warm-up), ` +
+    `database ${adminUrl === undefined ? "embedded PGlite" : "PostgreSQL (BENCH_DATABASE_URL)"}, ${redisUrl === undefined ? "in-process stores" : "Redis (BENCH_REDIS_URL)"}`)
+  const codeParity = checkCodeParity()
+  if (codeParity.length > 0) throw new Error(`bench/baseline/shared.ts no longer matches src/:\n  ${codeParity.join("\n  ")}`)
+
+  const key = await makeKey()
+  const tokens = await mintTokens(key, opts.users)
+  const anchor = new Date()
+  prepared = await prepareDatabases({ adminUrl, redisUrl, redisPrefix, authors: opts.authors, auditRows: opts.auditRows, anchor, key, log })
+  log(`databases ready: ${JSON.stringify(prepared.timings)}`)
+  const jwkFile = join(prepared.baselineDataDir, "public-jwk.json")
+  writePublicKey(jwkFile, key)
+
+  const service = await startService(prepared.serviceDataDir, prepared.service)
+  servers.push(service)
+  const baseline = await startBaseline(prepared.baselineDataDir, prepared.baseline, jwkFile)
+  servers.push(baseline)
+  log(`service pid ${service.pid} (${rssMb(service.pid)} MB), baseline pid ${baseline.pid} (${rssMb(baseline.pid)} MB)`)
+  const pair: [Server, Server] = [service, baseline]
+  /** A server that died (e.g. signalled from outside the runner) is restarted before the next workload, on the same data. */
+  const restarts: Array<{ server: ServerName; at_s: number; reason: string }> = []
+  const ensureAlive = async () => {
+    for (const [i, s] of pair.entries()) {
+      if (s.alive()) continue
+      const reason = s.exitReason() ?? "gone"
+      log(`${s.name} is not running (${reason}); restarting it on the same data`)
+      restarts.push({ server: s.name, at_s: round2((performance.now() - started) / 1000), reason })
+      try {
+        const next = s.name === "service"
+          ? await startService(prepared!.serviceDataDir, prepared!.service)
+          : await startBaseline(prepared!.baselineDataDir, prepared!.baseline, jwkFile)
+        servers.push(next)
+        pair[i] = next
+      } catch (error) {
+        log(`restart of ${s.name} failed: ${message(error)}`)
+      }
+    }
+  }
+
+  const ctx: Context = { tokens, authors: opts.authors, anchor, runId }
+  const DAY = 86_400_000
+  const range = `start_date=${encodeURIComponent(new Date(anchor.getTime() - 90 * DAY).toISOString())}&end_date=${encodeURIComponent(new Date(anchor.getTime() - 30 * DAY).toISOString())}`
+  const answers = await checkAnswers(service, baseline, tokens[0]!, [
+    { label: "W1 page 7", path: "/authors/paginated?page=7&per_page=20" },
+    { label: "W4 last page (offset)", path: `/authors/paginated?page=${Math.ceil(opts.authors / 20)}&per_page=20` },
+    { label: "W4 cursor", path: `/authors/paginated?per_page=20&cursor=${Buffer.from(`a:${opts.authors - 25}`).toString("base64url")}` },
+    { label: "W5 search", path: "/authors?search=ame" },
+    { label: "W5 search (escaped)", path: "/authors?search=%25_a" },
+    { label: "W6 by id", path: "/authors?id=42" },
+    { label: "W8 user + range", path: `/audit-logs?user_id=user-42&${range}` },
+    { label: "W8 rollup total", path: `/audit-logs?action_type=POST&outcome=error&${range}` },
+    { label: "422 page=0", path: "/authors/paginated?page=0" }
+  ])
+  const wsAnswers = await checkWsAnswers(service, baseline, tokens[0]!)
+  for (const p of [...answers, ...wsAnswers]) log(`parity: ${p}`)
+  if (answers.length === 0) log("parity: both servers give identical answers to the sample requests")
+
+  const workloads: Array<WorkloadResult> = []
+  for (const w of WORKLOADS.filter((w) => selected(w.id))) {
+    await ensureAlive()
+    log(`${w.id}: ${w.title}`)
+    workloads.push(await runWorkload(w, ctx, pair))
+  }
+
+  let fanout: Record<string, FanoutResult | { failed: string }> | undefined
+  if (selected("W7") && opts.fanoutClients > 0) {
+    fanout = {}
+    await ensureAlive()
+    for (const s of pair) {
+      log(`W7: broadcast fan-out to ${opts.fanoutClients} clients, ${s.name}`)
+      try {
+        if (!s.alive()) throw new Error(s.exitReason())
+        await settle(s.pid)
+        fanout[s.name] = await measureFanout(s, tokens, opts.fanoutClients, opts.fanoutEvents)
+      } catch (error) {
+        fanout[s.name] = { failed: s.alive() ? message(error) : s.exitReason() ?? message(error) }
+      }
+      await sleep(1000)
+    }
+  }
+
+  let idle: Record<string, IdleResult | { failed: string }> | undefined
+  if (selected("idle") && opts.idleConnections > 0) {
+    idle = {}
+    await ensureAlive()
+    for (const s of pair) {
+      log(`idle: ${opts.idleConnections} WebSocket connections, ${s.name}`)
+      try {
+        if (!s.alive()) throw new Error(s.exitReason())
+        idle[s.name] = await measureIdle(s, tokens, opts.idleConnections, w6Spec(ctx), opts.duration)
+      } catch (error) {
+        idle[s.name] = { failed: s.alive() ? message(error) : s.exitReason() ?? message(error) }
+      }
+      await sleep(1000)
+    }
+  }
+
+  // ---- report -----------------------------------------------------------------------------------
+  const detail = (w: WorkloadResult) => `${w.connections} connections, ${opts.rounds} × ${opts.duration} s`
+  const out: Array<string> = ["", "=".repeat(100)]
+  out.push(`Author Directory Service vs baseline — ${opts.authors.toLocaleString("en-US")} authors, ${opts.auditRows.toLocaleString("en-US")} seeded audit records, ` +
+    `${adminUrl === undefined ? "embedded PGlite (in each server process)" : "PostgreSQL"}, ${redisUrl === undefined ? "in-process stores" : "Redis"}`)
+  out.push(`machine: ${cpus().length} cores (${cpus()[0]?.model ?? "?"}), ${Math.round(totalmem() / 2 ** 30)} GB, node ${process.version}; servers, database, Redis and the load generator share these cores`)
+  out.push("")
+  for (const w of workloads) out.push(formatWorkload(w.id, w.title, detail(w), w.service, w.baseline), "")
+  if (fanout !== undefined) {
+    out.push(`W7  broadcast fan-out: POST /authors → all ${opts.fanoutClients} WebSocket clients have author.created  [${opts.fanoutEvents} events each]`)
+    for (const name of ["service", "baseline"] as const) {
+      const f = fanout[name]
+      if (f === undefined) continue
+      if ("failed" in f) {
+        out.push(`  ${name.padEnd(9)} failed: ${f.failed}`)
+        continue
+      }
+      const slowDropped = f.active_before_slow !== undefined && f.active_after_slow !== undefined
+        ? (f.active_after_slow <= f.active_before_slow ? "slow client dropped" : "slow client still connected")
+        : "slow client: connection count unknown"
+      out.push(`  ${name.padEnd(9)} all delivered p50 ${fmt(f.normal.p50_ms, 1)} ms, p99 ${fmt(f.normal.p99_ms, 1)} ms (incomplete ${f.normal.incomplete}); ` +
+        `with a non-reading client p50 ${fmt(f.with_slow_client.p50_ms, 1)} ms, p99 ${fmt(f.with_slow_client.p99_ms, 1)} ms (incomplete ${f.with_slow_client.incomplete}); ` +
+        `${slowDropped}; connect ${fmt(f.connect_s, 1)} s; RSS ${fmt(f.rss_mb)} MB`)
+    }
+    out.push("")
+  }
+  if (idle !== undefined) {
+    out.push(`Idle  ${opts.idleConnections} open WebSocket connections: RSS, and W6 latency with them open vs without  [${opts.duration} s each]`)
+    for (const name of ["service", "baseline"] as const) {
+      const r = idle[name]
+      if (r === undefined) continue
+      if ("failed" in r) {
+        out.push(`  ${name.padEnd(9)} failed: ${r.failed}`)
+        continue
+      }
+      const verdict = r.p99_ratio <= 2 && r.p50_ratio <= 2 ? "within 2×" : "NOT within 2×"
+      out.push(`  ${name.padEnd(9)} RSS ${fmt(r.rss_before_mb)} → ${fmt(r.rss_with_mb)} MB (${r.kb_per_connection !== undefined && r.kb_per_connection > 0 ? `${fmt(r.kb_per_connection, 1)} KB/connection` : "no growth above GC noise"}); ` +
+        `W6 p50 ${fmt(r.w6_idle.p50, 2)} → ${fmt(r.w6_with_connections.p50, 2)} ms, p99 ${fmt(r.w6_idle.p99, 2)} → ${fmt(r.w6_with_connections.p99, 2)} ms, ` +
+        `req/s ${fmt(r.w6_idle.rps)} → ${fmt(r.w6_with_connections.rps)} (${verdict})`)
+    }
+    out.push("")
+  }
+  if (redisUrl !== undefined) {
+    out.push("note: with Redis the service also appends every audit record to a Redis Stream (XADD, awaited) for crash safety; the baseline buffers in process only.")
+  }
+  for (const r of restarts) out.push(`note: ${r.server} was restarted at ${r.at_s} s after it stopped unexpectedly (${r.reason.slice(0, 120)}); its later numbers come from a fresh process`)
+  const parity = [...answers, ...wsAnswers]
+  out.push(parity.length === 0 ? "parity: identical answers on the sample requests (HTTP and WS)" : `parity: ${parity.join("; ")}`)
+  const totalSeconds = (performance.now() - started) / 1000
+  out.push(`total wall time ${fmt(totalSeconds, 0)} s (setup ${JSON.stringify(prepared.timings)})`)
+  process.stdout.write(`${out.join("\n")}\n`)
+
+  const resultsDir = join(ROOT, "bench", "results")
+  mkdirSync(resultsDir, { recursive: true })
+  const file = join(resultsDir, `${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
+  writeFileSync(file, JSON.stringify({
+    run_id: runId,
+    started_at: new Date(Date.now() - totalSeconds * 1000).toISOString(),
+    total_s: round2(totalSeconds),
+    options: opts,
+    backends: { database: adminUrl === undefined ? "pglite" : "postgres", redis: redisUrl === undefined ? "in-process" : "redis" },
+    machine: { cores: cpus().length, cpu: cpus()[0]?.model, memory_gb: Math.round(totalmem() / 2 ** 30), node: process.version },
+    setup_timings_s: prepared.timings,
+    parity: { code: codeParity, answers: parity },
+    restarts,
+    workloads,
+    fanout,
+    idle
+  }, null, 2))
+  log(`results written to ${file}`)
+}
+
+let exitCode = 0
+try {
+  await main()
+} catch (error) {
+  exitCode = 1
+  process.stderr.write(`bench failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`)
+} finally {
+  await cleanup()
+}
+process.exit(exitCode)
