@@ -179,8 +179,8 @@ const listAuthors = async (f: AuthorFilters) => {
 const pageAuthors = async (f: AuthorFilters, page: number, perPage: number, afterId: number | undefined) => {
   const p1: Array<unknown> = []
   const rowsSql = afterId !== undefined
-    ? `SELECT ${AUTHOR_COLUMNS} FROM authors ${authorWhere(f, p1, afterId)} ${SQL.authorsOrderBy} LIMIT $${p1.push(perPage + 1)}`
-    : `SELECT ${AUTHOR_COLUMNS} FROM authors ${authorWhere(f, p1)} ${SQL.authorsOrderBy} LIMIT $${p1.push(perPage + 1)} OFFSET $${p1.push((page - 1) * perPage)}`
+    ? `SELECT ${AUTHOR_COLUMNS} FROM (${SQL.pageColumns} ${authorWhere(f, p1, afterId)} ${SQL.authorsOrderBy} LIMIT $${p1.push(perPage + 1)}) AS page ${SQL.pageOrderBy}`
+    : `SELECT ${AUTHOR_COLUMNS} FROM (${SQL.pageColumns} ${authorWhere(f, p1)} ${SQL.authorsOrderBy} LIMIT $${p1.push(perPage + 1)} OFFSET $${p1.push((page - 1) * perPage)}) AS page ${SQL.pageOrderBy}`
   const p2: Array<unknown> = []
   const filtered = f.id !== undefined || f.name !== undefined || f.search !== undefined
   const totalSql = filtered ? `SELECT ${SQL.countTotal} FROM authors ${authorWhere(f, p2)}` : SQL.authorsTotal

@@ -12,13 +12,11 @@ import { randomBytes } from "node:crypto"
  */
 export const SQL = {
   authorColumns: `id::int AS id, name, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at`,
-  /**
-   * NB: in PostgreSQL a bare `id` here names the output column `id::int AS id`, not the table's
-   * column, so the primary-key index cannot serve the ORDER BY (a full scan and top-N sort per
-   * page). Kept identical to the service on purpose; when src/ qualifies it, the runner's parity
-   * check fails until this is updated too.
-   */
-  authorsOrderBy: "ORDER BY id",
+  /** Qualified: a bare `id` would name the output column `id::int AS id`, which no index serves. */
+  authorsOrderBy: "ORDER BY authors.id",
+  /** A page's rows are chosen on the bare columns, then only they are formatted (`AS page`). */
+  pageColumns: "SELECT id, name, created_at FROM authors",
+  pageOrderBy: "ORDER BY page.id",
   authorsTotal: "SELECT total::int AS total FROM author_stats",
   countTotal: "count(*)::int AS total",
   auditTimestamp: `to_char("timestamp" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS "timestamp"`,

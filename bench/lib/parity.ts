@@ -52,10 +52,12 @@ const checkSqlText = (): Array<string> => {
   const expect = (file: string, text: string, fragment: string) => {
     if (!text.includes(fragment)) problems.push(`${file} no longer contains the baseline's SQL ${JSON.stringify(fragment)}`)
   }
-  for (const f of [base.SQL.authorColumns, base.SQL.authorsTotal, base.SQL.countTotal]) expect("src/Authors/Repo.ts", authors, f)
+  for (const f of [base.SQL.authorColumns, base.SQL.authorsTotal, base.SQL.countTotal, base.SQL.pageColumns, base.SQL.pageOrderBy]) {
+    expect("src/Authors/Repo.ts", authors, f)
+  }
   for (const f of [base.SQL.auditTimestamp, base.SQL.auditOrderBy, base.SQL.countTotal, base.SQL.auditConflict]) expect("src/AuditLogs/Repo.ts", audit, f)
   const orders = (text: string) => [...new Set(text.match(ORDER_BY) ?? [])]
-  same2("src/Authors/Repo.ts ORDER BY", orders(authors), [base.SQL.authorsOrderBy], problems)
+  same2("src/Authors/Repo.ts ORDER BY", orders(authors).sort(), [base.SQL.authorsOrderBy, base.SQL.pageOrderBy].sort(), problems)
   same2("src/AuditLogs/Repo.ts ORDER BY", orders(audit), [base.SQL.auditOrderBy], problems)
   return problems
 }
