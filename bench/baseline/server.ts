@@ -177,17 +177,18 @@ const listAuthors = async (f: AuthorFilters) => {
   return (await pool.query<AuthorRow>(`SELECT ${AUTHOR_COLUMNS} FROM authors ${authorWhere(f, params)} ${SQL.authorsOrderBy}`, params)).rows
 }
 const pageAuthors = async (f: AuthorFilters, page: number, perPage: number, afterId: number | undefined) => {
-  const p1: Array<unknown> = []
-  const rowsSql = afterId !== undefined
-    ? `SELECT ${AUTHOR_COLUMNS} FROM (${SQL.pageColumns} ${authorWhere(f, p1, afterId)} ${SQL.authorsOrderBy} LIMIT $${p1.push(perPage + 1)}) AS page ${SQL.pageOrderBy}`
-    : `SELECT ${AUTHOR_COLUMNS} FROM (${SQL.pageColumns} ${authorWhere(f, p1)} ${SQL.authorsOrderBy} LIMIT $${p1.push(perPage + 1)} OFFSET $${p1.push((page - 1) * perPage)}) AS page ${SQL.pageOrderBy}`
-  const p2: Array<unknown> = []
+  const params: Array<unknown> = []
   const filtered = f.id !== undefined || f.name !== undefined || f.search !== undefined
-  const totalSql = filtered ? `SELECT ${SQL.countTotal} FROM authors ${authorWhere(f, p2)}` : SQL.authorsTotal
-  const [rows, totals] = await Promise.all([pool.query<AuthorRow>(rowsSql, p1), pool.query<{ total: number }>(totalSql, p2)])
-  const hasMore = rows.rows.length > perPage
-  const items = hasMore ? rows.rows.slice(0, perPage) : rows.rows
-  const total = totals.rows[0]?.total ?? 0
+  const totalSql = filtered ? `SELECT ${SQL.countTotal} FROM authors ${authorWhere(f, params)}` : SQL.authorsTotal
+  const chosen = afterId !== undefined
+    ? `${SQL.pageColumns} ${authorWhere(f, params, afterId)} ${SQL.authorsOrderBy} LIMIT $${params.push(perPage + 1)}`
+    : `${SQL.pageColumns} ${authorWhere(f, params)} ${SQL.authorsOrderBy} LIMIT $${params.push(perPage + 1)} OFFSET $${params.push((page - 1) * perPage)}`
+  const sql = `${SQL.pageWithTotal}${totalSql}) AS t LEFT JOIN LATERAL (SELECT ${AUTHOR_COLUMNS} FROM (${chosen}) ${SQL.pageJoin}`
+  const rows = (await pool.query<AuthorRow & { total: number }>(sql, params)).rows
+  const items = rows.filter((r) => r.id !== null).map((r) => ({ id: r.id, name: r.name, created_at: r.created_at }))
+  const hasMore = items.length > perPage
+  if (hasMore) items.length = perPage
+  const total = rows[0]?.total ?? 0
   const last = items[items.length - 1]
   return {
     items,

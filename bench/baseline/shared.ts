@@ -16,7 +16,10 @@ export const SQL = {
   authorsOrderBy: "ORDER BY authors.id",
   /** A page's rows are chosen on the bare columns, then only they are formatted (`AS page`). */
   pageColumns: "SELECT id, name, created_at FROM authors",
-  pageOrderBy: "ORDER BY page.id",
+  /** …and joined to the total's single row: one statement per page. */
+  pageWithTotal: "SELECT t.total, p.* FROM (",
+  pageJoin: "AS page) AS p ON true ORDER BY p.id",
+  pageOrderBy: "ORDER BY p.id",
   authorsTotal: "SELECT total::int AS total FROM author_stats",
   countTotal: "count(*)::int AS total",
   auditTimestamp: `to_char("timestamp" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS "timestamp"`,

@@ -52,7 +52,7 @@ const checkSqlText = (): Array<string> => {
   const expect = (file: string, text: string, fragment: string) => {
     if (!text.includes(fragment)) problems.push(`${file} no longer contains the baseline's SQL ${JSON.stringify(fragment)}`)
   }
-  for (const f of [base.SQL.authorColumns, base.SQL.authorsTotal, base.SQL.countTotal, base.SQL.pageColumns, base.SQL.pageOrderBy]) {
+  for (const f of [base.SQL.authorColumns, base.SQL.authorsTotal, base.SQL.countTotal, base.SQL.pageColumns, base.SQL.pageWithTotal, base.SQL.pageJoin]) {
     expect("src/Authors/Repo.ts", authors, f)
   }
   for (const f of [base.SQL.auditTimestamp, base.SQL.auditOrderBy, base.SQL.countTotal, base.SQL.auditConflict]) expect("src/AuditLogs/Repo.ts", audit, f)

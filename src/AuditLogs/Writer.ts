@@ -113,12 +113,20 @@ const makeBuffer = (options: WriterOptions) =>
  * carrying them (e.g. `?search=%00`) made a record no insert could ever store, and the retry-forever
  * writer then blocked every later record and the shutdown flush. Such characters become U+FFFD.
  */
+const storableText = (text: string): string =>
+  // Almost every string is fine: the native check spares the regex (this runs on every field of every record).
+  (text as string & { isWellFormed(): boolean }).isWellFormed() && !text.includes("\u0000")
+    ? text
+    // eslint-disable-next-line no-control-regex -- NUL is exactly what must be matched
+    : text.replace(/\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, "\ufffd")
+
 const storable = (value: unknown): unknown => {
-  // eslint-disable-next-line no-control-regex -- NUL is exactly what must be matched
-  if (typeof value === "string") return value.replace(/\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, "\ufffd")
+  if (typeof value === "string") return storableText(value)
   if (Array.isArray(value)) return value.map(storable)
   if (value instanceof Date || typeof value !== "object" || value === null) return value
-  return Object.fromEntries(Object.entries(value).map(([k, v]) => [storable(k) as string, storable(v)]))
+  const out: Record<string, unknown> = {}
+  for (const [k, v] of Object.entries(value)) out[storableText(k)] = storable(v)
+  return out
 }
 
 const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), entry: storable(entry) as AuditEntry })

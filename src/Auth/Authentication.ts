@@ -45,7 +45,7 @@ export const authenticateRequest = (verifier: Context.Tag.Service<TokenVerifier>
     const request = yield* HttpServerRequest.HttpServerRequest
     const context = yield* getRequestContext
     if (context === undefined) return yield* authenticateHeader(verifier, request.headers["authorization"])
-    context.auth ??= yield* Effect.cached(authenticateHeader(verifier, request.headers["authorization"]))
+    context.auth ??= yield* Effect.exit(authenticateHeader(verifier, request.headers["authorization"]))
     const principal = yield* context.auth
     context.user = principal
     return principal

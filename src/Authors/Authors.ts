@@ -13,6 +13,9 @@ export class AuthorEvents extends Context.Tag("Authors/Events")<AuthorEvents, {
   readonly publish: (event: AuthorEvent) => Effect.Effect<void>
 }>() {}
 
+/** Spans without a captured call site: a stack trace per call costs more than it tells here. */
+const NO_STACK = { captureStackTrace: false } as const
+
 export interface PageQuery {
   readonly page: number
   readonly perPage: number
@@ -54,11 +57,11 @@ export class Authors extends Effect.Service<Authors>()("Authors/Authors", {
     const remove = (id: number) => repo.remove(id).pipe(Effect.tap(announce("author.deleted")))
 
     return {
-      list: Effect.fn("Authors.list")(list),
-      paginate: Effect.fn("Authors.paginate")(paginate),
-      create: Effect.fn("Authors.create")(create),
-      update: Effect.fn("Authors.update")(update),
-      remove: Effect.fn("Authors.remove")(remove)
+      list: Effect.fn("Authors.list", NO_STACK)(list),
+      paginate: Effect.fn("Authors.paginate", NO_STACK)(paginate),
+      create: Effect.fn("Authors.create", NO_STACK)(create),
+      update: Effect.fn("Authors.update", NO_STACK)(update),
+      remove: Effect.fn("Authors.remove", NO_STACK)(remove)
     } as const
   }),
   dependencies: [AuthorRepo.Default]

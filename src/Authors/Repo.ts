@@ -1,6 +1,6 @@
 /**
- * Authors SQL. Rows come back with `created_at` already formatted by PostgreSQL, and pages come
- * back in one round trip with their total (from the `author_stats` counter when unfiltered).
+ * Authors SQL. Rows come back with `created_at` already formatted by PostgreSQL, and a page comes
+ * back in one statement with its total (from the `author_stats` counter when unfiltered).
  */
 import { SqlClient, type SqlError, type Statement } from "@effect/sql"
 import { Effect, Option } from "effect"
@@ -61,17 +61,16 @@ export class AuthorRepo extends Effect.Service<AuthorRepo>()("Authors/Repo", {
           : sql`SELECT id, name, created_at FROM authors ${where(filters)} ORDER BY authors.id LIMIT ${limit} OFFSET ${
             (request.page - 1) * request.perPage
           }`
-        const rowsQuery = sql<AuthorRow>`SELECT ${columns} FROM (${chosen}) AS page ORDER BY page.id`
         const totalQuery = isFiltered(filters)
-          ? sql<{ total: number }>`SELECT count(*)::int AS total FROM authors ${where(filters)}`
-          : sql<{ total: number }>`SELECT total::int AS total FROM author_stats`
-        const [rows, totals] = yield* Effect.all([rowsQuery, totalQuery], { concurrency: 2 })
-        const hasMore = rows.length > request.perPage
-        return {
-          items: hasMore ? rows.slice(0, request.perPage) : rows,
-          total: totals[0]?.total ?? 0,
-          hasMore
-        } satisfies AuthorPageResult
+          ? sql`SELECT count(*)::int AS total FROM authors ${where(filters)}`
+          : sql`SELECT total::int AS total FROM author_stats`
+        // One statement: the total's single row, joined with the page's rows (none past the end).
+        const rows = yield* sql<{ total: number; id: number | null; name: string; created_at: string }>`SELECT t.total, p.* FROM (${totalQuery}) AS t LEFT JOIN LATERAL (SELECT ${columns} FROM (${chosen}) AS page) AS p ON true ORDER BY p.id`
+        const items: Array<AuthorRow> = []
+        for (const row of rows) if (row.id !== null) items.push({ id: row.id, name: row.name, created_at: row.created_at })
+        const hasMore = items.length > request.perPage
+        if (hasMore) items.length = request.perPage
+        return { items, total: rows[0]?.total ?? 0, hasMore } satisfies AuthorPageResult
       }).pipe(Effect.orDie, Effect.withSpan("AuthorRepo.page"))
 
     const first = <A>(rows: ReadonlyArray<A>, orElse: () => AuthorNotFound) =>

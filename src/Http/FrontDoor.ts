@@ -14,7 +14,7 @@ import {
   HttpServerRequest,
   HttpServerResponse
 } from "@effect/platform"
-import { Cause, Effect, LogLevel, Option } from "effect"
+import { Cause, Effect, FiberRef, LogLevel, Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { captureRequestData } from "../AuditLogs/RequestData.js"
 import { AuditLog, outcomeOf } from "../AuditLogs/AuditLog.js"
@@ -24,9 +24,7 @@ import { AppConfig } from "../Config.js"
 import { errorStatus, InternalError, isClientError, PayloadTooLarge, RateLimited, RouteNotFound } from "../Errors.js"
 import { Unhealthy } from "../Observability/Api.js"
 import {
-  httpRequestDuration,
-  httpRequestsInProgress,
-  httpRequestsTotal,
+  httpSeries,
   rateLimitHitsTotal,
   rateLimitStoreErrorsTotal
 } from "../Observability/Metrics.js"
@@ -194,7 +192,8 @@ export const FrontDoorLive = (api: Api) =>
           const label = labelOf(request.method, pathname)
           const limited = config.rateLimitEnabled && !UNLIMITED_PATHS.has(pathname)
           const started = performance.now()
-          httpRequestsInProgress.inc({ method: request.method, endpoint: label })
+          const series = httpSeries(request.method, label)
+          series.inProgress.inc()
 
           const run = Effect.gen(function*() {
             if (!(yield* checkBodySize(request))) return detail(413, PayloadTooLarge.instance.detail)
@@ -217,29 +216,31 @@ export const FrontDoorLive = (api: Api) =>
               )
             )
             return Option.isSome(rate) ? applyRateHeaders(response, rate.value) : response
+            // CONTRACT §3/§8: every log line of the request carries its ids — the logger reads them
+            // from `currentRequest` (Observability/Logging.ts, with the trace and user ids).
           }).pipe(Effect.locally(currentRequest, ctx))
-          // CONTRACT §3/§8: every log line of the request carries its ids (Observability/Logging.ts adds trace and user).
-          const logIds = Effect.annotateLogs({ correlation_id: ctx.correlationId, request_id: ctx.requestId })
 
-          const response = yield* run.pipe(
-            logIds,
-            Effect.ensuring(Effect.sync(() => httpRequestsInProgress.dec({ method: request.method, endpoint: label })))
-          )
+          const response = yield* run.pipe(Effect.ensuring(Effect.sync(() => series.inProgress.dec())))
           const status = response.status
           const seconds = (performance.now() - started) / 1000
-          httpRequestsTotal.inc({ method: request.method, endpoint: label, status_code: String(status) })
-          httpRequestDuration.observe({ method: request.method, endpoint: label }, seconds)
-          // Scrapes and probes would drown the rest: they log at debug.
-          yield* Effect.logWithLevel(UNLIMITED_PATHS.has(pathname) ? LogLevel.Debug : LogLevel.Info, "HTTP request").pipe(
-            logIds,
-            Effect.annotateLogs({
-              method: request.method,
-              endpoint: label,
-              status_code: status,
-              duration_ms: Math.round(seconds * 1000),
-              ...(ctx.user !== undefined ? { user_id: ctx.user.id } : {})
-            })
-          )
+          series.total(status).inc()
+          series.duration.observe(seconds)
+          // Scrapes and probes would drown the rest: they log at debug. The line is built only when
+          // its level is on (it is the only per-request allocation of the logger).
+          const level = UNLIMITED_PATHS.has(pathname) ? LogLevel.Debug : LogLevel.Info
+          if (LogLevel.greaterThanEqual(level, yield* FiberRef.get(FiberRef.currentMinimumLogLevel))) {
+            yield* Effect.logWithLevel(level, "HTTP request").pipe(
+              Effect.annotateLogs({
+                correlation_id: ctx.correlationId,
+                request_id: ctx.requestId,
+                method: request.method,
+                endpoint: label,
+                status_code: status,
+                duration_ms: Math.round(seconds * 1000),
+                ...(ctx.user !== undefined ? { user_id: ctx.user.id } : {})
+              })
+            )
+          }
 
           if (ctx.user !== undefined && !UNLIMITED_PATHS.has(pathname) && !SELF_AUDITED_PATHS.has(pathname)) {
             // Only a JSON body is recorded; any other was consumed by the app through `jsonOnly`.

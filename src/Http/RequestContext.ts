@@ -2,7 +2,7 @@
  * What the front door learns about a request (ids, client IP, the authenticated user) and the
  * inner layers read back: a fiber-local value, so no service requirement leaks into handlers.
  */
-import { Effect, FiberRef } from "effect"
+import { type Exit, FiberRef } from "effect"
 import type { Principal } from "../Domain/User.js"
 import type { Unauthenticated } from "../Errors.js"
 
@@ -14,7 +14,7 @@ export interface RequestContext {
   readonly ip: string
   readonly userAgent: string
   /** Authentication, done at most once per request (the rate limiter keys by it). */
-  auth: Effect.Effect<Principal, Unauthenticated> | undefined
+  auth: Exit.Exit<Principal, Unauthenticated> | undefined
   user: Principal | undefined
   /** The route template that served the request (`/authors/{author_id}`), when one matched. */
   route: string | undefined

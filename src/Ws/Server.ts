@@ -391,6 +391,7 @@ export const WsServerLive = Layer.scopedDiscard(Effect.gen(function*() {
     }).pipe(
       Effect.withSpan("ws.message", {
         kind: "server",
+        captureStackTrace: false,
         attributes: { pkg_id: frame.pkgId, "ws.req_id": frame.reqId, "user.id": user.id }
       }),
       Effect.annotateLogs({ request_id: frame.reqId })
