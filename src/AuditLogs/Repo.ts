@@ -83,7 +83,7 @@ export class AuditRepo extends Effect.Service<AuditRepo>()("AuditLogs/Repo", {
           request_data: text(JSON.stringify(e.request_data)),
           error_message: e.error_message === null ? null : text(e.error_message)
         })))
-      } ON CONFLICT (entry_id) DO NOTHING`.pipe(Effect.asVoid, Effect.withSpan("AuditRepo.insertBatch", { attributes: { rows: batch.length } }))
+      } ON CONFLICT (entry_id) DO NOTHING`.pipe(Effect.asVoid, Effect.withSpan("AuditRepo.insertBatch", { attributes: { rows: batch.length }, captureStackTrace: false }))
 
     const where = (f: AuditFilters) => {
       const clauses: Array<Statement.Fragment> = []

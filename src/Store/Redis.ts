@@ -67,6 +67,7 @@ export const redisCommand = <A>(command: string, run: () => Promise<A>): Effect.
   Effect.tryPromise({ try: run, catch: (cause) => new RedisError(command, cause) }).pipe(
     Effect.withSpan(`redis ${command}`, {
       kind: "client",
+      captureStackTrace: false,
       attributes: { "db.system": "redis", "db.operation.name": command }
     })
   )
