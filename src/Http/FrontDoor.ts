@@ -23,12 +23,8 @@ import { TokenVerifier } from "../Auth/TokenVerifier.js"
 import { AppConfig } from "../Config.js"
 import { errorStatus, InternalError, isClientError, PayloadTooLarge, RateLimited, RouteNotFound } from "../Errors.js"
 import { Unhealthy } from "../Observability/Api.js"
-import {
-  httpSeries,
-  rateLimitHitsTotal,
-  rateLimitStoreErrorsTotal
-} from "../Observability/Metrics.js"
-import { type RateDecision, RateLimiter } from "../RateLimit/RateLimiter.js"
+import { httpSeries, rateLimitHitsTotal } from "../Observability/Metrics.js"
+import { type RateDecision, RateLimiter, withFailMode } from "../RateLimit/RateLimiter.js"
 import { clientIp } from "./ClientIp.js"
 import { textDepthExceeds, tooDeepMessage } from "./JsonDepth.js"
 import { correlationIdFrom, currentRequest, type RequestContext } from "./RequestContext.js"
@@ -90,13 +86,13 @@ export const FrontDoorLive = (api: Api) =>
       const rateLimit = config.rateLimitPerMinute + config.rateLimitBurst
       const maxBody = Option.some(config.maxRequestBodyBytes)
 
-      /** Maps anything the app failed with to a response; only true bugs become a 500. */
       /** A JSON body nested deeper than any request needs (Http/JsonDepth.ts); its text is cached by now. */
       const tooDeep = (request: HttpServerRequest.HttpServerRequest) =>
         HttpMethod.hasBody(request.method) && isJsonBody(request)
           ? Effect.map(Effect.orElseSucceed(request.text, () => ""), (text) => textDepthExceeds(text))
           : Effect.succeed(false)
 
+      /** Maps anything the app failed with to a response; only true bugs become a 500. */
       const toResponse = (request: HttpServerRequest.HttpServerRequest, cause: Cause.Cause<unknown>) =>
         Effect.gen(function*() {
           const error = Cause.squash(cause)
@@ -159,19 +155,7 @@ export const FrontDoorLive = (api: Api) =>
         Effect.gen(function*() {
           const principal = yield* Effect.option(authenticateRequest(verifier))
           const key = Option.match(principal, { onNone: () => `ip:${ctx.ip}`, onSome: (p) => `user:${p.id}` })
-          return yield* limiter.hit(`http:${key}`, rateLimit, 60_000).pipe(
-            Effect.map(Option.some),
-            Effect.catchAll((error) =>
-              Effect.logWarning(`Rate limiter unavailable; failing ${config.rateLimitFailMode}`, error.cause).pipe(
-                Effect.tap(() => rateLimitStoreErrorsTotal.inc({ limit_type: "http" })),
-                Effect.as(
-                  config.rateLimitFailMode === "open"
-                    ? Option.none<RateDecision>()
-                    : Option.some<RateDecision>({ allowed: false, limit: rateLimit, remaining: 0, resetSeconds: 60, retryAfterSeconds: 60 })
-                )
-              )
-            )
-          )
+          return yield* limiter.hit(`http:${key}`, rateLimit, 60_000).pipe(withFailMode(config.rateLimitFailMode, "http", rateLimit))
         })
 
       return (app) =>
@@ -216,9 +200,11 @@ export const FrontDoorLive = (api: Api) =>
               )
             )
             return Option.isSome(rate) ? applyRateHeaders(response, rate.value) : response
+          }).pipe(
             // CONTRACT §3/§8: every log line of the request carries its ids — the logger reads them
             // from `currentRequest` (Observability/Logging.ts, with the trace and user ids).
-          }).pipe(Effect.locally(currentRequest, ctx))
+            Effect.locally(currentRequest, ctx)
+          )
 
           const response = yield* run.pipe(Effect.ensuring(Effect.sync(() => series.inProgress.dec())))
           const status = response.status

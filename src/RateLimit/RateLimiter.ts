@@ -3,7 +3,8 @@
  * were admitted for the key in the trailing window. Two implementations share this interface
  * and one contract test suite: in-process (here) and Redis (one Lua script per hit).
  */
-import { Clock, Context, Effect, Layer } from "effect"
+import { Clock, Context, Effect, Layer, Option } from "effect"
+import { rateLimitStoreErrorsTotal } from "../Observability/Metrics.js"
 
 export interface RateDecision {
   readonly allowed: boolean
@@ -35,6 +36,29 @@ export const decision = (allowed: boolean, limit: number, count: number, oldest:
     retryAfterSeconds: allowed ? 0 : Math.max(1, Math.ceil(untilFree / 1000))
   }
 }
+
+export type FailMode = "open" | "closed"
+
+/**
+ * CONTRACT §4 store failure, the one rule for HTTP and WebSocket limits: the failure is logged and
+ * counted (`rate_limit_store_errors_total`); `open` admits without a decision (none), `closed`
+ * refuses as if the window were full.
+ */
+export const withFailMode = (mode: FailMode, limitType: string, limit: number) =>
+  (hit: Effect.Effect<RateDecision, RateLimiterUnavailable>): Effect.Effect<Option.Option<RateDecision>> =>
+    hit.pipe(
+      Effect.map(Option.some),
+      Effect.catchAll((error) =>
+        Effect.logWarning(`Rate limiter unavailable; failing ${mode}`, error.cause).pipe(
+          Effect.zipRight(Effect.sync(() => rateLimitStoreErrorsTotal.inc({ limit_type: limitType }))),
+          Effect.as(
+            mode === "open"
+              ? Option.none<RateDecision>()
+              : Option.some<RateDecision>({ allowed: false, limit, remaining: 0, resetSeconds: 60, retryAfterSeconds: 60 })
+          )
+        )
+      )
+    )
 
 /** In-process sliding window log; memory per key is bounded by `limit` timestamps. */
 export const makeMemoryRateLimiter = Effect.gen(function*() {

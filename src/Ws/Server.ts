@@ -16,7 +16,7 @@
  * instance. Transport is `ws` directly (not the platform's Socket) for its frame-size limit
  * (1009), its send buffer figure and one fiber per message instead of per connection.
  */
-import { Effect, FiberSet, Layer, Schedule } from "effect"
+import { Effect, FiberSet, Layer, Option, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
 import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
@@ -42,7 +42,7 @@ import {
   wsMessagesReceived,
   wsMessagesSent
 } from "../Observability/Metrics.js"
-import { RateLimiter } from "../RateLimit/RateLimiter.js"
+import { RateLimiter, withFailMode } from "../RateLimit/RateLimiter.js"
 import { type PackageReply, Packages, reply } from "./Packages.js"
 import { encodeResponse, parseProtobufFrame } from "./Protobuf.js"
 import {
@@ -326,13 +326,8 @@ export const WsServerLive = Layer.scopedDiscard(Effect.gen(function*() {
   /** Rate check (CONTRACT §5): undefined when admitted, else the seconds to wait. */
   const messageRate = (user: Principal) =>
     limiter.hit(`ws:msg:user:${user.id}`, config.wsMessageRateLimit, MESSAGE_WINDOW_MS).pipe(
-      Effect.map((d) => (d.allowed ? undefined : d.retryAfterSeconds)),
-      Effect.catchAll((error) =>
-        Effect.logWarning(`Rate limiter unavailable; failing ${config.rateLimitFailMode}`, error.cause).pipe(
-          Effect.tap(() => rateLimitStoreErrorsTotal.inc({ limit_type: "websocket_message" })),
-          Effect.as(config.rateLimitFailMode === "open" ? undefined : 60)
-        )
-      )
+      withFailMode(config.rateLimitFailMode, "websocket_message", config.wsMessageRateLimit),
+      Effect.map((d) => (Option.isSome(d) && !d.value.allowed ? d.value.retryAfterSeconds : undefined))
     )
 
   /** CONTRACT §9: a client refused `WS_MESSAGE_RATE_LIMIT` times in the trailing 60 s is flooding. */
