@@ -4,23 +4,11 @@
  * description cannot drift from the implementation. Public, not rate limited, not in OpenAPI.
  */
 import { JSONSchema, type Schema } from "effect"
+import type { Package } from "./Packages.js"
+import type { CloseCode } from "./Protocol.js"
 
-export interface PackageDescription {
-  readonly pkgId: number
-  readonly name: string
-  readonly roles: ReadonlyArray<string>
-  readonly summary: string
-  /** The request's `data`. */
-  readonly request: Schema.Schema.Any
-  /** The response's `data` on success. */
-  readonly response: Schema.Schema.Any
-}
-
-export interface CloseCode {
-  readonly code: number
-  readonly reason: string
-  readonly when: string
-}
+/** A package as documented: the table's entry without its handler. */
+export type PackageDescription = Pick<Package, "pkgId" | "name" | "roles" | "summary" | "request" | "response">
 
 export interface StatusCode {
   readonly code: number
@@ -34,13 +22,13 @@ export interface WsProtocolDescription {
   readonly requestEnvelope: Schema.Schema.Any
   readonly responseEnvelope: Schema.Schema.Any
   readonly broadcast: Schema.Schema.Any
-  readonly authFrame?: Schema.Schema.Any | undefined
-  readonly authOk?: Schema.Schema.Any | undefined
+  readonly authFrame: Schema.Schema.Any
+  readonly authOk: Schema.Schema.Any
   readonly packages: ReadonlyArray<PackageDescription>
   readonly statusCodes: ReadonlyArray<StatusCode>
   readonly closeCodes: ReadonlyArray<CloseCode>
   readonly broadcastEvents: ReadonlyArray<string>
-  readonly protobufUrl?: string | undefined
+  readonly protobufUrl: string
 }
 
 type Json = Record<string, unknown>
@@ -101,14 +89,10 @@ export const makeAsyncApi = (d: WsProtocolDescription): Json => {
     schema(d.broadcast),
     { "x-events": d.broadcastEvents }
   )
-  if (d.authFrame !== undefined) {
-    messages["auth"] = message("auth", "Authentication frame", "First frame when no token is in the query; also re-authenticates an open connection.", schema(d.authFrame))
-    requestRefs.push({ $ref: "#/channels/web/messages/auth" })
-  }
-  if (d.authOk !== undefined) {
-    messages["auth_ok"] = message("auth_ok", "Authentication accepted", "Answer to an accepted auth frame.", schema(d.authOk))
-    replyRefs.push({ $ref: "#/channels/web/messages/auth_ok" })
-  }
+  messages["auth"] = message("auth", "Authentication frame", "First frame when no token is in the query; also re-authenticates an open connection.", schema(d.authFrame))
+  requestRefs.push({ $ref: "#/channels/web/messages/auth" })
+  messages["auth_ok"] = message("auth_ok", "Authentication accepted", "Answer to an accepted auth frame.", schema(d.authOk))
+  replyRefs.push({ $ref: "#/channels/web/messages/auth_ok" })
 
   const closeTable = d.closeCodes.map((c) => `- ${c.code} \`${c.reason}\`: ${c.when}`).join("\n")
   const statusTable = d.statusCodes.map((s) => `- ${s.code} ${s.name}: ${s.meaning}`).join("\n")
@@ -146,7 +130,7 @@ export const makeAsyncApi = (d: WsProtocolDescription): Json => {
         },
         "x-close-codes": d.closeCodes,
         "x-status-codes": d.statusCodes,
-        ...(d.protobufUrl !== undefined ? { "x-protobuf-schema": d.protobufUrl } : {})
+        "x-protobuf-schema": d.protobufUrl
       }
     },
     operations: {

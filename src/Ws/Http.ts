@@ -6,7 +6,7 @@
  */
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
-import { makeAsyncApi } from "../Http/AsyncApi.js"
+import { makeAsyncApi } from "./AsyncApi.js"
 import { appVersion } from "../Observability/Metrics.js"
 import { Packages } from "./Packages.js"
 import { PROTO_TEXT } from "./Protobuf.js"
@@ -24,14 +24,7 @@ export const asyncApiDocument = () =>
     broadcast: BroadcastFrame,
     authFrame: AuthFrame,
     authOk: AuthOk,
-    packages: [...Packages.values()].map((p) => ({
-      pkgId: p.pkgId,
-      name: p.name,
-      roles: p.roles,
-      summary: p.summary,
-      request: p.request,
-      response: p.response
-    })),
+    packages: [...Packages.values()],
     statusCodes: StatusCodes,
     closeCodes: Object.values(Close),
     broadcastEvents: BroadcastEvents,
