@@ -49,7 +49,8 @@ export const withFailMode = (mode: FailMode, limitType: string, limit: number) =
     hit.pipe(
       Effect.map(Option.some),
       Effect.catchAll((error) =>
-        Effect.logWarning(`Rate limiter unavailable; failing ${mode}`, error.cause).pipe(
+        Effect.logWarning(`Rate limiter unavailable; failing ${mode}`).pipe(
+          Effect.annotateLogs("reason", error.cause instanceof Error ? error.cause.message : String(error.cause)),
           Effect.zipRight(Effect.sync(() => rateLimitStoreErrorsTotal.inc({ limit_type: limitType }))),
           Effect.as(
             mode === "open"

@@ -32,7 +32,7 @@ return {allowed, count, oldestScore}
 `
 
 /** A store that does not answer within this bound counts as failed (RATE_LIMIT_FAIL_MODE decides). */
-const STORE_TIMEOUT = "1 second"
+const STORE_TIMEOUT_MS = 1000
 
 export const makeRedisRateLimiter = Effect.gen(function*() {
   const { client, prefix } = yield* RedisClient
@@ -49,11 +49,9 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
         if (isDisconnected(client)) return yield* Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
         const [allowed, count, oldest] = yield* redisCommand(
           "EVALSHA sliding_window",
-          () => slidingWindow(`${prefix}ratelimit:${key}`, now, windowMs, limit, member)
-        ).pipe(
-          Effect.timeoutFail({ duration: STORE_TIMEOUT, onTimeout: () => new Error("Redis did not answer in time") }),
-          Effect.mapError((error) => new RateLimiterUnavailable(error))
-        )
+          () => slidingWindow(`${prefix}ratelimit:${key}`, now, windowMs, limit, member),
+          STORE_TIMEOUT_MS
+        ).pipe(Effect.mapError((error) => new RateLimiterUnavailable(error.cause)))
         return decision(allowed === 1, limit, count, oldest < 0 ? undefined : oldest, now, windowMs)
       })
   })

@@ -59,12 +59,45 @@ export class RedisError {
 export const isDisconnected = (client: Redis) =>
   client.status === "reconnecting" || client.status === "close" || client.status === "end"
 
+/** What a command that outlived its deadline fails with (the command itself may still complete). */
+export class RedisTimeout extends Error {
+  constructor(readonly ms: number) {
+    super(`Redis did not answer within ${ms} ms`)
+  }
+}
+
 /**
  * One Redis command (or pipeline) as an Effect, traced as a client span (CONTRACT §8: a span per
- * Redis command). Every module that talks to Redis goes through this.
+ * Redis command). Every module that talks to Redis goes through this. With `timeoutMs`, the
+ * command fails with `RedisTimeout` when Redis has not answered by then — a plain timer on the
+ * promise, not `Effect.timeout`, which forks two fibers per call: on the hot paths (a rate-limit
+ * hit per request and per WebSocket message, and the audit append) those races were about a fifth
+ * of a W6 request's CPU.
  */
-export const redisCommand = <A>(command: string, run: () => Promise<A>): Effect.Effect<A, RedisError> =>
-  Effect.tryPromise({ try: run, catch: (cause) => new RedisError(command, cause) }).pipe(
+export const redisCommand = <A>(command: string, run: () => Promise<A>, timeoutMs?: number): Effect.Effect<A, RedisError> =>
+  Effect.async<A, RedisError>((resume) => {
+    let settled = false
+    const timer = timeoutMs === undefined ? undefined : setTimeout(() => {
+      settled = true
+      resume(Effect.fail(new RedisError(command, new RedisTimeout(timeoutMs))))
+    }, timeoutMs)
+    const settle = (result: Effect.Effect<A, RedisError>) => {
+      if (settled) return
+      settled = true
+      if (timer !== undefined) clearTimeout(timer)
+      resume(result)
+    }
+    try {
+      run().then((a) => settle(Effect.succeed(a)), (cause: unknown) => settle(Effect.fail(new RedisError(command, cause))))
+    } catch (cause) {
+      settle(Effect.fail(new RedisError(command, cause)))
+    }
+    // Interrupted while waiting: the timer goes with the fiber.
+    return Effect.sync(() => {
+      settled = true
+      if (timer !== undefined) clearTimeout(timer)
+    })
+  }).pipe(
     Effect.withSpan(`redis ${command}`, {
       kind: "client",
       captureStackTrace: false,

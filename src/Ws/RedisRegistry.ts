@@ -148,9 +148,8 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           const undecided = (cause: unknown) =>
             Effect.zipRight(Effect.sync(() => held.set(m, key)), Effect.fail(new RegistryUnavailable(cause)))
           if (isDisconnected(client)) return yield* undecided(new Error(`Redis ${client.status}`))
-          const admitted = yield* redisCommand("EVALSHA acquire_slot", () => acquireSlot(key, Date.now(), options.slotTtlMs, max, m)).pipe(
-            Effect.timeoutFail({ duration: "1 second", onTimeout: () => new Error("Redis did not answer in time") }),
-            Effect.catchAll(undecided)
+          const admitted = yield* redisCommand("EVALSHA acquire_slot", () => acquireSlot(key, Date.now(), options.slotTtlMs, max, m), 1000).pipe(
+            Effect.catchAll((error) => undecided(error.cause))
           )
           if (admitted === 1) held.set(m, key)
           return admitted === 1
