@@ -9,6 +9,7 @@ import { randomUUID } from "node:crypto"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { Redis } from "ioredis"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { freePort, spawnService, waitFor } from "../support/Spawn.js"
@@ -211,4 +212,74 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       rmSync(dataDir, { recursive: true, force: true })
     }
   }, 120_000)
+})
+
+describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("audit Redis Stream appends", () => {
+  let db: TestDatabase
+  let proxy: TcpProxy
+  let redis: Redis
+
+  beforeAll(async () => {
+    db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")
+    const { host, port } = hostPort(db.url!)
+    proxy = await startTcpProxy(host, port)
+    redis = new Redis(TEST_REDIS_URL ?? "")
+  })
+  afterAll(async () => {
+    redis.disconnect()
+    await proxy.close()
+    await db.dispose()
+  })
+
+  const startWithRedis = (prefix: string) =>
+    startTestApp({
+      config: {
+        databaseUrl: Option.some(Redacted.make(viaProxy(db.url!, proxy))),
+        rateLimitEnabled: false,
+        redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")),
+        redisKeyPrefix: prefix
+      }
+    })
+
+  it("every answered request's record is already in the stream (concurrent records share one pipeline)", async () => {
+    const prefix = `test:${randomUUID()}:`
+    const app = await startWithRedis(prefix)
+    let cut = false
+    try {
+      const token = (await login(app, "admin")).access_token
+      const agent = `stream-${randomUUID()}`
+      // PostgreSQL away: nothing leaves the stream, so it holds exactly what was appended.
+      await proxy.cut()
+      cut = true
+      const answered = await load(app.url, token, agent, 120, [], 40)
+      const entries = await redis.xrange(`${prefix}audit:stream`, "-", "+")
+      const inStream = entries.map(([, fields]) => (JSON.parse(fields[3] ?? "{}") as { request_id?: string }).request_id)
+      expect(answered).toHaveLength(120)
+      expect(inStream).toEqual(expect.arrayContaining(answered))
+      await proxy.restore()
+      cut = false
+      await expectAllStoredOnce(db.url!, agent, answered)
+    } finally {
+      if (cut) await proxy.restore()
+      await app.close()
+    }
+  })
+
+  it("an XADD Redis refuses falls back to the in-process buffer: the record is still stored", async () => {
+    const prefix = `test:${randomUUID()}:`
+    // A string where the stream should be: every XADD fails with WRONGTYPE.
+    await redis.set(`${prefix}audit:stream`, "not a stream")
+    const app = await startWithRedis(prefix)
+    try {
+      const token = (await login(app, "admin")).access_token
+      const agent = `refused-${randomUUID()}`
+      const answered = await load(app.url, token, agent, 30)
+      expect(answered).toHaveLength(30)
+      await expectAllStoredOnce(db.url!, agent, answered)
+      expect(await redis.type(`${prefix}audit:stream`)).toBe("string")
+    } finally {
+      await app.close()
+      await redis.del(`${prefix}audit:stream`)
+    }
+  })
 })
