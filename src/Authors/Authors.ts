@@ -13,9 +13,6 @@ export class AuthorEvents extends Context.Tag("Authors/Events")<AuthorEvents, {
   readonly publish: (event: AuthorEvent) => Effect.Effect<void>
 }>() {}
 
-/** Spans without a captured call site: a stack trace per call costs more than it tells here. */
-const NO_STACK = { captureStackTrace: false } as const
-
 export interface PageQuery {
   readonly page: number
   readonly perPage: number
@@ -56,13 +53,9 @@ export class Authors extends Effect.Service<Authors>()("Authors/Authors", {
     const update = (id: number, name: string) => repo.update(id, name).pipe(Effect.tap(announce("author.updated")))
     const remove = (id: number) => repo.remove(id).pipe(Effect.tap(announce("author.deleted")))
 
-    return {
-      list: Effect.fn("Authors.list", NO_STACK)(list),
-      paginate: Effect.fn("Authors.paginate", NO_STACK)(paginate),
-      create: Effect.fn("Authors.create", NO_STACK)(create),
-      update: Effect.fn("Authors.update", NO_STACK)(update),
-      remove: Effect.fn("Authors.remove", NO_STACK)(remove)
-    } as const
+    // No span of their own: the request's (or WebSocket message's) span names the operation and
+    // each statement has its `sql.execute` span; a span costs a copy of the fiber's whole context.
+    return { list, paginate, create, update, remove } as const
   }),
   dependencies: [AuthorRepo.Default]
 }) {}

@@ -28,9 +28,6 @@ const isUniqueViolation = (error: SqlError.SqlError) =>
 /** `%`, `_` and `\` in user input are literals, not wildcards. */
 export const likePattern = (term: string) => `%${term.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
 
-/** Hot-path spans: no call-site stack trace per call. */
-const NO_STACK = { captureStackTrace: false } as const
-
 export class AuthorRepo extends Effect.Service<AuthorRepo>()("Authors/Repo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -50,8 +47,7 @@ export class AuthorRepo extends Effect.Service<AuthorRepo>()("Authors/Repo", {
     // index serves (every page became a full scan and sort).
     const list = (filters: AuthorFilters) =>
       sql<AuthorRow>`SELECT ${columns} FROM authors ${where(filters)} ORDER BY authors.id`.pipe(
-        Effect.orDie,
-        Effect.withSpan("AuthorRepo.list", NO_STACK)
+        Effect.orDie
       )
 
     const page = (filters: AuthorFilters, request: PageRequest) =>
@@ -74,7 +70,7 @@ export class AuthorRepo extends Effect.Service<AuthorRepo>()("Authors/Repo", {
         const hasMore = items.length > request.perPage
         if (hasMore) items.length = request.perPage
         return { items, total: rows[0]?.total ?? 0, hasMore } satisfies AuthorPageResult
-      }).pipe(Effect.orDie, Effect.withSpan("AuthorRepo.page", NO_STACK))
+      }).pipe(Effect.orDie)
 
     const first = <A>(rows: ReadonlyArray<A>, orElse: () => AuthorNotFound) =>
       rows[0] !== undefined ? Effect.succeed(rows[0]) : Effect.fail(orElse())
@@ -82,22 +78,19 @@ export class AuthorRepo extends Effect.Service<AuthorRepo>()("Authors/Repo", {
     const create = (name: string) =>
       sql<AuthorRow>`INSERT INTO authors (name) VALUES (${name}) RETURNING ${columns}`.pipe(
         Effect.catchTag("SqlError", (e) => isUniqueViolation(e) ? Effect.fail(AuthorNameTaken.of(name)) : Effect.die(e)),
-        Effect.flatMap((rows) => Effect.succeed(rows[0]!)),
-        Effect.withSpan("AuthorRepo.create", NO_STACK)
+        Effect.flatMap((rows) => Effect.succeed(rows[0]!))
       )
 
     const update = (id: number, name: string) =>
       sql<AuthorRow>`UPDATE authors SET name = ${name} WHERE id = ${id} RETURNING ${columns}`.pipe(
         Effect.catchTag("SqlError", (e) => isUniqueViolation(e) ? Effect.fail(AuthorNameTaken.of(name)) : Effect.die(e)),
-        Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id))),
-        Effect.withSpan("AuthorRepo.update", NO_STACK)
+        Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id)))
       )
 
     const remove = (id: number) =>
       sql<AuthorRow>`DELETE FROM authors WHERE id = ${id} RETURNING ${columns}`.pipe(
         Effect.orDie,
-        Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id))),
-        Effect.withSpan("AuthorRepo.remove", NO_STACK)
+        Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id)))
       )
 
     return { list, page, create, update, remove } as const

@@ -192,9 +192,11 @@ export const FrontDoorLive = (api: Api) =>
                 )
               }
             }
-            const response = yield* app.pipe(
-              Effect.provideService(HttpServerRequest.HttpServerRequest, jsonOnly(request)),
-              HttpIncomingMessage.withMaxBodySize(maxBody),
+            // The body is within the limit by now (checkBodySize), so the app needs no MaxBodySize of
+            // its own; and the request is provided again only if `jsonOnly` changed it. Each would
+            // copy the fiber's whole context on every request.
+            const presented = jsonOnly(request)
+            const response = yield* (presented === request ? app : Effect.provideService(app, HttpServerRequest.HttpServerRequest, presented)).pipe(
               Effect.catchAllCause((cause) =>
                 Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : toResponse(request, cause)
               )
