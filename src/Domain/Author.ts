@@ -1,12 +1,16 @@
 import { Schema } from "effect"
 import { issue } from "../Http/Params.js"
 
-/** CONTRACT §3: `{id, name, created_at}` in every response; created_at ISO 8601 UTC without zone. */
-export class Author extends Schema.Class<Author>("Author")({
+/**
+ * CONTRACT §3: `{id, name, created_at}` in every response; created_at ISO 8601 UTC without zone.
+ * A plain struct, not a `Schema.Class`: encoding a row into a class schema validated it, built
+ * an instance and validated that again — per author, on every page and list.
+ */
+export const Author = Schema.Struct({
   id: Schema.Int,
   name: Schema.String,
   created_at: Schema.String.annotations({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
-}) {}
+}).annotations({ identifier: "Author" })
 
 export interface AuthorRow {
   readonly id: number
