@@ -15,6 +15,8 @@ export interface AppConfigShape {
   readonly logFormat: "json" | "pretty"
   readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
   readonly databasePoolMax: number
+  /** Parameterised statements as named prepared statements (DATABASE_URL only; never on embedded PGlite). */
+  readonly databasePreparedStatements: boolean
   readonly dataDir: string
   readonly redisUrl: Option.Option<Redacted.Redacted<string>>
   readonly redisKeyPrefix: string
@@ -97,6 +99,7 @@ export const appConfig: Effect.Effect<AppConfigShape, ConfigError.ConfigError> =
     ),
     databaseUrl: yield* nonEmptyRedacted("DATABASE_URL"),
     databasePoolMax: yield* positiveInt("DATABASE_POOL_MAX", 10),
+    databasePreparedStatements: yield* Config.boolean("DATABASE_PREPARED_STATEMENTS").pipe(Config.withDefault(true)),
     dataDir: yield* Config.string("DATA_DIR").pipe(Config.withDefault("./.data")),
     redisUrl: yield* nonEmptyRedacted("REDIS_URL"),
     redisKeyPrefix: yield* Config.string("REDIS_KEY_PREFIX").pipe(Config.withDefault("authors:")),

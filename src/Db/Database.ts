@@ -49,10 +49,10 @@ const APPLICATION_NAME = "author-directory-service"
  * Our own `pg` pool (instead of `PgClient.layer`'s) so the SQL layer can be measured where every
  * statement passes (Db/Instrumentation.ts); checked with `SELECT 1` like `PgClient.layer` does.
  */
-const instrumentedPool = (url: Redacted.Redacted<string>, maxConnections: number) =>
+const instrumentedPool = (url: Redacted.Redacted<string>, maxConnections: number, prepare: boolean) =>
   Effect.acquireRelease(
     Effect.sync(() => {
-      const pool = instrumentPool(new pg.Pool({ connectionString: Redacted.value(url), max: maxConnections, application_name: APPLICATION_NAME }))
+      const pool = instrumentPool(new pg.Pool({ connectionString: Redacted.value(url), max: maxConnections, application_name: APPLICATION_NAME }), { prepare })
       pool.on("error", () => {}) // an idle client's failure; the next statement reports it
       return pool
     }),
@@ -69,10 +69,14 @@ const instrumentedPool = (url: Redacted.Redacted<string>, maxConnections: number
     )
   )
 
-/** A `PgClient` on a URL, with migrations applied before the layer is ready. */
-export const pgClientLayer = (url: Redacted.Redacted<string>, maxConnections: number, migrationsDir = "migrations") =>
-  Layer.effectDiscard(runMigrations(migrationsDir)).pipe(
-    Layer.provideMerge(PgClient.layerFromPool({ acquire: instrumentedPool(url, maxConnections), applicationName: APPLICATION_NAME }))
+/**
+ * A `PgClient` on a URL, with migrations applied before the layer is ready. `prepare`: named
+ * prepared statements (Db/Instrumentation.ts) — only for a real server, where each connection is
+ * its own session.
+ */
+export const pgClientLayer = (url: Redacted.Redacted<string>, maxConnections: number, options: { readonly prepare?: boolean; readonly migrationsDir?: string } = {}) =>
+  Layer.effectDiscard(runMigrations(options.migrationsDir ?? "migrations")).pipe(
+    Layer.provideMerge(PgClient.layerFromPool({ acquire: instrumentedPool(url, maxConnections, options.prepare ?? false), applicationName: APPLICATION_NAME }))
   )
 
 export type DatabaseKind = "postgres" | "embedded"
@@ -82,7 +86,7 @@ export const DatabaseLive = Layer.unwrapScoped(
   Effect.gen(function*() {
     const config = yield* AppConfig
     if (Option.isSome(config.databaseUrl)) {
-      return pgClientLayer(config.databaseUrl.value, config.databasePoolMax)
+      return pgClientLayer(config.databaseUrl.value, config.databasePoolMax, { prepare: config.databasePreparedStatements })
     }
     // One extra connection for LISTEN or a reserved client; pglite-socket refuses beyond its maximum.
     const embedded = yield* embeddedPostgres({

@@ -75,8 +75,8 @@ describe(".env.example", () => {
     return m ? [[m[1]!, m[2]!] as const] : []
   }))
 
-  it("lists every variable of CONTRACT §2 (and the two WebSocket tuning variables beyond it)", () => {
-    for (const name of ["PORT", "HOST", "APP_ENV", "LOG_LEVEL", "LOG_FORMAT", "DATABASE_URL", "DATABASE_POOL_MAX", "DATA_DIR", "REDIS_URL",
+  it("lists every variable of CONTRACT §2 (and the tuning variables beyond it)", () => {
+    for (const name of ["PORT", "HOST", "APP_ENV", "LOG_LEVEL", "LOG_FORMAT", "DATABASE_URL", "DATABASE_POOL_MAX", "DATABASE_PREPARED_STATEMENTS", "DATA_DIR", "REDIS_URL",
       "OIDC_ISSUER_URL", "OIDC_CLIENT_ID", "OIDC_CLIENT_SECRET", "OIDC_AUDIENCE", "AUTH_USERS_FILE", "RATE_LIMIT_ENABLED",
       "RATE_LIMIT_PER_MINUTE", "RATE_LIMIT_BURST", "RATE_LIMIT_FAIL_MODE", "TRUSTED_PROXIES", "WS_MAX_CONNECTIONS_PER_USER",
       "WS_MESSAGE_RATE_LIMIT", "WS_AUTH_TIMEOUT_SECONDS", "ALLOWED_WS_ORIGINS", "MAX_REQUEST_BODY_BYTES", "WS_MAX_MESSAGE_BYTES",
@@ -95,6 +95,7 @@ describe(".env.example", () => {
       LOG_LEVEL: defaults.logLevel,
       LOG_FORMAT: defaults.logFormat,
       DATABASE_POOL_MAX: String(defaults.databasePoolMax),
+      DATABASE_PREPARED_STATEMENTS: String(defaults.databasePreparedStatements),
       DATA_DIR: defaults.dataDir,
       REDIS_KEY_PREFIX: defaults.redisKeyPrefix,
       OIDC_CLIENT_ID: defaults.oidcClientId,
