@@ -8,6 +8,7 @@ import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { chromium, type Browser } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { renderReport } from "../../src/Profiling/Report.js"
 import { request, startTestApp, type TestApp } from "../support/TestApp.js"
 
 const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium"
@@ -74,18 +75,46 @@ describe.runIf(existsSync(CHROMIUM))("a profiling report in headless Chromium", 
     await page.screenshot({ path: shot, fullPage: false })
     expect(statSync(shot).size).toBeGreaterThan(0)
 
-    // The flame graph's script works: clicking a frame zooms (hides frames outside it).
-    const frame = page.locator("#flame g.f", { hasText: "busyLoopForBrowserReport" }).first()
-    const visibleBefore = await page.locator("#flame g.f:visible").count()
-    await frame.click()
-    expect(await page.locator("#flame g.f:visible").count()).toBeLessThan(visibleBefore)
-    expect(await page.locator("#detail").textContent()).toContain("busyLoopForBrowserReport")
-    await page.locator("#reset").click()
-    expect(await page.locator("#flame g.f:visible").count()).toBe(visibleBefore)
-
     expect(errors).toEqual([])
     expect(requested.filter((u) => u !== url)).toEqual([])
 
+    await page.close()
+  })
+
+  // On a profile of known shape, so what a zoom must hide does not depend on what the sampler caught:
+  // (root) → main → {hot → leaf, cold}, and (root) → (program).
+  it("zooms the flame graph into a clicked frame and resets", async () => {
+    const frame = (id: number, functionName: string, hitCount: number, children: Array<number> = []) => ({
+      id,
+      callFrame: { functionName, url: functionName.startsWith("(") ? "" : "file:///app/main.js", lineNumber: id, columnNumber: 0 },
+      hitCount,
+      children
+    })
+    const html = renderReport({
+      nodes: [frame(1, "(root)", 0, [2, 3]), frame(2, "main", 1, [4, 5]), frame(3, "(program)", 2), frame(4, "hot", 3, [6]), frame(5, "cold", 2), frame(6, "leaf", 2)],
+      startTime: 0,
+      endTime: 12_000
+    }, { title: "synthetic", startedAt: new Date(0), command: "test" })
+    const page = await browser.newPage({ viewport: { width: 1280, height: 800 } })
+    const errors: Array<string> = []
+    page.on("pageerror", (e) => errors.push(e.message))
+    await page.setContent(html, { waitUntil: "load" })
+    const visible = () => page.locator("#flame g.f:visible").locator("title").allTextContents().then((ts) => ts.map((t) => t.split(" ")[0]).sort())
+    expect(await visible()).toEqual(["(program)", "(root)", "cold", "hot", "leaf", "main"])
+
+    const hot = page.locator("#flame g.f", { hasText: "hot (" })
+    await hot.click()
+    // The clicked frame fills the width; its ancestors stay, its descendants stay, the rest goes.
+    expect(await visible()).toEqual(["(root)", "hot", "leaf", "main"])
+    expect(await hot.locator("rect").getAttribute("width")).toBe("1200")
+    expect(await page.locator("#flame g.f", { hasText: "leaf (" }).locator("rect").getAttribute("width")).toBe("480")
+    await hot.hover()
+    expect(await page.locator("#detail").textContent()).toContain("hot (/app/main.js:5)")
+
+    await page.locator("#reset").click()
+    expect(await visible()).toEqual(["(program)", "(root)", "cold", "hot", "leaf", "main"])
+    expect(await hot.locator("rect").getAttribute("width")).toBe("600")
+    expect(errors).toEqual([])
     await page.close()
   })
 })
