@@ -70,6 +70,9 @@ const runId = randomBytes(4).toString("hex")
 const redisPrefix = `adsbench:${runId}:`
 const servers: Array<Server> = []
 let prepared: Prepared | undefined
+
+/** Before a round: the database has finished the last round's statements, then the server is idle. */
+const ready = async (pid: number) => (await prepared!.quiet()) + (await settle(pid))
 let cleaning: Promise<void> | undefined
 const cleanup = () =>
   cleaning ??= (async () => {
@@ -146,7 +149,7 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
     await attempt(s, async (st) => {
       st.runner = await makeRunner(s)
       if (opts.warmup > 0) {
-        await settle(s.pid)
+        await ready(s.pid)
         await st.runner(opts.warmup)
       }
     })
@@ -154,7 +157,7 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
   for (let r = 0; r < opts.rounds; r++) {
     for (const s of pair) {
       await attempt(s, async (st) => {
-        const settle_ms = await settle(s.pid)
+        const settle_ms = await ready(s.pid)
         const result = await st.runner!(opts.duration)
         if (!s.alive()) throw new Error(s.exitReason() ?? "server is gone") // a round against a dead server is not a data point
         st.rounds.push({ ...result, settle_ms })
@@ -245,7 +248,7 @@ const main = async () => {
       log(`W7: broadcast fan-out to ${opts.fanoutClients} clients, ${s.name}`)
       try {
         if (!s.alive()) throw new Error(s.exitReason())
-        await settle(s.pid)
+        await ready(s.pid)
         fanout[s.name] = await measureFanout(s, tokens, opts.fanoutClients, opts.fanoutEvents)
       } catch (error) {
         fanout[s.name] = { failed: s.alive() ? message(error) : s.exitReason() ?? message(error) }

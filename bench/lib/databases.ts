@@ -22,6 +22,15 @@ export interface Prepared {
   readonly service: Backends
   readonly baseline: Backends
   readonly timings: Record<string, number>
+  /**
+   * Waits until no statement runs on either bench database (ms waited). A round must not pay for
+   * the last one's leftovers: when autocannon stops, the requests still queued in a server's pool
+   * run on — at 1,000,000 authors, the last-page-by-offset round left seconds of PostgreSQL work
+   * that the next round (by cursor) then measured. Watching the server's own CPU (`settle`) does
+   * not see it: the server is idle, waiting for the database. With PGlite the database runs inside
+   * the server, so `settle` covers it.
+   */
+  readonly quiet: () => Promise<number>
   readonly dispose: () => Promise<void>
 }
 
@@ -68,6 +77,22 @@ export interface PrepareOptions {
   readonly key: BenchKey
   readonly log: (line: string) => void
 }
+
+/** Polls `pg_stat_activity` until three polls in a row (100 ms apart) see no active statement on `databases`. */
+const databasesQuiet = (adminUrl: string, databases: ReadonlyArray<string>) => (maxMs = 30_000) =>
+  withClient(adminUrl, async (c) => {
+    const start = Date.now()
+    let quietPolls = 0
+    while (quietPolls < 3 && Date.now() - start < maxMs) {
+      const { rows } = await c.query<{ active: number }>(
+        "SELECT count(*)::int AS active FROM pg_stat_activity WHERE datname = ANY($1) AND state = 'active' AND pid <> pg_backend_pid()",
+        [databases]
+      )
+      quietPolls = rows[0]!.active === 0 ? quietPolls + 1 : 0
+      if (quietPolls < 3) await new Promise((r) => setTimeout(r, 100))
+    }
+    return Date.now() - start
+  })
 
 export const prepareDatabases = async (o: PrepareOptions): Promise<Prepared> => {
   const serviceDataDir = mkdtempSync(join(tmpdir(), "ads-bench-service-"))
@@ -118,7 +143,8 @@ export const prepareDatabases = async (o: PrepareOptions): Promise<Prepared> => 
       cpSync(join(serviceDataDir, "pgdata"), join(baselineDataDir, "pgdata"), { recursive: true })
     }
     timings["copy_s"] = (t() - t0) / 1000
-    return { serviceDataDir, baselineDataDir, service, baseline, timings, dispose }
+    const quiet = o.adminUrl === undefined ? () => Promise.resolve(0) : databasesQuiet(o.adminUrl, [names.service, names.baseline])
+    return { serviceDataDir, baselineDataDir, service, baseline, timings, quiet, dispose }
   } catch (error) {
     await dispose()
     throw error
