@@ -9,12 +9,13 @@ import {
   type HttpApi,
   HttpApiBuilder,
   HttpApiError,
-  HttpIncomingMessage,
   HttpMethod,
   HttpServerRequest,
   HttpServerResponse
 } from "@effect/platform"
+import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Cause, Effect, FiberRef, LogLevel, Option } from "effect"
+import type { IncomingMessage } from "node:http"
 import { randomUUID } from "node:crypto"
 import { captureRequestData } from "../AuditLogs/RequestData.js"
 import { AuditLog, outcomeOf } from "../AuditLogs/AuditLog.js"
@@ -74,6 +75,27 @@ const isJsonBody = (request: HttpServerRequest.HttpServerRequest) => {
   return contentType === undefined || contentType.toLowerCase().includes("application/json")
 }
 
+/** The whole body as text, or `None` once it passes `maxBytes` (the rest is left unread). */
+const readBounded = (source: IncomingMessage, maxBytes: number) =>
+  Effect.async<Option.Option<string>>((resume) => {
+    const chunks: Array<Buffer> = []
+    let bytes = 0
+    const done = (result: Option.Option<string>) => {
+      source.off("data", onData).off("end", onEnd).off("error", onError)
+      resume(Effect.succeed(result))
+    }
+    const onData = (chunk: Buffer) => {
+      bytes += chunk.length
+      if (bytes > maxBytes) {
+        source.pause()
+        done(Option.none())
+      } else chunks.push(chunk)
+    }
+    const onEnd = () => done(Option.some(Buffer.concat(chunks).toString("utf8")))
+    const onError = () => done(Option.none()) // the upload broke off: closed like an oversize one
+    source.on("data", onData).on("end", onEnd).on("error", onError)
+  })
+
 export const FrontDoorLive = (api: Api) =>
   HttpApiBuilder.middleware(
     Effect.gen(function*() {
@@ -84,7 +106,6 @@ export const FrontDoorLive = (api: Api) =>
       const shapes = endpointShapes(api)
       const labelOf = routeLabeler(api)
       const rateLimit = config.rateLimitPerMinute + config.rateLimitBurst
-      const maxBody = Option.some(config.maxRequestBodyBytes)
 
       /** A JSON body nested deeper than any request needs (Http/JsonDepth.ts); its text is cached by now. */
       const tooDeep = (request: HttpServerRequest.HttpServerRequest) =>
@@ -138,16 +159,23 @@ export const FrontDoorLive = (api: Api) =>
       const jsonOnly = (request: HttpServerRequest.HttpServerRequest) =>
         isJsonBody(request) ? request : request.modify({ headers: { ...request.headers, "content-type": "text/plain" } })
 
-      /** 413 before anything else; a body without Content-Length is read here, under the limit. */
-      const checkBodySize = (request: HttpServerRequest.HttpServerRequest) => {
-        if (!HttpMethod.hasBody(request.method)) return Effect.succeed(true)
+      /**
+       * 413 before anything else: `None` when the body is over the limit, else the request to go on
+       * with. A body without Content-Length (chunked) is read here, under the limit, straight from
+       * the socket: the platform's own bounded read destroys the request — and with it the
+       * connection — when the limit is passed, so no 413 could be answered. Under the limit the app
+       * gets the same request with the body read.
+       */
+      const checkBodySize = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<Option.Option<HttpServerRequest.HttpServerRequest>> => {
+        if (!HttpMethod.hasBody(request.method)) return Effect.succeed(Option.some(request))
         const length = request.headers["content-length"]
-        if (length !== undefined) return Effect.succeed(!(Number(length) > config.maxRequestBodyBytes))
-        if (request.headers["transfer-encoding"] === undefined) return Effect.succeed(true)
-        return request.text.pipe(
-          HttpIncomingMessage.withMaxBodySize(maxBody),
-          Effect.as(true),
-          Effect.orElseSucceed(() => false)
+        if (length !== undefined) return Effect.succeed(Number(length) > config.maxRequestBodyBytes ? Option.none() : Option.some(request))
+        if (request.headers["transfer-encoding"] === undefined) return Effect.succeed(Option.some(request))
+        return readBounded(NodeHttpServerRequest.toIncomingMessage(request), config.maxRequestBodyBytes).pipe(
+          Effect.map(Option.map((body) => {
+            const { "transfer-encoding": _, ...headers } = request.headers
+            return HttpServerRequest.fromWeb(new Request(`http://localhost${request.url}`, { method: request.method, headers, body }))
+          }))
         )
       }
 
@@ -179,8 +207,13 @@ export const FrontDoorLive = (api: Api) =>
           const series = httpSeries(request.method, label)
           series.inProgress.inc()
 
+          // The request whose body the app, the error mapping and the audit read (checkBodySize).
+          let withBody = request
           const run = Effect.gen(function*() {
-            if (!(yield* checkBodySize(request))) return detail(413, PayloadTooLarge.instance.detail)
+            const bodyChecked = yield* checkBodySize(request)
+            // Over the limit, the rest of the body is not read: the connection closes after the 413.
+            if (Option.isNone(bodyChecked)) return HttpServerResponse.setHeader(detail(413, PayloadTooLarge.instance.detail), "connection", "close")
+            withBody = bodyChecked.value
             let rate: Option.Option<RateDecision> = Option.none()
             if (limited) {
               rate = yield* checkRateLimit(ctx)
@@ -195,10 +228,10 @@ export const FrontDoorLive = (api: Api) =>
             // The body is within the limit by now (checkBodySize), so the app needs no MaxBodySize of
             // its own; and the request is provided again only if `jsonOnly` changed it. Each would
             // copy the fiber's whole context on every request.
-            const presented = jsonOnly(request)
+            const presented = jsonOnly(withBody)
             const response = yield* (presented === request ? app : Effect.provideService(app, HttpServerRequest.HttpServerRequest, presented)).pipe(
               Effect.catchAllCause((cause) =>
-                Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : toResponse(request, cause)
+                Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : toResponse(withBody, cause)
               )
             )
             return Option.isSome(rate) ? applyRateHeaders(response, rate.value) : response
@@ -233,7 +266,7 @@ export const FrontDoorLive = (api: Api) =>
           if (ctx.user !== undefined && !UNLIMITED_PATHS.has(pathname) && !SELF_AUDITED_PATHS.has(pathname)) {
             // Only a JSON body is recorded; any other was consumed by the app through `jsonOnly`.
             const body = HttpMethod.hasBody(request.method) && isJsonBody(request)
-              ? yield* Effect.orElseSucceed(request.json, () => undefined)
+              ? yield* Effect.orElseSucceed(withBody.json, () => undefined)
               : undefined
             const query = queryStart === -1 ? undefined : Object.fromEntries(new URLSearchParams(request.url.slice(queryStart + 1)))
             yield* audit.record({

@@ -4,7 +4,7 @@
  */
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { login, request, signToken, startTestApp, TEST_DATABASE_URL, type TestApp } from "../support/TestApp.js"
+import { authHeader, login, request, signToken, startTestApp, TEST_DATABASE_URL, type TestApp } from "../support/TestApp.js"
 
 const backends = ["embedded", ...(TEST_DATABASE_URL !== undefined ? ["postgres"] as const : [])] as const
 const HEX8 = /^[0-9a-f]{8}$/
@@ -416,6 +416,30 @@ describe.each(backends)("authors HTTP contract (%s)", (backend) => {
       const res = await request(app, "POST", "/authors", { body: big })
       expect(res).toMatchObject({ status: 413, body: { detail: "Request body too large" } })
       expect(res.headers.get("x-correlation-id")).toMatch(HEX8)
+    })
+
+    // Without Content-Length the front door reads the body itself, under the limit: the one check
+    // that stands between a streamed body and the handler.
+    it("413 for a chunked body (no Content-Length) above the limit; under it, the request goes through", async () => {
+      const send = (text: string) =>
+        fetch(`${app.url}/authors`, {
+          method: "POST",
+          headers: { "content-type": "application/json", ...authHeader(admin) },
+          body: new ReadableStream<Uint8Array>({
+            start(controller) {
+              controller.enqueue(new TextEncoder().encode(text))
+              controller.close()
+            }
+          }),
+          duplex: "half"
+        } as RequestInit)
+      const big = await send(JSON.stringify({ name: "x".repeat(1_048_577) }))
+      expect(big.status).toBe(413)
+      expect(await big.json()).toEqual({ detail: "Request body too large" })
+      const name = `Chunked ${crypto.randomUUID()}`
+      const small = await send(JSON.stringify({ name }))
+      expect(small.status).toBe(201)
+      expect(await small.json()).toMatchObject({ name })
     })
   })
 
