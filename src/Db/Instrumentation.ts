@@ -82,7 +82,7 @@ export const makeStatementNames = (max = 200, maxTextLength = 2000) => {
 type StatementNames = ReturnType<typeof makeStatementNames>
 
 /** Wraps `client.query` so each statement is timed, its failures counted, and, with parameters, prepared. */
-const instrumentClient = (client: pg.PoolClient, statements: StatementNames) => {
+const instrumentClient = (client: pg.PoolClient, statements: StatementNames | undefined) => {
   const tagged = client as pg.PoolClient & { [INSTRUMENTED]?: true }
   if (tagged[INSTRUMENTED]) return
   tagged[INSTRUMENTED] = true
@@ -96,7 +96,7 @@ const instrumentClient = (client: pg.PoolClient, statements: StatementNames) => 
     const last = args.length - 1
     const callback = args[last]
     // (text, values, callback), as @effect/sql-pg calls it: prepared when it has parameters.
-    const name = typeof args[0] === "string" && Array.isArray(args[1]) && args[1].length > 0 && args.length === 3
+    const name = statements !== undefined && typeof args[0] === "string" && Array.isArray(args[1]) && args[1].length > 0 && args.length === 3
       ? statements.nameOf(text)
       : undefined
     const finish = (error: unknown) => {
@@ -113,7 +113,7 @@ const instrumentClient = (client: pg.PoolClient, statements: StatementNames) => 
         // A schema change invalidated the prepared plan: unnamed from now on, and run again as such
         // (inside a transaction the retry fails too, and that error is the one reported).
         if ((err as { code?: unknown } | null)?.code !== PLAN_INVALIDATED) return wrapped(err, result)
-        statements.invalidated(text)
+        statements!.invalidated(text)
         original(text, args[1], wrapped)
       })
     }
@@ -132,7 +132,7 @@ const instrumentClient = (client: pg.PoolClient, statements: StatementNames) => 
  * obtain a connection counts as a `connect` error.
  */
 export const instrumentPool = (pool: pg.Pool, options: { readonly prepare: boolean }): pg.Pool => {
-  const statements = options.prepare ? makeStatementNames() : makeStatementNames(0)
+  const statements = options.prepare ? makeStatementNames() : undefined
   pool.on("connect", (client) => instrumentClient(client, statements))
   pool.on("acquire", () => dbConnectionsActive.inc())
   pool.on("release", () => dbConnectionsActive.dec())
