@@ -67,7 +67,10 @@ describe.runIf(existsSync(CHROMIUM))("a profiling report in headless Chromium", 
     const top = page.locator("#by-self tbody tr").first()
     expect(await top.locator("td.fn").textContent()).toBe("busyLoopForBrowserReport")
     expect(await top.locator("td.loc").textContent()).toMatch(/profiling\.browser\.test\.ts:\d+$/)
-    expect(await page.locator("#flame g.f").count()).toBeGreaterThan(3)
+    // The flame graph draws the root and the busy function; how many other frames the sampler
+    // caught (and wide enough to draw) varies from run to run.
+    expect(await page.locator("#flame g.f", { hasText: "(root)" }).count()).toBe(1)
+    expect(await page.locator("#flame g.f", { hasText: "busyLoopForBrowserReport" }).count()).toBeGreaterThan(0)
 
     // `UPDATE_SCREENSHOTS=1` refreshes the README's picture; otherwise it goes to a temporary file.
     const shot = process.env["UPDATE_SCREENSHOTS"] === "1" ? "docs/profiling-report.png" : join(mkdtempSync(join(tmpdir(), "ads-shot-")), "report.png")
