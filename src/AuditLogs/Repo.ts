@@ -6,6 +6,7 @@
 import { SqlClient, type Statement } from "@effect/sql"
 import { Effect } from "effect"
 import type { AuditEntry, AuditOutcome } from "./AuditLog.js"
+import { toRow } from "./Storable.js"
 
 /** A record as buffered: the entry and the id that makes its insertion idempotent. */
 export interface StoredEntry {
@@ -51,10 +52,6 @@ const HOUR = 3_600_000
 /** Rows per INSERT: 500 × 17 parameters stays far below PostgreSQL's 65535. */
 export const INSERT_BATCH_MAX = 500
 
-/** PostgreSQL text cannot hold NUL; a client could send one in a path or header. */
-const text = (s: string) => (s.includes("\u0000") ? s.replaceAll("\u0000", "\uFFFD") : s)
-const int = (n: number) => Math.max(-2147483648, Math.min(2147483647, Math.round(n)))
-
 export class AuditRepo extends Effect.Service<AuditRepo>()("AuditLogs/Repo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -62,27 +59,10 @@ export class AuditRepo extends Effect.Service<AuditRepo>()("AuditLogs/Repo", {
     const listColumns = sql`id::int AS id, ${timestamp}, user_id, username, action_type, resource, outcome, ip_address,
       request_id, response_status, duration_ms`
 
-    /** Inserts a batch; rows already stored (same entry id) are skipped. Fails with SqlError. */
+    /** Inserts a batch (reduced to what the database takes: Storable.ts); rows already stored (same entry id) are skipped. Fails with SqlError. */
     const insertBatch = (batch: ReadonlyArray<StoredEntry>) =>
       batch.length === 0 ? Effect.void : sql`INSERT INTO audit_logs ${
-        sql.insert(batch.map(({ entry: e, entryId }) => ({
-          entry_id: entryId,
-          timestamp: e.timestamp,
-          user_id: text(e.user_id),
-          username: text(e.username),
-          user_roles: JSON.stringify(e.user_roles.map(text)),
-          action_type: text(e.action_type),
-          resource: text(e.resource),
-          outcome: e.outcome,
-          ip_address: text(e.ip_address),
-          user_agent: text(e.user_agent),
-          request_id: text(e.request_id),
-          correlation_id: text(e.correlation_id),
-          response_status: int(e.response_status),
-          duration_ms: int(e.duration_ms),
-          request_data: text(JSON.stringify(e.request_data)),
-          error_message: e.error_message === null ? null : text(e.error_message)
-        })))
+        sql.insert(batch.map(toRow))
       } ON CONFLICT (entry_id) DO NOTHING`.pipe(Effect.asVoid, Effect.withSpan("AuditRepo.insertBatch", { attributes: { rows: batch.length }, captureStackTrace: false }))
 
     const where = (f: AuditFilters) => {

@@ -13,15 +13,17 @@
  *   record whose XADD fails (Redis down) falls back to the in-process buffer.
  * Redelivery is idempotent: each record carries an `entry_id` (ON CONFLICT DO NOTHING).
  */
+import type { SqlError } from "@effect/sql"
 import { Chunk, Duration, Effect, Fiber, Layer, Option, Queue, Schedule } from "effect"
 import type { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import { hostname } from "node:os"
 import { AppConfig } from "../Config.js"
-import { auditRecordsDroppedTotal } from "../Observability/Metrics.js"
+import { type AuditDropReason, auditRecordsDroppedTotal } from "../Observability/Metrics.js"
 import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.js"
 import { AuditLog, type AuditEntry } from "./AuditLog.js"
 import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "./Repo.js"
+import { minimalEntry } from "./Storable.js"
 
 export interface WriterOptions {
   /** Records the in-process buffer holds while the database is unreachable. */
@@ -45,18 +47,55 @@ export const defaultWriterOptions: WriterOptions = {
 /** Capped exponential backoff, forever: a batch waits for the database, it is never discarded. */
 const retryForever = Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))
 
-const countDropped = (n: number, reason: string) =>
+const dropMessages: Record<AuditDropReason, string> = {
+  buffer_full: "Audit records dropped: buffer full",
+  stream_full: "Audit records dropped: audit stream backlog full",
+  shutdown: "Audit records dropped: database unreachable at shutdown",
+  refused: "Audit record dropped: the database refused it even reduced"
+}
+
+const countDropped = (n: number, reason: AuditDropReason, error?: unknown) =>
   n === 0 ? Effect.void : Effect.zipRight(
-    Effect.sync(() => auditRecordsDroppedTotal.inc(n)),
-    Effect.logError(`Audit records dropped: ${reason}`).pipe(Effect.annotateLogs({ dropped: n }))
+    Effect.sync(() => auditRecordsDroppedTotal.inc({ reason }, n)),
+    Effect.logError(dropMessages[reason], ...(error === undefined ? [] : [error])).pipe(Effect.annotateLogs({ dropped: n, reason }))
   )
+
+/**
+ * An outage (no connection, the server shutting down or out of resources, a serialization
+ * failure) is worth waiting for; any other SQLSTATE (data exception 22, constraint 23, program
+ * limit 54 — "index row size exceeds maximum", …) belongs to a record and never goes away.
+ */
+export const isOutage = (error: SqlError.SqlError): boolean => {
+  const code = (error.cause as { code?: unknown } | undefined)?.code
+  return typeof code !== "string" || !/^[0-9A-Z]{5}$/.test(code) || /^(08|40|53|57|58|XX)/.test(code)
+}
 
 const makeInserter = Effect.gen(function*() {
   const repo = yield* AuditRepo
   let failing = false
-  /** Inserts one batch, retrying until the database commits it. */
-  return (batch: ReadonlyArray<StoredEntry>) =>
+  /** One record the batch could not take: as it is, then reduced to its minimum, then dropped and counted. */
+  const insertOne = (stored: StoredEntry) =>
+    repo.insertBatch([stored]).pipe(
+      Effect.catchIf((error) => !isOutage(error), () => repo.insertBatch([minimalEntry(stored)])),
+      Effect.catchIf((error) => !isOutage(error), (error) => countDropped(1, "refused", error))
+    )
+  /**
+   * A batch the database refused for its content is written record by record, so one poison
+   * record never blocks the ones behind it (CONTRACT §6); an outage fails the attempt.
+   */
+  const attempt = (batch: ReadonlyArray<StoredEntry>) =>
     repo.insertBatch(batch).pipe(
+      Effect.catchIf(
+        (error) => !isOutage(error),
+        (error) =>
+          Effect.logWarning("Audit batch refused; writing its records one by one", error).pipe(
+            Effect.zipRight(Effect.forEach(batch, insertOne, { discard: true }))
+          )
+      )
+    )
+  /** Inserts one batch, retrying an outage until the database commits it (records already in are skipped by entry id). */
+  return (batch: ReadonlyArray<StoredEntry>) =>
+    attempt(batch).pipe(
       Effect.tapError((error) =>
         failing ? Effect.void : Effect.logWarning("Audit batch not written; retrying until the database is back", error)
           .pipe(Effect.tap(() => (failing = true)))
@@ -92,7 +131,7 @@ const makeBuffer = (options: WriterOptions) =>
     const queue = yield* Queue.dropping<StoredEntry>(options.bufferMax)
     let inFlight: ReadonlyArray<StoredEntry> = []
     const offer = (stored: StoredEntry) =>
-      Effect.flatMap(Queue.offer(queue, stored), (accepted) => (accepted ? Effect.void : countDropped(1, "buffer full")))
+      Effect.flatMap(Queue.offer(queue, stored), (accepted) => (accepted ? Effect.void : countDropped(1, "buffer_full")))
     const loop = Effect.forever(Effect.gen(function*() {
       inFlight = Chunk.toReadonlyArray(yield* Queue.takeBetween(queue, 1, INSERT_BATCH_MAX))
       yield* insert(inFlight)
@@ -104,33 +143,13 @@ const makeBuffer = (options: WriterOptions) =>
       yield* Fiber.interrupt(fiber)
       const rest = [...inFlight, ...Chunk.toReadonlyArray(yield* Queue.takeAll(queue))]
       const left = yield* flushWithin(insert, rest, options.flushTimeout)
-      yield* countDropped(left, "database unreachable at shutdown")
+      yield* countDropped(left, "shutdown")
     })
     return { offer, flush } as const
   })
 
-/**
- * PostgreSQL text cannot hold NUL and jsonb refuses `\u0000` and unpaired surrogates; a request
- * carrying them (e.g. `?search=%00`) made a record no insert could ever store, and the retry-forever
- * writer then blocked every later record and the shutdown flush. Such characters become U+FFFD.
- */
-const storableText = (text: string): string =>
-  // Almost every string is fine: the native check spares the regex (this runs on every field of every record).
-  (text as string & { isWellFormed(): boolean }).isWellFormed() && !text.includes("\u0000")
-    ? text
-    // eslint-disable-next-line no-control-regex -- NUL is exactly what must be matched
-    : text.replace(/\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, "\ufffd")
-
-const storable = (value: unknown): unknown => {
-  if (typeof value === "string") return storableText(value)
-  if (Array.isArray(value)) return value.map(storable)
-  if (value instanceof Date || typeof value !== "object" || value === null) return value
-  const out: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(value)) out[storableText(k)] = storable(v)
-  return out
-}
-
-const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), entry: storable(entry) as AuditEntry })
+/** Values the database would refuse are reduced when the batch is inserted (Storable.ts), not on the request's path. */
+const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), entry })
 
 /** In-process writer (no Redis). */
 export const makeBufferedAuditLog = (options: WriterOptions = defaultWriterOptions) =>
@@ -314,7 +333,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     return AuditLog.of({
       record: (entry) =>
         backlog >= options.streamMax
-          ? countDropped(1, "audit stream backlog full")
+          ? countDropped(1, "stream_full")
           : closed
           ? buffer.offer(newEntry(entry))
           : Effect.async<void>((resume) => {

@@ -137,11 +137,17 @@ export const tokenValidationTotal = new client.Counter({
   labelNames: ["status"] as const,
   registers: [registry]
 })
+/** Why an audit record was not stored (CONTRACT §6). */
+export const auditDropReasons = ["buffer_full", "stream_full", "shutdown", "refused"] as const
+export type AuditDropReason = typeof auditDropReasons[number]
 export const auditRecordsDroppedTotal = new client.Counter({
   name: "audit_records_dropped_total",
-  help: "Audit records dropped because the buffer was full",
+  help: "Audit records not stored, by reason (buffer_full, stream_full, shutdown, refused)",
+  labelNames: ["reason"] as const,
   registers: [registry]
 })
+// Every reason shows from the start at 0, so an alert on its rate has a series to watch.
+for (const reason of auditDropReasons) auditRecordsDroppedTotal.inc({ reason }, 0)
 export const appInfo = new client.Gauge({
   name: "app_info",
   help: "Application information",

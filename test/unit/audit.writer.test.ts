@@ -11,7 +11,7 @@ import { outcomeOf } from "../../src/AuditLogs/AuditLog.js"
 import { parseIsoDate } from "../../src/AuditLogs/Api.js"
 import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "../../src/AuditLogs/Repo.js"
 import { captureRequestData, redact } from "../../src/AuditLogs/RequestData.js"
-import { defaultWriterOptions, makeBufferedAuditLog } from "../../src/AuditLogs/Writer.js"
+import { defaultWriterOptions, isOutage, makeBufferedAuditLog } from "../../src/AuditLogs/Writer.js"
 import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.js"
 
 const entry = (n: number): AuditEntry => ({
@@ -32,14 +32,22 @@ const entry = (n: number): AuditEntry => ({
   error_message: null
 })
 
-/** A repository that stores by entry id (like ON CONFLICT DO NOTHING) and fails while `down`. */
-const scriptedRepo = () => {
+/** A PostgreSQL error as the driver reports it (SQLSTATE in `code`). */
+const pgError = (code: string, message: string) => new SqlError.SqlError({ cause: Object.assign(new Error(message), { code }), message })
+
+/**
+ * A repository that stores by entry id (like ON CONFLICT DO NOTHING), fails while `down`, and
+ * refuses (SQLSTATE 54000, as PostgreSQL does an oversized index row) every batch holding a record
+ * for which `refuses` is true.
+ */
+const scriptedRepo = (refuses: (entry: AuditEntry) => boolean = () => false) => {
   const state = { down: false, attempts: 0, batches: [] as Array<number>, stored: new Map<string, AuditEntry>() }
   const layer = Layer.succeed(AuditRepo, AuditRepo.make({
     insertBatch: (batch: ReadonlyArray<StoredEntry>) =>
       Effect.suspend(() => {
         state.attempts++
         if (state.down) return Effect.fail(new SqlError.SqlError({ cause: new Error("connection refused"), message: "down" }))
+        if (batch.some(({ entry }) => refuses(entry))) return Effect.fail(pgError("54000", "index row size 3104 exceeds btree version 4 maximum 2704"))
         state.batches.push(batch.length)
         for (const { entryId, entry } of batch) state.stored.set(entryId, entry)
         return Effect.void
@@ -54,7 +62,8 @@ const scriptedRepo = () => {
 const waitUntil = (check: () => boolean) =>
   Effect.repeat(Effect.sleep("10 millis"), { until: check }).pipe(Effect.timeout("20 seconds"))
 
-const droppedCount = async () => (await auditRecordsDroppedTotal.get()).values[0]?.value ?? 0
+const droppedCount = async (reason = "buffer_full") =>
+  (await auditRecordsDroppedTotal.get()).values.find((v) => v.labels["reason"] === reason)?.value ?? 0
 
 describe("audit writer (in-process buffer)", () => {
   it.live("a database outage is retried until it is back; nothing is discarded", () =>
@@ -92,7 +101,7 @@ describe("audit writer (in-process buffer)", () => {
     Effect.gen(function*() {
       const { state, layer } = scriptedRepo()
       state.down = true
-      const before = yield* Effect.promise(droppedCount)
+      const before = yield* Effect.promise(() => droppedCount())
       const scope = yield* Scope.make()
       const audit = yield* makeBufferedAuditLog({ ...defaultWriterOptions, bufferMax: 10, flushTimeout: "100 millis" }).pipe(
         Scope.extend(scope),
@@ -101,12 +110,50 @@ describe("audit writer (in-process buffer)", () => {
       yield* audit.record(entry(0))
       yield* waitUntil(() => state.attempts >= 1) // the first record is in flight, out of the buffer
       for (let i = 1; i <= 15; i++) yield* audit.record(entry(i))
-      expect((yield* Effect.promise(droppedCount)) - before).toBe(5)
+      expect((yield* Effect.promise(() => droppedCount())) - before).toBe(5)
       state.down = false
       yield* waitUntil(() => state.stored.size === 11)
       yield* Scope.close(scope, Exit.void)
       expect(state.stored.size).toBe(11)
     }))
+})
+
+describe("audit writer: records the database refuses (CONTRACT §6)", () => {
+  it.live("a poison record is stored reduced and never blocks the records behind it", () =>
+    Effect.gen(function*() {
+      // Refuses any record whose resource is long: the minimal form (128 bytes) is taken.
+      const { state, layer } = scriptedRepo((e) => e.resource.length > 200)
+      const scope = yield* Scope.make()
+      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.extend(scope), Effect.provide(layer))
+      const poison = { ...entry(0), resource: "/" + "x".repeat(3000) }
+      yield* audit.record(poison)
+      for (let i = 1; i <= 20; i++) yield* audit.record(entry(i))
+      yield* waitUntil(() => state.stored.size === 21)
+      const stored = [...state.stored.values()].find((e) => e.request_id === "r0")
+      expect(stored?.resource.length).toBeLessThanOrEqual(128)
+      expect(stored?.request_data).toEqual({ _unstorable: true })
+      yield* Scope.close(scope, Exit.void)
+    }))
+
+  it.live("a record refused even reduced is dropped once and counted as refused; the rest flow on", () =>
+    Effect.gen(function*() {
+      const { state, layer } = scriptedRepo((e) => e.user_id === "cursed")
+      const before = yield* Effect.promise(() => droppedCount("refused"))
+      const scope = yield* Scope.make()
+      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.extend(scope), Effect.provide(layer))
+      yield* audit.record({ ...entry(0), user_id: "cursed" })
+      for (let i = 1; i <= 5; i++) yield* audit.record(entry(i))
+      yield* waitUntil(() => state.stored.size === 5)
+      yield* Scope.close(scope, Exit.void)
+      expect((yield* Effect.promise(() => droppedCount("refused"))) - before).toBe(1)
+      expect([...state.stored.values()].some((e) => e.user_id === "cursed")).toBe(false)
+    }))
+
+  it("SQLSTATEs: connection, shutdown, resources and serialization are outages; data and limits are the record's", () => {
+    for (const code of ["08006", "08001", "57P01", "53300", "40001", "XX000"]) expect(isOutage(pgError(code, "x")), code).toBe(true)
+    for (const code of ["54000", "22021", "22P05", "23502", "23514", "42804"]) expect(isOutage(pgError(code, "x")), code).toBe(false)
+    expect(isOutage(new SqlError.SqlError({ cause: new Error("ECONNREFUSED"), message: "down" }))).toBe(true)
+  })
 })
 
 describe("audit record rules", () => {

@@ -1,0 +1,60 @@
+/**
+ * What the audit writer hands PostgreSQL (CONTRACT §6 "A record the database refuses never stops
+ * the trail"): every value a client can send is reduced to one the database takes.
+ */
+import { describe, expect, it } from "vitest"
+import type { AuditEntry } from "../../src/AuditLogs/AuditLog.js"
+import { INDEXED_TEXT_MAX_BYTES, minimalEntry, storableText, toRow, truncateUtf8 } from "../../src/AuditLogs/Storable.js"
+
+const bytes = (s: string) => Buffer.byteLength(s, "utf8")
+
+const entry: AuditEntry = {
+  timestamp: new Date(0),
+  user_id: "",
+  username: "雨".repeat(1024),
+  user_roles: ["admin"],
+  action_type: "POST",
+  resource: "/" + "x".repeat(3000),
+  outcome: "error",
+  ip_address: "127.0.0.1",
+  user_agent: "a\u0000b",
+  request_id: "r",
+  correlation_id: "c",
+  response_status: 401,
+  duration_ms: 1,
+  request_data: { body: { "k\u0000": "\ud800", nested: ["\u0000"] } },
+  error_message: null
+}
+
+describe("audit records reduced to what PostgreSQL stores", () => {
+  it("truncates on a code-point boundary to at most the byte budget, marked with …", () => {
+    expect(truncateUtf8("short", 10)).toBe("short")
+    const cut = truncateUtf8("😀".repeat(100), 50)
+    expect(bytes(cut)).toBeLessThanOrEqual(50)
+    expect(cut.endsWith("…")).toBe(true)
+    expect(cut.slice(0, -1)).toBe("😀".repeat(11)) // 11 × 4 bytes + 3 for the ellipsis
+    expect(Buffer.from(cut, "utf8").toString("utf8")).toBe(cut) // no surrogate half left behind
+  })
+
+  it("NUL and unpaired surrogates become U+FFFD; paired ones stay", () => {
+    expect(storableText("a\u0000b\ud800c\udc00d😀")).toBe("a\ufffdb\ufffdc\ufffdd😀")
+  })
+
+  it("indexed columns fit a btree entry; jsonb gets no NUL escape or lone surrogate", () => {
+    const row = toRow({ entryId: "e", entry })
+    for (const column of [row.username, row.resource, row.user_id, row.action_type]) {
+      expect(bytes(column)).toBeLessThanOrEqual(INDEXED_TEXT_MAX_BYTES)
+    }
+    expect(row.username.startsWith("雨雨雨")).toBe(true)
+    expect(row.user_agent).toBe("a\ufffdb")
+    expect(JSON.parse(row.request_data)).toEqual({ body: { "k\ufffd": "\ufffd", nested: ["\ufffd"] } })
+    expect(row.request_data).not.toContain("\\u0000")
+  })
+
+  it("the last-resort form keeps who, what, when and the outcome, short", () => {
+    const { entry: minimal } = minimalEntry({ entryId: "e", entry })
+    expect(bytes(minimal.username)).toBeLessThanOrEqual(128)
+    expect(bytes(minimal.resource)).toBeLessThanOrEqual(128)
+    expect(minimal).toMatchObject({ outcome: "error", response_status: 401, timestamp: new Date(0), request_data: { _unstorable: true } })
+  })
+})
