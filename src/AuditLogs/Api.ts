@@ -6,7 +6,7 @@ import { OperationRoles } from "../Auth/Rbac.js"
 import { PageMeta } from "../Domain/Author.js"
 import { MAX_PAGE } from "../Domain/Pagination.js"
 import { Wire } from "../Errors.js"
-import { atLeast, atMost, IntFromString, issue, QueryText } from "../Http/Params.js"
+import { atLeast, atMost, IntFromString, issue, ParamText } from "../Http/Params.js"
 
 export const AUDIT_MAX_PER_PAGE = 100
 
@@ -61,11 +61,11 @@ const DateRange = {
 export const AuditListParams = Schema.Struct({
   page: Page,
   per_page: PerPage,
-  user_id: Schema.optional(QueryText),
-  username: Schema.optional(QueryText),
-  action_type: Schema.optional(QueryText),
-  resource: Schema.optional(QueryText),
-  outcome: Schema.optional(QueryText),
+  user_id: Schema.optional(ParamText),
+  username: Schema.optional(ParamText),
+  action_type: Schema.optional(ParamText),
+  resource: Schema.optional(ParamText),
+  outcome: Schema.optional(ParamText),
   ...DateRange
 })
 
@@ -106,7 +106,7 @@ export const AuditLogPage = Schema.Struct({ items: Schema.Array(AuditLogListItem
 export const AuditLogUserPage = Schema.Struct({ items: Schema.Array(AuditLogUserItem), meta: PageMeta })
 
 const logIdParam = HttpApiSchema.param("log_id", IntFromString)
-const userIdParam = HttpApiSchema.param("user_id", Schema.String)
+const userIdParam = HttpApiSchema.param("user_id", ParamText)
 
 const requires = `Requires role: ${OperationRoles.readAuditLogs.map((r) => `\`${r}\``).join(", ")}.`
 

@@ -6,7 +6,7 @@ import { OperationRoles } from "../Auth/Rbac.js"
 import { Author, AuthorPage, AuthorPayload } from "../Domain/Author.js"
 import { AUTHORS_MAX_PER_PAGE, decodeCursor, MAX_PAGE } from "../Domain/Pagination.js"
 import { Wire } from "../Errors.js"
-import { atLeast, atMost, IntFromString, issue, QueryText } from "../Http/Params.js"
+import { atLeast, atMost, IntFromString, issue, ParamText } from "../Http/Params.js"
 import { Option, ParseResult } from "effect"
 
 export const AuthorId = IntFromString
@@ -33,15 +33,15 @@ export const Cursor = Schema.transformOrFail(Schema.String, Schema.Int, {
 
 export const ListParams = Schema.Struct({
   id: Schema.optional(IntFromString),
-  name: Schema.optional(QueryText),
-  search: Schema.optional(QueryText)
+  name: Schema.optional(ParamText),
+  search: Schema.optional(ParamText)
 })
 
 export const PageParams = Schema.Struct({
   page: Schema.optionalWith(IntFromString.pipe(atLeast(1), atMost(MAX_PAGE)), { default: () => 1 }),
   per_page: Schema.optionalWith(PerPage, { default: () => 20 }),
   id: Schema.optional(IntFromString),
-  name: Schema.optional(QueryText),
+  name: Schema.optional(ParamText),
   cursor: Schema.optional(Cursor)
 })
 

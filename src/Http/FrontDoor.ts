@@ -29,6 +29,7 @@ import { type RateDecision, RateLimiter, withFailMode } from "../RateLimit/RateL
 import { clientIp } from "./ClientIp.js"
 import { textDepthExceeds, tooDeepMessage } from "./JsonDepth.js"
 import { correlationIdFrom, currentRequest, type RequestContext } from "./RequestContext.js"
+import { markInvalidUtf8 } from "./UrlText.js"
 import { contentTypeInvalid, endpointShapes, jsonInvalid, requestView, toValidationIssues, type ValidationIssue } from "./Validation.js"
 
 /** CONTRACT §4: never rate limited (nor audited). */
@@ -159,6 +160,13 @@ export const FrontDoorLive = (api: Api) =>
       const jsonOnly = (request: HttpServerRequest.HttpServerRequest) =>
         isJsonBody(request) ? request : request.modify({ headers: { ...request.headers, "content-type": "text/plain" } })
 
+      /** The request as the app sees it: JSON bodies only (above), and percent-escapes that are not UTF-8 marked as NUL (Http/UrlText.ts). */
+      const present = (request: HttpServerRequest.HttpServerRequest) => {
+        const url = markInvalidUtf8(request.url)
+        const marked = url === request.url ? request : request.modify({ url })
+        return jsonOnly(marked)
+      }
+
       /**
        * 413 before anything else: `None` when the body is over the limit, else the request to go on
        * with. A body without Content-Length (chunked) is read here, under the limit, straight from
@@ -226,9 +234,9 @@ export const FrontDoorLive = (api: Api) =>
               }
             }
             // The body is within the limit by now (checkBodySize), so the app needs no MaxBodySize of
-            // its own; and the request is provided again only if `jsonOnly` changed it. Each would
+            // its own; and the request is provided again only if `present` changed it. Each would
             // copy the fiber's whole context on every request.
-            const presented = jsonOnly(withBody)
+            const presented = present(withBody)
             const response = yield* (presented === request ? app : Effect.provideService(app, HttpServerRequest.HttpServerRequest, presented)).pipe(
               Effect.catchAllCause((cause) =>
                 Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : toResponse(withBody, cause)

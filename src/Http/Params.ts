@@ -31,11 +31,14 @@ export const atLeast = (min: number) => <S extends Schema.Schema.Any>(self: Numb
 export const atMost = (max: number) => <S extends Schema.Schema.Any>(self: NumberSchema<S>) =>
   Schema.lessThanOrEqualTo<S>(max, { message: () => issue("less_than_equal", `Input should be less than or equal to ${max}`) })(self)
 
-/** A free-text query value: bounded, and without NUL (PostgreSQL cannot compare it). */
-export const QueryText = Schema.String.pipe(
+/**
+ * A free-text path or query value: bounded, and without NUL (PostgreSQL cannot compare it;
+ * CONTRACT §9 "Control characters" — escapes that are not UTF-8 arrive as NUL: Http/UrlText.ts).
+ */
+export const ParamText = Schema.String.pipe(
   Schema.filter((s) => {
     if ([...s].length > 1000) return issue("string_too_long", "String should have at most 1000 characters")
-    if (s.includes("\u0000")) return issue("string_pattern_mismatch", "String must not contain NUL characters")
+    if (s.includes("\u0000")) return issue("string_pattern_mismatch", "String must not contain NUL characters or bytes that are not UTF-8")
     return true
   }, { jsonSchema: { maxLength: 1000 } })
 )

@@ -5,6 +5,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { Wire } from "../Errors.js"
+import { ParamText } from "../Http/Params.js"
 
 export const ProfilingStatus = Schema.Struct({
   enabled: Schema.Boolean,
@@ -39,7 +40,7 @@ export const ReportDeleted = Schema.Struct({
   filename: Schema.String
 }).annotations({ identifier: "ReportDeleted" })
 
-const filename = HttpApiSchema.param("filename", Schema.String)
+const filename = HttpApiSchema.param("filename", ParamText)
 
 export class ProfilingApi extends HttpApiGroup.make("profiling")
   .add(

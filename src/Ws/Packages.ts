@@ -13,7 +13,7 @@ import { Author, AuthorPayload, type PageMeta } from "../Domain/Author.js"
 import { AUTHORS_MAX_PER_PAGE, MAX_PAGE } from "../Domain/Pagination.js"
 import type { Role, User } from "../Domain/User.js"
 import { type ClientError, errorStatus, WsStatus } from "../Errors.js"
-import { atLeast, atMost, QueryText } from "../Http/Params.js"
+import { atLeast, atMost, ParamText } from "../Http/Params.js"
 import { errorItems, httpEquivalent } from "./Protocol.js"
 
 export interface PackageReply {
@@ -90,8 +90,8 @@ const definePackage = <A, I>(spec: PackageSpec<A, I>): Package => {
 /** Package filters: `name` and its alias `search_term` are case-insensitive substrings (CONTRACT §9). */
 const Filters = Schema.Struct({
   id: Schema.optionalWith(Schema.Int, { nullable: true }),
-  name: Schema.optionalWith(QueryText, { nullable: true }),
-  search_term: Schema.optionalWith(QueryText, { nullable: true })
+  name: Schema.optionalWith(ParamText, { nullable: true }),
+  search_term: Schema.optionalWith(ParamText, { nullable: true })
 })
 type Filters = typeof Filters.Type
 

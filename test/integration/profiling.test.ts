@@ -141,7 +141,6 @@ describe("profiling endpoints", () => {
       "..",
       ".hidden.html",
       "report.txt",
-      "report.html%00.txt",
       "a%5C..%5Csecret.html",
       "escape.html",
       "dangling.html"

@@ -1,0 +1,16 @@
+/**
+ * CONTRACT §9 "Control characters": a path or query value whose percent-escapes are not UTF-8 is a
+ * client error, a 422 naming the parameter — never a 404 (the router cannot decode the path) nor
+ * a silent U+FFFD (URLSearchParams replaces what it cannot decode). Such a run of escapes is
+ * rewritten to `%00` before routing, so the parameter's own schema (Http/Params.ts `ParamText`,
+ * which refuses NUL) answers the 422 in its place, after authentication and the role check.
+ */
+import { isUtf8 } from "node:buffer"
+
+const ESCAPE_RUN = /(?:%[0-9A-Fa-f]{2})+/g
+
+/** The URL unchanged (the same string) when every run of escapes is UTF-8. */
+export const markInvalidUtf8 = (url: string): string =>
+  url.includes("%")
+    ? url.replace(ESCAPE_RUN, (run) => isUtf8(Buffer.from(run.replaceAll("%", ""), "hex")) ? run : "%00")
+    : url
