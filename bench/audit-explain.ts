@@ -5,15 +5,15 @@
  * times of `GET /audit-logs` for each filter alone and with a date range — the page query and
  * its exact total, as AuditLogs/Repo.ts issues them. Exits 1 when any plan takes over 100 ms.
  *
- *   TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx bench/audit-explain.ts
+ *   TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test node bench/audit-explain.ts
  */
 import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import pg from "pg"
-import type { AuditEntry } from "../src/AuditLogs/AuditLog.js"
-import { type AuditFilters, AuditRepo, INSERT_BATCH_MAX } from "../src/AuditLogs/Repo.js"
-import { pgClientLayer } from "../src/Db/Database.js"
+import type { AuditEntry } from "../src/AuditLogs/AuditLog.ts"
+import { type AuditFilters, AuditRepo, INSERT_BATCH_MAX } from "../src/AuditLogs/Repo.ts"
+import { pgClientLayer } from "../src/Db/Database.ts"
 
 const ROWS = Number(process.env["BENCH_AUDIT_ROWS"] ?? 1_000_000)
 const LIMIT_MS = 100

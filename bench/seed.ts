@@ -4,7 +4,7 @@
  * Everything is derived from `--anchor`, so two databases seeded with the same arguments hold the
  * same rows (same ids, names, timestamps) — the runner compares both servers' answers on that.
  *
- *   npx tsx bench/seed.ts --url postgres://…/db | --pglite <DATA_DIR>/pgdata  [--authors 10000] [--audit 1000000] [--anchor ISO]
+ *   node bench/seed.ts --url postgres://…/db | --pglite <DATA_DIR>/pgdata  [--authors 10000] [--audit 1000000] [--anchor ISO]
  *
  * Prints one JSON line: {"authors_s": …, "audit_s": …, "vacuum_s": …}.
  */

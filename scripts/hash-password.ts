@@ -3,7 +3,7 @@
  *   npm run hash-password -- <password>
  *   printf '%s' "$PASSWORD" | npm run hash-password     (keeps the password out of shell history)
  */
-import { hashPassword } from "../src/Auth/Passwords.js"
+import { hashPassword } from "../src/Auth/Passwords.ts"
 
 const readStdin = async (): Promise<string> => {
   const chunks: Array<Buffer> = []

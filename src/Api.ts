@@ -1,12 +1,12 @@
 /** The HTTP API: every group, one document (served at /openapi.json). */
 import { HttpApi, OpenApi } from "@effect/platform"
-import { AuditLogsApi } from "./AuditLogs/Api.js"
-import { LoginApi } from "./Auth/Api.js"
-import { AuthorsApi } from "./Authors/Api.js"
-import { Wire } from "./Errors.js"
-import { openApi422 } from "./Http/Validation.js"
-import { SystemApi } from "./Observability/Api.js"
-import { ProfilingApi } from "./Profiling/Api.js"
+import { AuditLogsApi } from "./AuditLogs/Api.ts"
+import { LoginApi } from "./Auth/Api.ts"
+import { AuthorsApi } from "./Authors/Api.ts"
+import { Wire } from "./Errors.ts"
+import { openApi422 } from "./Http/Validation.ts"
+import { SystemApi } from "./Observability/Api.ts"
+import { ProfilingApi } from "./Profiling/Api.ts"
 
 export class Api extends HttpApi.make("author-directory")
   .add(AuthorsApi)

@@ -3,7 +3,7 @@
  * An invalid value stops startup with a ConfigError that names the variable.
  */
 import { Config, ConfigError, Context, Effect, Either, Layer, Option, Redacted } from "effect"
-import { parseCidrList, type Cidr } from "./Http/ClientIp.js"
+import { parseCidrList, type Cidr } from "./Http/ClientIp.ts"
 
 export type AppEnv = "development" | "production"
 

@@ -1,10 +1,10 @@
 /** Starts the service with the configuration from the environment (CONTRACT §2). */
 import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Effect, Layer } from "effect"
-import { AppLive } from "./App.js"
-import { AppConfig } from "./Config.js"
-import { drainOnShutdown, nodeServerLayer } from "./Http/NodeServer.js"
-import { LoggerLive } from "./Observability/Logging.js"
+import { AppLive } from "./App.ts"
+import { AppConfig } from "./Config.ts"
+import { drainOnShutdown, nodeServerLayer } from "./Http/NodeServer.ts"
+import { LoggerLive } from "./Observability/Logging.ts"
 
 const ServerLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => nodeServerLayer({ port: config.port, host: config.host })))
 

@@ -1,8 +1,8 @@
 /** `npm run migrate`: applies pending migrations to the configured database and exits. */
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Layer } from "effect"
-import { AppConfig } from "./Config.js"
-import { DatabaseLive } from "./Db/Database.js"
+import { AppConfig } from "./Config.ts"
+import { DatabaseLive } from "./Db/Database.ts"
 
 NodeRuntime.runMain(
   Effect.logInfo("Migrations are up to date").pipe(

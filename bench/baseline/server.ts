@@ -34,7 +34,7 @@ import {
   ASYMMETRIC_ALGORITHMS, bearerToken, captureRequestData, correlationIdFrom, decodeCursor, encodeCursor, likePattern,
   makeMemoryLimiter, memberFactory, normalizeIp, pageCount, parseIsoDate, type RateDecision, rolesOf, SLIDING_WINDOW_LUA,
   SQL, storable, decision
-} from "./shared.js"
+} from "./shared.ts"
 
 const env = (name: string, fallback: string) => process.env[name] ?? fallback
 const int = (name: string, fallback: number) => Number(env(name, String(fallback)))
@@ -240,7 +240,14 @@ const pageAuditLogs = async (f: AuditFilters, page: number, perPage: number) => 
 // ---- HTTP ---------------------------------------------------------------------------------------
 interface Ctx { requestId: string; correlationId: string; startedAt: Date; t0: number; ip: string; user: Principal | undefined; error: string | null }
 declare module "fastify" { interface FastifyRequest { ctx: Ctx } }
-class HttpError { constructor(readonly status: number, readonly detail: unknown) {} }
+class HttpError {
+  readonly status: number
+  readonly detail: unknown
+  constructor(status: number, detail: unknown) {
+    this.status = status
+    this.detail = detail
+  }
+}
 const invalid = (loc: string, name: string, input: unknown, type = "int_parsing", msg = "Input should be a valid integer") =>
   new HttpError(422, [{ type, loc: [loc, name], msg, input }])
 

@@ -13,8 +13,8 @@ import { cpSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
-import { type Backends, ROOT, startService } from "./servers.js"
-import { type BenchKey, installServiceKey } from "./tokens.js"
+import { type Backends, ROOT, startService } from "./servers.ts"
+import { type BenchKey, installServiceKey } from "./tokens.ts"
 
 export interface Prepared {
   readonly serviceDataDir: string
@@ -52,7 +52,7 @@ const databaseUrl = (adminUrl: string, name: string) => {
 
 const runSeed = (args: ReadonlyArray<string>) =>
   new Promise<Record<string, number>>((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "bench/seed.ts", ...args], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] })
+    const child = spawn(process.execPath, ["bench/seed.ts", ...args], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] })
     let out = ""
     let err = ""
     child.stdout.on("data", (d: Buffer) => (out += d.toString()))

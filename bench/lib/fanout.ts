@@ -6,8 +6,8 @@
  */
 import { randomUUID } from "node:crypto"
 import type { WebSocket } from "ws"
-import { closeClients, openClient, openClients, percentile, type RoundResult, runHttp, type HttpSpec, ZERO_ID } from "./load.js"
-import { rssMb, type Server, settle } from "./servers.js"
+import { closeClients, openClient, openClients, percentile, type RoundResult, runHttp, type HttpSpec, ZERO_ID } from "./load.ts"
+import { rssMb, type Server, settle } from "./servers.ts"
 
 const SLOW_PAGES = 300
 

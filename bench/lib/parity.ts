@@ -8,14 +8,14 @@
 import { Option } from "effect"
 import { readFileSync } from "node:fs"
 import { isDeepStrictEqual } from "node:util"
-import { parseIsoDate as svcParseIsoDate } from "../../src/AuditLogs/Api.js"
-import { captureRequestData as svcCapture } from "../../src/AuditLogs/RequestData.js"
-import { likePattern as svcLikePattern } from "../../src/Authors/Repo.js"
-import { decodeCursor as svcDecodeCursor, encodeCursor as svcEncodeCursor } from "../../src/Domain/Pagination.js"
-import { SLIDING_WINDOW_LUA as svcLua } from "../../src/RateLimit/RedisRateLimiter.js"
-import * as base from "../baseline/shared.js"
-import { openClient, parseJson } from "./load.js"
-import type { Server } from "./servers.js"
+import { parseIsoDate as svcParseIsoDate } from "../../src/AuditLogs/Api.ts"
+import { captureRequestData as svcCapture } from "../../src/AuditLogs/RequestData.ts"
+import { likePattern as svcLikePattern } from "../../src/Authors/Repo.ts"
+import { decodeCursor as svcDecodeCursor, encodeCursor as svcEncodeCursor } from "../../src/Domain/Pagination.ts"
+import { SLIDING_WINDOW_LUA as svcLua } from "../../src/RateLimit/RedisRateLimiter.ts"
+import * as base from "../baseline/shared.ts"
+import { openClient, parseJson } from "./load.ts"
+import type { Server } from "./servers.ts"
 
 export const checkCodeParity = (): Array<string> => {
   const problems: Array<string> = []

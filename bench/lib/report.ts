@@ -1,5 +1,5 @@
 /** Summaries of rounds and the printed tables (bench/README.md §Output). */
-import { percentile, type RoundResult } from "./load.js"
+import { percentile, type RoundResult } from "./load.ts"
 
 export interface RoundSummary {
   readonly rps: number

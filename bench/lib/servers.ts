@@ -1,6 +1,6 @@
 /**
- * The two servers under test as child processes: the service (`node --import tsx src/main.ts`,
- * as test/support/Spawn.ts) and the baseline (`node --import tsx bench/baseline/server.ts`), plus
+ * The two servers under test as child processes: the service (`node src/main.ts`,
+ * as test/support/Spawn.ts) and the baseline (`node bench/baseline/server.ts`), plus
  * what the runner reads from them (RSS and CPU time from /proc).
  */
 import { type ChildProcess, spawn } from "node:child_process"
@@ -60,7 +60,7 @@ const launch = async (name: ServerName, script: string, env: Record<string, stri
 }
 
 const launchOnce = async (name: ServerName, script: string, env: Record<string, string>, port: number, startTimeoutMs: number): Promise<Server> => {
-  const child: ChildProcess = spawn(process.execPath, ["--import", "tsx", script], {
+  const child: ChildProcess = spawn(process.execPath, [script], {
     cwd: ROOT,
     env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "", ...env, PORT: String(port), HOST: "127.0.0.1" },
     stdio: ["ignore", "pipe", "pipe"]

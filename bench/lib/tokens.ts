@@ -7,7 +7,7 @@ import { exportJWK, generateKeyPair, type JWK, SignJWT, type CryptoKey } from "j
 import { randomUUID } from "node:crypto"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
-import { BUILTIN_ISSUER } from "../../src/Auth/BuiltinProvider.js"
+import { BUILTIN_ISSUER } from "../../src/Auth/BuiltinProvider.ts"
 
 export const BENCH_ROLES = ["get-authors", "create-author", "admin"]
 

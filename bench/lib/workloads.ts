@@ -3,10 +3,10 @@
  * an HTTP spec for autocannon or a WebSocket request maker. W7 and the idle test are separate
  * (bench/lib/fanout.ts).
  */
-import { encodeCursor } from "../../src/Domain/Pagination.js"
-import { NAME_ALPHABET } from "../seed.js"
-import type { HttpSpec } from "./load.js"
-import type { Server } from "./servers.js"
+import { encodeCursor } from "../../src/Domain/Pagination.ts"
+import { NAME_ALPHABET } from "../seed.ts"
+import type { HttpSpec } from "./load.ts"
+import type { Server } from "./servers.ts"
 
 export interface Context {
   readonly tokens: ReadonlyArray<string>

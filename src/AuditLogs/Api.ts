@@ -1,12 +1,12 @@
 /** The audit-log HTTP contract (INTERFACE §Endpoints: audit-logs, §Resources: audit log record; CONTRACT §6, §9). */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { ParseResult, Schema } from "effect"
-import { Authentication, RequiredRoles } from "../Auth/Authentication.js"
-import { OperationRoles } from "../Auth/Rbac.js"
-import { PageMeta } from "../Domain/Author.js"
-import { MAX_PAGE } from "../Domain/Pagination.js"
-import { Wire } from "../Errors.js"
-import { atLeast, atMost, IntFromString, issue, ParamText } from "../Http/Params.js"
+import { Authentication, RequiredRoles } from "../Auth/Authentication.ts"
+import { OperationRoles } from "../Auth/Rbac.ts"
+import { PageMeta } from "../Domain/Author.ts"
+import { MAX_PAGE } from "../Domain/Pagination.ts"
+import { Wire } from "../Errors.ts"
+import { atLeast, atMost, IntFromString, issue, ParamText } from "../Http/Params.ts"
 
 export const AUDIT_MAX_PER_PAGE = 100
 

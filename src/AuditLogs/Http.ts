@@ -1,9 +1,9 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
-import { Api } from "../Api.js"
-import { pageCount } from "../Domain/Pagination.js"
-import { AuditLogNotFound } from "../Errors.js"
-import { AuditRepo } from "./Repo.js"
+import { Api } from "../Api.ts"
+import { pageCount } from "../Domain/Pagination.ts"
+import { AuditLogNotFound } from "../Errors.ts"
+import { AuditRepo } from "./Repo.ts"
 
 const meta = (page: number, perPage: number, total: number) => ({
   page,

@@ -5,8 +5,8 @@
  */
 import { SqlClient, type Statement } from "@effect/sql"
 import { Effect } from "effect"
-import type { AuditEntry, AuditOutcome } from "./AuditLog.js"
-import { toRow } from "./Storable.js"
+import type { AuditEntry, AuditOutcome } from "./AuditLog.ts"
+import { toRow } from "./Storable.ts"
 
 /** A record as buffered: the entry and the id that makes its insertion idempotent. */
 export interface StoredEntry {

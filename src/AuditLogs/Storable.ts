@@ -7,8 +7,8 @@
  * also covers records read back from the Redis Stream): unstorable characters become U+FFFD and
  * oversized text is cut on a code-point boundary, ending with "…".
  */
-import type { AuditEntry } from "./AuditLog.js"
-import type { StoredEntry } from "./Repo.js"
+import type { AuditEntry } from "./AuditLog.ts"
+import type { StoredEntry } from "./Repo.ts"
 
 /** Columns with an index (user_id, username, action_type, resource): well under btree's 2704-byte entry. */
 export const INDEXED_TEXT_MAX_BYTES = 1024

@@ -18,12 +18,12 @@ import { Chunk, Duration, Effect, Fiber, Layer, Option, Queue, Schedule } from "
 import type { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import { hostname } from "node:os"
-import { AppConfig } from "../Config.js"
-import { type AuditDropReason, auditRecordsDroppedTotal } from "../Observability/Metrics.js"
-import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.js"
-import { AuditLog, type AuditEntry } from "./AuditLog.js"
-import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "./Repo.js"
-import { minimalEntry } from "./Storable.js"
+import { AppConfig } from "../Config.ts"
+import { type AuditDropReason, auditRecordsDroppedTotal } from "../Observability/Metrics.ts"
+import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { AuditLog, type AuditEntry } from "./AuditLog.ts"
+import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "./Repo.ts"
+import { minimalEntry } from "./Storable.ts"
 
 export interface WriterOptions {
   /** Records the in-process buffer holds while the database is unreachable. */

@@ -1,8 +1,8 @@
 /** `POST /login` and `POST /login/refresh` (CONTRACT §3). */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { Wire } from "../Errors.js"
-import { TokenResponse } from "./IdentityProvider.js"
+import { Wire } from "../Errors.ts"
+import { TokenResponse } from "./IdentityProvider.ts"
 
 const Credential = Schema.String.pipe(Schema.maxLength(1024))
 

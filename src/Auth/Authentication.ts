@@ -5,12 +5,12 @@
  */
 import { HttpApiMiddleware, HttpApiSecurity, HttpRouter, HttpServerRequest } from "@effect/platform"
 import { Context, Effect, Schema } from "effect"
-import { CurrentUser, type Principal, type Role } from "../Domain/User.js"
-import { Unauthenticated, Wire } from "../Errors.js"
-import { getRequestContext } from "../Http/RequestContext.js"
-import { authAttemptsTotal } from "../Observability/Metrics.js"
-import { requireRoles } from "./Rbac.js"
-import { bearerToken, TokenVerifier } from "./TokenVerifier.js"
+import { CurrentUser, type Principal, type Role } from "../Domain/User.ts"
+import { Unauthenticated, Wire } from "../Errors.ts"
+import { getRequestContext } from "../Http/RequestContext.ts"
+import { authAttemptsTotal } from "../Observability/Metrics.ts"
+import { requireRoles } from "./Rbac.ts"
+import { bearerToken, TokenVerifier } from "./TokenVerifier.ts"
 
 /** Endpoint annotation: the roles the caller must all hold. */
 export class RequiredRoles extends Context.Tag("Auth/RequiredRoles")<RequiredRoles, ReadonlyArray<Role>>() {}

@@ -8,11 +8,11 @@ import { exportJWK, generateKeyPair, importJWK, type JWK, jwtVerify, SignJWT, ty
 import { createHash, randomUUID } from "node:crypto"
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs"
 import { join } from "node:path"
-import { AppConfig } from "../Config.js"
-import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.js"
-import { IdentityProvider, type TokenResponse } from "./IdentityProvider.js"
-import { isScryptHash, safeEqual, verifyPassword } from "./Passwords.js"
-import { makeTokenVerifier, TokenVerifier } from "./TokenVerifier.js"
+import { AppConfig } from "../Config.ts"
+import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.ts"
+import { IdentityProvider, type TokenResponse } from "./IdentityProvider.ts"
+import { isScryptHash, safeEqual, verifyPassword } from "./Passwords.ts"
+import { makeTokenVerifier, TokenVerifier } from "./TokenVerifier.ts"
 
 export const BUILTIN_ISSUER = "urn:author-directory:dev-idp"
 export const ACCESS_TOKEN_SECONDS = 300

@@ -1,5 +1,5 @@
 import { Context, type Effect, Schema } from "effect"
-import type { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.js"
+import type { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.ts"
 
 /** INTERFACE §Login request and token response. */
 export const TokenResponse = Schema.Struct({

@@ -1,7 +1,7 @@
 import { Effect, Layer, Option } from "effect"
-import { AppConfig } from "../Config.js"
-import { BuiltinAuthLive } from "./BuiltinProvider.js"
-import { OidcAuthLive } from "./OidcProvider.js"
+import { AppConfig } from "../Config.ts"
+import { BuiltinAuthLive } from "./BuiltinProvider.ts"
+import { OidcAuthLive } from "./OidcProvider.ts"
 
 /** `TokenVerifier` + `IdentityProvider`: OIDC when `OIDC_ISSUER_URL` is set, else the built-in provider. */
 export const AuthLive = Layer.unwrapEffect(

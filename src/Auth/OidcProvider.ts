@@ -5,10 +5,10 @@
  */
 import { Effect, Layer, Option, Redacted } from "effect"
 import { createRemoteJWKSet, type JWTVerifyGetKey } from "jose"
-import { AppConfig } from "../Config.js"
-import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.js"
-import { IdentityProvider, type TokenResponse } from "./IdentityProvider.js"
-import { makeTokenVerifier, TokenVerifier } from "./TokenVerifier.js"
+import { AppConfig } from "../Config.ts"
+import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.ts"
+import { IdentityProvider, type TokenResponse } from "./IdentityProvider.ts"
+import { makeTokenVerifier, TokenVerifier } from "./TokenVerifier.ts"
 
 interface Discovery {
   readonly issuer: string

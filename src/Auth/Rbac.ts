@@ -1,7 +1,7 @@
 /** RBAC: an operation that lists several roles needs all of them (INTERFACE §Authentication 4). */
 import { Effect } from "effect"
-import type { Role, User } from "../Domain/User.js"
-import { Forbidden } from "../Errors.js"
+import type { Role, User } from "../Domain/User.ts"
+import { Forbidden } from "../Errors.ts"
 
 export const hasRoles = (user: Pick<User, "roles">, required: ReadonlyArray<Role>): boolean =>
   required.every((role) => user.roles.includes(role))

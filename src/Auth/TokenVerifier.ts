@@ -5,8 +5,8 @@
  */
 import { Context, Effect } from "effect"
 import { errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type CryptoKey } from "jose"
-import type { Principal } from "../Domain/User.js"
-import { tokenValidationTotal } from "../Observability/Metrics.js"
+import type { Principal } from "../Domain/User.ts"
+import { tokenValidationTotal } from "../Observability/Metrics.ts"
 
 export const ASYMMETRIC_ALGORITHMS = [
   "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"
@@ -16,7 +16,10 @@ export type TokenRejection = "invalid" | "expired"
 
 export class TokenRejected {
   readonly _tag = "TokenRejected"
-  constructor(readonly reason: TokenRejection) {}
+  readonly reason: TokenRejection
+  constructor(reason: TokenRejection) {
+    this.reason = reason
+  }
 }
 
 export class TokenVerifier extends Context.Tag("Auth/TokenVerifier")<TokenVerifier, {

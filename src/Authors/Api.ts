@@ -1,12 +1,12 @@
 /** The authors HTTP contract (INTERFACE §Endpoints, CONTRACT §3). */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { Authentication, RequiredRoles } from "../Auth/Authentication.js"
-import { OperationRoles } from "../Auth/Rbac.js"
-import { Author, AuthorPage, AuthorPayload } from "../Domain/Author.js"
-import { AUTHORS_MAX_PER_PAGE, decodeCursor, MAX_PAGE } from "../Domain/Pagination.js"
-import { Wire } from "../Errors.js"
-import { atLeast, atMost, IntFromString, issue, ParamText } from "../Http/Params.js"
+import { Authentication, RequiredRoles } from "../Auth/Authentication.ts"
+import { OperationRoles } from "../Auth/Rbac.ts"
+import { Author, AuthorPage, AuthorPayload } from "../Domain/Author.ts"
+import { AUTHORS_MAX_PER_PAGE, decodeCursor, MAX_PAGE } from "../Domain/Pagination.ts"
+import { Wire } from "../Errors.ts"
+import { atLeast, atMost, IntFromString, issue, ParamText } from "../Http/Params.ts"
 import { Option, ParseResult } from "effect"
 
 export const AuthorId = IntFromString

@@ -3,10 +3,10 @@
  * change is announced on `AuthorEvents` (broadcast to WebSocket clients, CONTRACT §5).
  */
 import { Context, Effect, Option } from "effect"
-import type { AuthorEvent, AuthorRow } from "../Domain/Author.js"
-import type { PageMeta } from "../Domain/Author.js"
-import { encodeCursor, pageCount } from "../Domain/Pagination.js"
-import { type AuthorFilters, AuthorRepo } from "./Repo.js"
+import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
+import type { PageMeta } from "../Domain/Author.ts"
+import { encodeCursor, pageCount } from "../Domain/Pagination.ts"
+import { type AuthorFilters, AuthorRepo } from "./Repo.ts"
 
 /** Where author changes are announced: the connection registry broadcasts them (Ws/Registry.ts). */
 export class AuthorEvents extends Context.Tag("Authors/Events")<AuthorEvents, {

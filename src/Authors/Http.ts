@@ -1,7 +1,7 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Option } from "effect"
-import { Api } from "../Api.js"
-import { Authors } from "./Authors.js"
+import { Api } from "../Api.ts"
+import { Authors } from "./Authors.ts"
 
 export const AuthorsHttpLive = HttpApiBuilder.group(Api, "authors", (handlers) =>
   Effect.gen(function*() {

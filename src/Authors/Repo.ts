@@ -4,9 +4,9 @@
  */
 import { SqlClient, type SqlError, type Statement } from "@effect/sql"
 import { Effect, Option } from "effect"
-import type { AuthorRow } from "../Domain/Author.js"
-import type { PageRequest } from "../Domain/Pagination.js"
-import { AuthorNameTaken, AuthorNotFound } from "../Errors.js"
+import type { AuthorRow } from "../Domain/Author.ts"
+import type { PageRequest } from "../Domain/Pagination.ts"
+import { AuthorNameTaken, AuthorNotFound } from "../Errors.ts"
 
 export interface AuthorFilters {
   readonly id?: number | undefined

@@ -12,9 +12,9 @@ import { Effect, Layer, Option, Redacted } from "effect"
 import { mkdirSync } from "node:fs"
 import { join, resolve } from "node:path"
 import pg from "pg"
-import { AppConfig } from "../Config.js"
-import { instrumentPool } from "./Instrumentation.js"
-import { runMigrations } from "./Migrator.js"
+import { AppConfig } from "../Config.ts"
+import { instrumentPool } from "./Instrumentation.ts"
+import { runMigrations } from "./Migrator.ts"
 
 export interface EmbeddedPg {
   readonly url: Redacted.Redacted<string>

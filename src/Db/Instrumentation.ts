@@ -6,7 +6,7 @@
  * statements come from @effect/sql itself (CONTRACT §8).
  */
 import type pg from "pg"
-import { dbConnectionsActive, dbErrorsTotal, dbQueryDuration } from "../Observability/Metrics.js"
+import { dbConnectionsActive, dbErrorsTotal, dbQueryDuration } from "../Observability/Metrics.ts"
 
 /** Bounded label values: the statement's leading keyword, or `other`. */
 const OPERATIONS: ReadonlySet<string> = new Set([

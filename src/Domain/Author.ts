@@ -1,5 +1,5 @@
 import { Schema } from "effect"
-import { issue } from "../Http/Params.js"
+import { issue } from "../Http/Params.ts"
 
 /**
  * CONTRACT §3: `{id, name, created_at}` in every response; created_at ISO 8601 UTC without zone.

@@ -7,7 +7,7 @@ import { HttpApiBuilder, HttpApiSwagger, HttpServerResponse, OpenApi } from "@ef
 import { Effect, Layer } from "effect"
 import { readFile } from "node:fs/promises"
 import { createRequire } from "node:module"
-import { Api } from "../Api.js"
+import { Api } from "../Api.ts"
 
 const require = createRequire(import.meta.url)
 

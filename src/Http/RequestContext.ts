@@ -3,8 +3,8 @@
  * inner layers read back: a fiber-local value, so no service requirement leaks into handlers.
  */
 import { type Exit, FiberRef } from "effect"
-import type { Principal } from "../Domain/User.js"
-import type { Unauthenticated } from "../Errors.js"
+import type { Principal } from "../Domain/User.ts"
+import type { Unauthenticated } from "../Errors.ts"
 
 export interface RequestContext {
   /** UUID per request: `X-Request-ID` and the audit record's request_id (CONTRACT §6). */

@@ -1,9 +1,9 @@
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
-import { Api } from "../Api.js"
-import { Health } from "./Health.js"
-import { registry } from "./Metrics.js"
-import { Unhealthy } from "./Api.js"
+import { Api } from "../Api.ts"
+import { Health } from "./Health.ts"
+import { registry } from "./Metrics.ts"
+import { Unhealthy } from "./Api.ts"
 
 export const SystemHttpLive = HttpApiBuilder.group(Api, "system", (handlers) =>
   Effect.gen(function*() {

@@ -6,8 +6,8 @@
  * replaced by `[REDACTED]`: no token, password or secret reaches a log.
  */
 import { Cause, Context, Effect, FiberRef, FiberRefs, HashMap, Inspectable, Layer, List, Logger, LogLevel, Option, Tracer } from "effect"
-import { AppConfig } from "../Config.js"
-import { currentRequest } from "../Http/RequestContext.js"
+import { AppConfig } from "../Config.ts"
+import { currentRequest } from "../Http/RequestContext.ts"
 
 const levels = {
   trace: LogLevel.Trace,

@@ -10,8 +10,8 @@ import { NodeSdk } from "@effect/opentelemetry"
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http"
 import { BatchSpanProcessor, type SpanProcessor } from "@opentelemetry/sdk-trace-base"
 import { Effect, Layer, Option } from "effect"
-import { AppConfig } from "../Config.js"
-import { appVersion } from "./Metrics.js"
+import { AppConfig } from "../Config.ts"
+import { appVersion } from "./Metrics.ts"
 
 /** An OTel SDK tracer sending spans to `processor` (tests pass an in-memory exporter's). */
 export const tracingWith = (processor: SpanProcessor) =>

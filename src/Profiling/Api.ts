@@ -4,8 +4,8 @@
  */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { Wire } from "../Errors.js"
-import { ParamText } from "../Http/Params.js"
+import { Wire } from "../Errors.ts"
+import { ParamText } from "../Http/Params.ts"
 
 export const ProfilingStatus = Schema.Struct({
   enabled: Schema.Boolean,

@@ -1,8 +1,8 @@
 /** Handlers of the profiling group: thin adapters over the `Profiler` service. */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
-import { Api } from "../Api.js"
-import { Profiler } from "./Profiler.js"
+import { Api } from "../Api.ts"
+import { Profiler } from "./Profiler.ts"
 
 /** An on-demand capture lasts at most a minute (CONTRACT §9). */
 const MAX_SECONDS = 60

@@ -10,10 +10,10 @@ import type { Stats } from "node:fs"
 import { lstat, mkdir, readdir, readFile, realpath, stat, unlink, writeFile } from "node:fs/promises"
 import { Session } from "node:inspector/promises"
 import { join, resolve, sep } from "node:path"
-import { AppConfig } from "../Config.js"
-import { InvalidFilename, ReportNotFound } from "../Errors.js"
-import type { ReportDescriptor } from "./Api.js"
-import { type CpuProfile, renderReport } from "./Report.js"
+import { AppConfig } from "../Config.ts"
+import { InvalidFilename, ReportNotFound } from "../Errors.ts"
+import type { ReportDescriptor } from "./Api.ts"
+import { type CpuProfile, renderReport } from "./Report.ts"
 
 export const REPORT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]*\.html$/
 export const KEEP_REPORTS = 20

@@ -4,7 +4,7 @@
  * and one contract test suite: in-process (here) and Redis (one Lua script per hit).
  */
 import { Clock, Context, Effect, Layer, Option } from "effect"
-import { rateLimitStoreErrorsTotal } from "../Observability/Metrics.js"
+import { rateLimitStoreErrorsTotal } from "../Observability/Metrics.ts"
 
 export interface RateDecision {
   readonly allowed: boolean
@@ -19,7 +19,10 @@ export interface RateDecision {
 
 export class RateLimiterUnavailable {
   readonly _tag = "RateLimiterUnavailable"
-  constructor(readonly cause: unknown) {}
+  readonly cause: unknown
+  constructor(cause: unknown) {
+    this.cause = cause
+  }
 }
 
 export class RateLimiter extends Context.Tag("RateLimit/RateLimiter")<RateLimiter, {

@@ -7,8 +7,8 @@
  */
 import { Clock, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
-import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.js"
-import { decision, RateLimiter, RateLimiterUnavailable } from "./RateLimiter.js"
+import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { decision, RateLimiter, RateLimiterUnavailable } from "./RateLimiter.ts"
 
 /** KEYS[1] = window key; ARGV = now (ms), window (ms), limit, member. Returns {allowed, count, oldest|-1}. */
 export const SLIDING_WINDOW_LUA = `

@@ -5,7 +5,7 @@
  */
 import { Context, Effect, Layer, Redacted, type Scope } from "effect"
 import { Redis } from "ioredis"
-import { CacheProbe } from "../Observability/Health.js"
+import { CacheProbe } from "../Observability/Health.ts"
 
 export class RedisClient extends Context.Tag("Store/RedisClient")<RedisClient, {
   readonly client: Redis
@@ -48,7 +48,12 @@ export const redisLayer = (url: Redacted.Redacted<string>, prefix: string) =>
 
 export class RedisError {
   readonly _tag = "RedisError"
-  constructor(readonly command: string, readonly cause: unknown) {}
+  readonly command: string
+  readonly cause: unknown
+  constructor(command: string, cause: unknown) {
+    this.command = command
+    this.cause = cause
+  }
 }
 
 /**
@@ -61,8 +66,10 @@ export const isDisconnected = (client: Redis) =>
 
 /** What a command that outlived its deadline fails with (the command itself may still complete). */
 export class RedisTimeout extends Error {
-  constructor(readonly ms: number) {
+  readonly ms: number
+  constructor(ms: number) {
     super(`Redis did not answer within ${ms} ms`)
+    this.ms = ms
   }
 }
 

@@ -4,8 +4,8 @@
  * description cannot drift from the implementation. Public, not rate limited, not in OpenAPI.
  */
 import { JSONSchema, type Schema } from "effect"
-import type { Package } from "./Packages.js"
-import type { CloseCode } from "./Protocol.js"
+import type { Package } from "./Packages.ts"
+import type { CloseCode } from "./Protocol.ts"
 
 /** A package as documented: the table's entry without its handler. */
 export type PackageDescription = Pick<Package, "pkgId" | "name" | "roles" | "summary" | "request" | "response">

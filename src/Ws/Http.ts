@@ -6,12 +6,12 @@
  */
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
-import { makeAsyncApi } from "./AsyncApi.js"
-import { appVersion } from "../Observability/Metrics.js"
-import { Packages } from "./Packages.js"
-import { PROTO_TEXT } from "./Protobuf.js"
-import { AuthFrame, AuthOk, BroadcastEvents, BroadcastFrame, Close, RequestEnvelope, ResponseEnvelope, StatusCodes } from "./Protocol.js"
-import { WS_PATH } from "./Server.js"
+import { makeAsyncApi } from "./AsyncApi.ts"
+import { appVersion } from "../Observability/Metrics.ts"
+import { Packages } from "./Packages.ts"
+import { PROTO_TEXT } from "./Protobuf.ts"
+import { AuthFrame, AuthOk, BroadcastEvents, BroadcastFrame, Close, RequestEnvelope, ResponseEnvelope, StatusCodes } from "./Protocol.ts"
+import { WS_PATH } from "./Server.ts"
 
 export const PROTO_PATH = "/proto/websocket.proto"
 

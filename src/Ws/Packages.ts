@@ -5,16 +5,16 @@
  * in the connection), and every outcome becomes a status_code through the one error table.
  */
 import { Effect, Either, Option, Schema } from "effect"
-import { OperationRoles, hasRoles } from "../Auth/Rbac.js"
-import { Cursor } from "../Authors/Api.js"
-import { Authors } from "../Authors/Authors.js"
-import type { AuthorFilters } from "../Authors/Repo.js"
-import { Author, AuthorPayload, type PageMeta } from "../Domain/Author.js"
-import { AUTHORS_MAX_PER_PAGE, MAX_PAGE } from "../Domain/Pagination.js"
-import type { Role, User } from "../Domain/User.js"
-import { type ClientError, errorStatus, WsStatus } from "../Errors.js"
-import { atLeast, atMost, ParamText } from "../Http/Params.js"
-import { errorItems, httpEquivalent } from "./Protocol.js"
+import { OperationRoles, hasRoles } from "../Auth/Rbac.ts"
+import { Cursor } from "../Authors/Api.ts"
+import { Authors } from "../Authors/Authors.ts"
+import type { AuthorFilters } from "../Authors/Repo.ts"
+import { Author, AuthorPayload, type PageMeta } from "../Domain/Author.ts"
+import { AUTHORS_MAX_PER_PAGE, MAX_PAGE } from "../Domain/Pagination.ts"
+import type { Role, User } from "../Domain/User.ts"
+import { type ClientError, errorStatus, WsStatus } from "../Errors.ts"
+import { atLeast, atMost, ParamText } from "../Http/Params.ts"
+import { errorItems, httpEquivalent } from "./Protocol.ts"
 
 export interface PackageReply {
   readonly status: WsStatus

@@ -4,8 +4,8 @@
  */
 import { readFileSync } from "node:fs"
 import protobuf from "protobufjs"
-import type { PageMeta } from "../Domain/Author.js"
-import { classify, type Frame, InvalidJson } from "./Protocol.js"
+import type { PageMeta } from "../Domain/Author.ts"
+import { classify, type Frame, InvalidJson } from "./Protocol.ts"
 
 export const PROTO_TEXT = readFileSync(new URL("../../proto/websocket.proto", import.meta.url), "utf8")
 

@@ -4,11 +4,11 @@
  * 1003 close. These schemas are what the server checks and what `/asyncapi.json` publishes.
  */
 import { Either, ParseResult, Schema } from "effect"
-import { Author, PageMeta } from "../Domain/Author.js"
-import { WsStatus } from "../Errors.js"
-import { depthExceeds, MAX_JSON_DEPTH, tooDeepMessage } from "../Http/JsonDepth.js"
-import { issue } from "../Http/Params.js"
-import { describeIssue } from "../Http/Validation.js"
+import { Author, PageMeta } from "../Domain/Author.ts"
+import { WsStatus } from "../Errors.ts"
+import { depthExceeds, MAX_JSON_DEPTH, tooDeepMessage } from "../Http/JsonDepth.ts"
+import { issue } from "../Http/Params.ts"
+import { describeIssue } from "../Http/Validation.ts"
 
 /** A broadcast answers no request: its req_id is all zeros (INTERFACE §Events). */
 export const BROADCAST_REQ_ID = "00000000-0000-0000-0000-000000000000"
@@ -19,7 +19,10 @@ export const Uuid = Schema.String.pipe(Schema.pattern(UUID)).annotations({ forma
 
 /** `data_json` of a protobuf frame that is not JSON: reported under `data` like any other bad `data`. */
 export class InvalidJson {
-  constructor(readonly text: string) {}
+  readonly text: string
+  constructor(text: string) {
+    this.text = text
+  }
 }
 
 const Data = Schema.Record({ key: Schema.String, value: Schema.Unknown }).annotations({

@@ -18,15 +18,15 @@ import { Effect, Layer, Schedule } from "effect"
 import type { Redis } from "ioredis"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
-import { AppConfig } from "../Config.js"
-import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.js"
+import { AppConfig } from "../Config.ts"
+import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import {
   type BroadcastMessage,
   ConnectionRegistry,
   makeListeners,
   makeSessionTimers,
   RegistryUnavailable
-} from "./Registry.js"
+} from "./Registry.ts"
 
 /** KEYS[1] = the user's slots; ARGV = now (ms), lease (ms), max, member. Returns 1 when admitted. */
 export const ACQUIRE_SLOT_LUA = `

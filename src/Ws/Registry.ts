@@ -4,9 +4,9 @@
  * suite: in-process (here, one instance) and Redis (RedisRegistry.ts, many instances).
  */
 import { Context, Effect, Layer, type Scope } from "effect"
-import { AuthorEvents } from "../Authors/Authors.js"
-import type { AuthorEvent, AuthorRow } from "../Domain/Author.js"
-import { WebSocketProbe } from "../Observability/Health.js"
+import { AuthorEvents } from "../Authors/Authors.ts"
+import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
+import { WebSocketProbe } from "../Observability/Health.ts"
 
 /** What every instance delivers to its connections (CONTRACT §5 Broadcasts). */
 export interface BroadcastMessage {
@@ -23,7 +23,10 @@ export interface RegistryListener {
 
 export class RegistryUnavailable {
   readonly _tag = "RegistryUnavailable"
-  constructor(readonly cause: unknown) {}
+  readonly cause: unknown
+  constructor(cause: unknown) {
+    this.cause = cause
+  }
 }
 
 export class ConnectionRegistry extends Context.Tag("Ws/ConnectionRegistry")<ConnectionRegistry, {

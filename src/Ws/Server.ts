@@ -21,18 +21,18 @@ import { randomUUID } from "node:crypto"
 import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
 import { type RawData, WebSocket, WebSocketServer } from "ws"
-import { AuditLog, type AuditOutcome } from "../AuditLogs/AuditLog.js"
-import { captureRequestData } from "../AuditLogs/RequestData.js"
-import { authenticateHeader } from "../Auth/Authentication.js"
-import { hasRoles, OperationRoles } from "../Auth/Rbac.js"
-import { TokenVerifier } from "../Auth/TokenVerifier.js"
-import type { Authors } from "../Authors/Authors.js"
-import { AppConfig } from "../Config.js"
-import type { Principal } from "../Domain/User.js"
-import { WsStatus } from "../Errors.js"
-import { clientIp } from "../Http/ClientIp.js"
-import { NodeServer, refuseUpgrade } from "../Http/NodeServer.js"
-import { correlationIdFrom } from "../Http/RequestContext.js"
+import { AuditLog, type AuditOutcome } from "../AuditLogs/AuditLog.ts"
+import { captureRequestData } from "../AuditLogs/RequestData.ts"
+import { authenticateHeader } from "../Auth/Authentication.ts"
+import { hasRoles, OperationRoles } from "../Auth/Rbac.ts"
+import { TokenVerifier } from "../Auth/TokenVerifier.ts"
+import type { Authors } from "../Authors/Authors.ts"
+import { AppConfig } from "../Config.ts"
+import type { Principal } from "../Domain/User.ts"
+import { WsStatus } from "../Errors.ts"
+import { clientIp } from "../Http/ClientIp.ts"
+import { NodeServer, refuseUpgrade } from "../Http/NodeServer.ts"
+import { correlationIdFrom } from "../Http/RequestContext.ts"
 import {
   rateLimitHitsTotal,
   rateLimitStoreErrorsTotal,
@@ -41,10 +41,10 @@ import {
   wsMessageProcessingDuration,
   wsMessagesReceived,
   wsMessagesSent
-} from "../Observability/Metrics.js"
-import { RateLimiter, withFailMode } from "../RateLimit/RateLimiter.js"
-import { type PackageReply, Packages, reply } from "./Packages.js"
-import { encodeResponse, parseProtobufFrame } from "./Protobuf.js"
+} from "../Observability/Metrics.ts"
+import { RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
+import { type PackageReply, Packages, reply } from "./Packages.ts"
+import { encodeResponse, parseProtobufFrame } from "./Protobuf.ts"
 import {
   AUTH_OK_TEXT,
   BROADCAST_REQ_ID,
@@ -53,8 +53,8 @@ import {
   type CloseCode,
   type Frame,
   parseJsonFrame
-} from "./Protocol.js"
-import { type BroadcastMessage, ConnectionRegistry } from "./Registry.js"
+} from "./Protocol.ts"
+import { type BroadcastMessage, ConnectionRegistry } from "./Registry.ts"
 
 export const WS_PATH = "/web"
 

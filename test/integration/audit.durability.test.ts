@@ -12,9 +12,9 @@ import { join } from "node:path"
 import { Redis } from "ioredis"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { freePort, spawnService, waitFor } from "../support/Spawn.js"
-import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.js"
-import { createPostgresDatabase, login, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.js"
+import { freePort, spawnService, waitFor } from "../support/Spawn.ts"
+import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
+import { createPostgresDatabase, login, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.ts"
 
 /** Sends `count` authenticated requests, `concurrency` at a time; returns the request ids answered. */
 const load = async (url: string, token: string, agent: string, count: number, answered: Array<string> = [], concurrency = 10) => {

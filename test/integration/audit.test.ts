@@ -6,8 +6,8 @@
 import { Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { waitFor } from "../support/Spawn.js"
-import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.js"
+import { waitFor } from "../support/Spawn.ts"
+import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 
 const ADMIN_ID = "00000000-0000-4000-8000-000000000001"
 const READER_ID = "00000000-0000-4000-8000-000000000003"

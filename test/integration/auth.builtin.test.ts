@@ -9,7 +9,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { request, startTestApp, type TestApp } from "../support/TestApp.js"
+import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const run = promisify(execFile)
 const PASSWORD = "correct horse battery staple ☃"
@@ -20,8 +20,8 @@ let printedHash: string
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "ads-users-"))
-  // The script as a user runs it (tsx), argument form.
-  const { stdout } = await run(process.execPath, ["--import", "tsx", "scripts/hash-password.ts", PASSWORD])
+  // The script as a user runs it (plain node), argument form.
+  const { stdout } = await run(process.execPath, ["scripts/hash-password.ts", PASSWORD])
   printedHash = stdout.trim()
   const usersFile = join(dir, "users.json")
   writeFileSync(usersFile, JSON.stringify([
@@ -52,7 +52,7 @@ describe("built-in identity provider", () => {
   })
 
   it("hash-password reads the password from stdin when no argument is given", async () => {
-    const child = execFile(process.execPath, ["--import", "tsx", "scripts/hash-password.ts"])
+    const child = execFile(process.execPath, ["scripts/hash-password.ts"])
     child.stdin?.end("from stdin\n")
     const stdout = await new Promise<string>((resolve, reject) => {
       let out = ""
@@ -60,7 +60,7 @@ describe("built-in identity provider", () => {
       child.on("error", reject)
       child.on("close", (code) => (code === 0 ? resolve(out) : reject(new Error(`exit ${code}`))))
     })
-    const { verifyPassword } = await import("../../src/Auth/Passwords.js")
+    const { verifyPassword } = await import("../../src/Auth/Passwords.ts")
     expect(await verifyPassword("from stdin", stdout.trim())).toBe(true)
   })
 

@@ -5,7 +5,7 @@
  */
 import fc from "fast-check"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { login, startTestApp, type TestApp } from "../support/TestApp.js"
+import { login, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 let app: TestApp
 let token: string

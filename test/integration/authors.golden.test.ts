@@ -4,7 +4,7 @@
  */
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { authHeader, login, request, signToken, startTestApp, TEST_DATABASE_URL, type TestApp } from "../support/TestApp.js"
+import { authHeader, login, request, signToken, startTestApp, TEST_DATABASE_URL, type TestApp } from "../support/TestApp.ts"
 
 const backends = ["embedded", ...(TEST_DATABASE_URL !== undefined ? ["postgres"] as const : [])] as const
 const HEX8 = /^[0-9a-f]{8}$/

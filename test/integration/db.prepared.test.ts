@@ -9,9 +9,9 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Redacted } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { pgClientLayer } from "../../src/Db/Database.js"
-import { makeStatementNames } from "../../src/Db/Instrumentation.js"
-import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.js"
+import { pgClientLayer } from "../../src/Db/Database.ts"
+import { makeStatementNames } from "../../src/Db/Instrumentation.ts"
+import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
 describe("statement names", () => {
   it("one name per distinct text, none past the bound or for long texts, none once invalidated", () => {

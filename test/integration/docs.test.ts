@@ -6,8 +6,8 @@
 import { existsSync } from "node:fs"
 import { chromium, type Browser } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { Packages } from "../../src/Ws/Packages.js"
-import { startTestApp, type TestApp } from "../support/TestApp.js"
+import { Packages } from "../../src/Ws/Packages.ts"
+import { startTestApp, type TestApp } from "../support/TestApp.ts"
 
 type Json = Record<string, unknown>
 

@@ -7,9 +7,9 @@ import { request as httpRequest, type ClientRequest, type IncomingMessage } from
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
-import { freePort, spawnService, waitFor, type Spawned } from "../support/Spawn.js"
-import { login } from "../support/TestApp.js"
-import { connectWs } from "../support/WsClient.js"
+import { freePort, spawnService, waitFor, type Spawned } from "../support/Spawn.ts"
+import { login } from "../support/TestApp.ts"
+import { connectWs } from "../support/WsClient.ts"
 
 const root = mkdtempSync(join(tmpdir(), "ads-lifecycle-"))
 const children: Array<Spawned> = []

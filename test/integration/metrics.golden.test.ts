@@ -3,9 +3,9 @@
  * series exists with exactly the INTERFACE labels, and the counts match the requests made.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { appVersion } from "../../src/Observability/Metrics.js"
-import { login, request, signToken, startTestApp, type TestApp, TEST_DATABASE_URL } from "../support/TestApp.js"
-import { connectWs, type WsClient } from "../support/WsClient.js"
+import { appVersion } from "../../src/Observability/Metrics.ts"
+import { login, request, signToken, startTestApp, type TestApp, TEST_DATABASE_URL } from "../support/TestApp.ts"
+import { connectWs, type WsClient } from "../support/WsClient.ts"
 
 interface Sample {
   readonly name: string

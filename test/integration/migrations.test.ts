@@ -6,9 +6,9 @@
 import { Effect, Layer, Redacted } from "effect"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { listMigrations } from "../../src/Db/Migrator.js"
-import { pgClientLayer } from "../../src/Db/Database.js"
-import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.js"
+import { listMigrations } from "../../src/Db/Migrator.ts"
+import { pgClientLayer } from "../../src/Db/Database.ts"
+import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
 describe.runIf(TEST_DATABASE_URL !== undefined)("migrations on PostgreSQL", () => {
   let db: TestDatabase

@@ -9,7 +9,7 @@ import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { OAuth2Server } from "oauth2-mock-server"
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
-import { request, startTestApp, type TestApp } from "../support/TestApp.js"
+import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const REALM = "/realms/demo"
 const KC = "/protocol/openid-connect"

@@ -8,8 +8,8 @@ import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { chromium, type Browser } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { renderReport } from "../../src/Profiling/Report.js"
-import { request, startTestApp, type TestApp } from "../support/TestApp.js"
+import { renderReport } from "../../src/Profiling/Report.ts"
+import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium"
 

@@ -8,8 +8,8 @@ import { request as httpRequest } from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { KEEP_REPORTS } from "../../src/Profiling/Profiler.js"
-import { request, startTestApp, type TestApp } from "../support/TestApp.js"
+import { KEEP_REPORTS } from "../../src/Profiling/Profiler.ts"
+import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 /**
  * Burns CPU until `done()`, yielding to the event loop every 20 ms so the service can answer. The hot

@@ -5,10 +5,10 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Layer, Redacted, TestClock } from "effect"
 import { randomUUID } from "node:crypto"
-import { MemoryRateLimiterLive, RateLimiter } from "../../src/RateLimit/RateLimiter.js"
-import { RedisRateLimiterLive } from "../../src/RateLimit/RedisRateLimiter.js"
-import { redisLayer } from "../../src/Store/Redis.js"
-import { TEST_REDIS_URL } from "../support/TestApp.js"
+import { MemoryRateLimiterLive, RateLimiter } from "../../src/RateLimit/RateLimiter.ts"
+import { RedisRateLimiterLive } from "../../src/RateLimit/RedisRateLimiter.ts"
+import { redisLayer } from "../../src/Store/Redis.ts"
+import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
 const redisLimiter = () =>
   RedisRateLimiterLive.pipe(Layer.provide(redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), `test:${randomUUID()}:`)))

@@ -7,11 +7,11 @@
 import { Either, Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import type { AppConfigShape } from "../../src/Config.js"
-import { parseCidrList } from "../../src/Http/ClientIp.js"
-import { waitFor } from "../support/Spawn.js"
-import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.js"
-import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.js"
+import type { AppConfigShape } from "../../src/Config.ts"
+import { parseCidrList } from "../../src/Http/ClientIp.ts"
+import { waitFor } from "../support/Spawn.ts"
+import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
+import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 
 const small = { rateLimitEnabled: true, rateLimitPerMinute: 5, rateLimitBurst: 2 } satisfies Partial<AppConfigShape>
 const redisConfig = (prefix = `test:${randomUUID()}:`, url = TEST_REDIS_URL ?? "") =>

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { login, request, startTestApp, type TestApp } from "../support/TestApp.js"
+import { login, request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 describe("smoke", () => {
   let app: TestApp

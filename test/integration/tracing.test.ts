@@ -7,9 +7,9 @@ import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-tr
 import { Option, Redacted } from "effect"
 import { createServer, type IncomingMessage, type Server } from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { tracingWith } from "../../src/Observability/Tracing.js"
-import { login, request, startTestApp, type TestApp, TEST_REDIS_URL } from "../support/TestApp.js"
-import { connectWs } from "../support/WsClient.js"
+import { tracingWith } from "../../src/Observability/Tracing.ts"
+import { login, request, startTestApp, type TestApp, TEST_REDIS_URL } from "../support/TestApp.ts"
+import { connectWs } from "../support/WsClient.ts"
 
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 const PARENT_SPAN_ID = "00f067aa0ba902b7"

@@ -8,8 +8,8 @@ import fc from "fast-check"
 import { randomUUID } from "node:crypto"
 import WebSocket from "ws"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { request, signToken, startTestApp, type TestApp } from "../support/TestApp.js"
-import { connectWs, type Envelope, protoCodec, type ProtoCodec, type WsClient } from "../support/WsClient.js"
+import { request, signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
+import { connectWs, type Envelope, protoCodec, type ProtoCodec, type WsClient } from "../support/WsClient.ts"
 
 const RUNS = 80
 /** What a client mistake may close with: unusable frame, invalid UTF-8, too big. */

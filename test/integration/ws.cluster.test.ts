@@ -9,9 +9,9 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { freePort, type Spawned, spawnService, waitFor } from "../support/Spawn.js"
-import { createPostgresDatabase, request, signToken, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.js"
-import { connectWs, type WsClient } from "../support/WsClient.js"
+import { freePort, type Spawned, spawnService, waitFor } from "../support/Spawn.ts"
+import { createPostgresDatabase, request, signToken, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.ts"
+import { connectWs, type WsClient } from "../support/WsClient.ts"
 
 interface Instance {
   readonly url: string

@@ -6,10 +6,10 @@
 import { Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { describe, expect, it } from "vitest"
-import { waitFor } from "../support/Spawn.js"
-import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.js"
-import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.js"
-import { connectWs } from "../support/WsClient.js"
+import { waitFor } from "../support/Spawn.ts"
+import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
+import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
+import { connectWs } from "../support/WsClient.ts"
 
 const metric = async (app: TestApp, line: string) => {
   const text = (await request(app, "GET", "/metrics")).body as string

@@ -5,11 +5,11 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Layer, Option, Redacted, type Scope } from "effect"
 import { randomUUID } from "node:crypto"
-import { AppConfig } from "../../src/Config.js"
-import { RedisClient, redisLayer } from "../../src/Store/Redis.js"
-import { hasExpiredEvents, makeRedisRegistry, RedisRegistryLive } from "../../src/Ws/RedisRegistry.js"
-import { type BroadcastMessage, ConnectionRegistry, MemoryRegistryLive } from "../../src/Ws/Registry.js"
-import { TEST_REDIS_URL } from "../support/TestApp.js"
+import { AppConfig } from "../../src/Config.ts"
+import { RedisClient, redisLayer } from "../../src/Store/Redis.ts"
+import { hasExpiredEvents, makeRedisRegistry, RedisRegistryLive } from "../../src/Ws/RedisRegistry.ts"
+import { type BroadcastMessage, ConnectionRegistry, MemoryRegistryLive } from "../../src/Ws/Registry.ts"
+import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
 type Registry = Context.Tag.Service<ConnectionRegistry>
 

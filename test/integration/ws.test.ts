@@ -6,9 +6,9 @@ import { Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import WebSocket from "ws"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import type { AppConfigShape } from "../../src/Config.js"
-import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.js"
-import { connectWs, type Envelope, protoCodec, type ProtoCodec, type WsClient, ZERO_REQ_ID } from "../support/WsClient.js"
+import type { AppConfigShape } from "../../src/Config.ts"
+import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
+import { connectWs, type Envelope, protoCodec, type ProtoCodec, type WsClient, ZERO_REQ_ID } from "../support/WsClient.ts"
 
 const stores = ["memory", ...(TEST_REDIS_URL !== undefined ? ["redis"] as const : [])] as const
 

@@ -10,10 +10,10 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
 import { importJWK, SignJWT, type JWK } from "jose"
-import { AppLive, makeAppLive } from "../../src/App.js"
-import { BUILTIN_ISSUER } from "../../src/Auth/BuiltinProvider.js"
-import { AppConfig, type AppConfigShape } from "../../src/Config.js"
-import { drainOnShutdown, nodeServerLayer } from "../../src/Http/NodeServer.js"
+import { AppLive, makeAppLive } from "../../src/App.ts"
+import { BUILTIN_ISSUER } from "../../src/Auth/BuiltinProvider.ts"
+import { AppConfig, type AppConfigShape } from "../../src/Config.ts"
+import { drainOnShutdown, nodeServerLayer } from "../../src/Http/NodeServer.ts"
 
 export const TEST_DATABASE_URL = process.env["TEST_DATABASE_URL"]
 export const TEST_REDIS_URL = process.env["TEST_REDIS_URL"]

@@ -3,8 +3,8 @@
  * the trail"): every value a client can send is reduced to one the database takes.
  */
 import { describe, expect, it } from "vitest"
-import type { AuditEntry } from "../../src/AuditLogs/AuditLog.js"
-import { INDEXED_TEXT_MAX_BYTES, minimalEntry, storableText, toRow, truncateUtf8 } from "../../src/AuditLogs/Storable.js"
+import type { AuditEntry } from "../../src/AuditLogs/AuditLog.ts"
+import { INDEXED_TEXT_MAX_BYTES, minimalEntry, storableText, toRow, truncateUtf8 } from "../../src/AuditLogs/Storable.ts"
 
 const bytes = (s: string) => Buffer.byteLength(s, "utf8")
 

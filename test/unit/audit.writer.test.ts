@@ -6,13 +6,13 @@
 import { SqlError } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Layer, Scope } from "effect"
-import type { AuditEntry } from "../../src/AuditLogs/AuditLog.js"
-import { outcomeOf } from "../../src/AuditLogs/AuditLog.js"
-import { parseIsoDate } from "../../src/AuditLogs/Api.js"
-import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "../../src/AuditLogs/Repo.js"
-import { captureRequestData, redact } from "../../src/AuditLogs/RequestData.js"
-import { defaultWriterOptions, isOutage, makeBufferedAuditLog } from "../../src/AuditLogs/Writer.js"
-import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.js"
+import type { AuditEntry } from "../../src/AuditLogs/AuditLog.ts"
+import { outcomeOf } from "../../src/AuditLogs/AuditLog.ts"
+import { parseIsoDate } from "../../src/AuditLogs/Api.ts"
+import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "../../src/AuditLogs/Repo.ts"
+import { captureRequestData, redact } from "../../src/AuditLogs/RequestData.ts"
+import { defaultWriterOptions, isOutage, makeBufferedAuditLog } from "../../src/AuditLogs/Writer.ts"
+import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
 
 const entry = (n: number): AuditEntry => ({
   timestamp: new Date(1_700_000_000_000 + n),

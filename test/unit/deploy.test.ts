@@ -7,7 +7,7 @@
 import { spawnSync } from "node:child_process"
 import { existsSync, readFileSync } from "node:fs"
 import { describe, expect, it } from "vitest"
-import { registry } from "../../src/Observability/Metrics.js"
+import { registry } from "../../src/Observability/Metrics.ts"
 
 const INTERFACE_METRICS = [
   "http_requests_total", "http_request_duration_seconds", "http_requests_in_progress", "ws_connections_active",

@@ -6,7 +6,7 @@ import { ConfigProvider, Effect, Option } from "effect"
 import { readFileSync } from "node:fs"
 import { describe, expect, it } from "vitest"
 import { parse } from "yaml" // present through redoc (a pinned dependency)
-import { appConfig } from "../../src/Config.js"
+import { appConfig } from "../../src/Config.ts"
 
 type Json = Record<string, unknown>
 const readJson = (path: string) => JSON.parse(readFileSync(path, "utf8")) as unknown
@@ -60,11 +60,14 @@ describe("docker-compose.yml", () => {
 
 describe("Dockerfile", () => {
   const dockerfile = readFileSync("Dockerfile", "utf8")
-  it("node:20-slim, npm ci, a non-root user, node run directly with the tsx loader", () => {
-    expect(dockerfile).toMatch(/^FROM node:20-slim$/m)
-    expect(dockerfile).toMatch(/^RUN npm ci\b/m)
+  it("multi-stage on node:24-slim, production dependencies only, a non-root user, a HEALTHCHECK, plain node on the sources", () => {
+    expect(dockerfile.match(/^FROM node:24-slim\b/gm)).toHaveLength(2)
+    expect(dockerfile).toMatch(/^RUN npm ci --omit=dev\b/m)
+    expect(dockerfile).toMatch(/^COPY --from=deps \/app\/node_modules/m)
     expect(dockerfile).toMatch(/^USER (?!root)\S+$/m)
-    expect(dockerfile).toContain("CMD [\"node\", \"--import\", \"tsx\", \"src/main.ts\"]")
+    expect(dockerfile).toMatch(/^HEALTHCHECK /m)
+    expect(dockerfile).toContain("CMD [\"node\", \"src/main.ts\"]")
+    expect(dockerfile).not.toContain("tsx")
   })
 })
 

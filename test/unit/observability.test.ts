@@ -1,8 +1,8 @@
 /** Units of the SQL instrumentation labels and the profile analysis behind the HTML reports. */
 import { describe, expect, it } from "vitest"
-import { errorTypeOf, operationOf } from "../../src/Db/Instrumentation.js"
-import { analyse, type CpuProfile, renderReport } from "../../src/Profiling/Report.js"
-import { REPORT_NAME } from "../../src/Profiling/Profiler.js"
+import { errorTypeOf, operationOf } from "../../src/Db/Instrumentation.ts"
+import { analyse, type CpuProfile, renderReport } from "../../src/Profiling/Report.ts"
+import { REPORT_NAME } from "../../src/Profiling/Profiler.ts"
 
 describe("db metric labels", () => {
   it("labels a statement by its leading keyword, past comments, with a bounded set", () => {

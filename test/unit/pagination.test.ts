@@ -1,7 +1,7 @@
 import { Option } from "effect"
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { decodeCursor, encodeCursor, pageCount } from "../../src/Domain/Pagination.js"
+import { decodeCursor, encodeCursor, pageCount } from "../../src/Domain/Pagination.ts"
 
 describe("pagination rules (CONTRACT §3, §9)", () => {
   it("pages = ceil(total / per_page), 0 when total is 0", () => {

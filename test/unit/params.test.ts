@@ -1,9 +1,9 @@
 import { Either, Schema } from "effect"
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { parseOriginList } from "../../src/Config.js"
-import { AuthorName } from "../../src/Domain/Author.js"
-import { IntFromString } from "../../src/Http/Params.js"
+import { parseOriginList } from "../../src/Config.ts"
+import { AuthorName } from "../../src/Domain/Author.ts"
+import { IntFromString } from "../../src/Http/Params.ts"
 
 const decodeInt = Schema.decodeUnknownEither(IntFromString)
 const decodeName = Schema.decodeUnknownEither(AuthorName)

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest"
-import { hashPassword, isScryptHash, safeEqual, verifyPassword } from "../../src/Auth/Passwords.js"
+import { hashPassword, isScryptHash, safeEqual, verifyPassword } from "../../src/Auth/Passwords.ts"
 
 describe("Passwords", () => {
   it("hashes in the CONTRACT §9 format and verifies", async () => {

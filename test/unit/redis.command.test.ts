@@ -7,8 +7,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Layer } from "effect"
 import { createServer, type Socket } from "node:net"
-import { makeRedisRateLimiter } from "../../src/RateLimit/RedisRateLimiter.js"
-import { makeRedis, RedisClient, redisCommand, RedisError, RedisTimeout } from "../../src/Store/Redis.js"
+import { makeRedisRateLimiter } from "../../src/RateLimit/RedisRateLimiter.ts"
+import { makeRedis, RedisClient, redisCommand, RedisError, RedisTimeout } from "../../src/Store/Redis.ts"
 
 const failureOf = <A>(exit: Exit.Exit<A, RedisError>) =>
   Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest"
-import { bearerToken, rolesOf } from "../../src/Auth/TokenVerifier.js"
-import { likePattern } from "../../src/Authors/Repo.js"
+import { bearerToken, rolesOf } from "../../src/Auth/TokenVerifier.ts"
+import { likePattern } from "../../src/Authors/Repo.ts"
 
 describe("bearerToken (CONTRACT §3, §9 non-bearer schemes)", () => {
   it("takes the token of a Bearer header, case-insensitively", () => {
