@@ -10,24 +10,10 @@ import { chromium, type Browser } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { renderReport } from "../../src/Profiling/Report.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
+import { burnUntil } from "../support/Burn.ts"
 
 const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium"
 
-/**
- * Burns CPU until `done()`, yielding to the event loop every 20 ms so the service can answer. The hot
- * loop is in this very function (nothing for V8 to inline away), so the profile must name it.
- */
-async function busyLoopForBrowserReport(done: () => boolean) {
-  let x = 1
-  while (!done()) {
-    const end = Date.now() + 20
-    while (Date.now() < end) {
-      for (let i = 0; i < 200_000; i++) x = (x * 1103515245 + 12345) % 2147483648
-    }
-    await new Promise((r) => setImmediate(r))
-  }
-  return x
-}
 
 describe.runIf(existsSync(CHROMIUM))("a profiling report in headless Chromium", () => {
   let app: TestApp
@@ -49,7 +35,7 @@ describe.runIf(existsSync(CHROMIUM))("a profiling report in headless Chromium", 
     const pending = request(app, "POST", "/api/profiling/reports", { body: { seconds: 2 } }).finally(() => {
       done = true
     })
-    await busyLoopForBrowserReport(() => done)
+    await burnUntil(() => done)
     const created = await pending
     expect(created.status).toBe(201)
     const { filename } = created.body as { filename: string }
@@ -65,12 +51,12 @@ describe.runIf(existsSync(CHROMIUM))("a profiling report in headless Chromium", 
 
     expect(await page.locator("h1").textContent()).toBe("CPU profile")
     const top = page.locator("#by-self tbody tr").first()
-    expect(await top.locator("td.fn").textContent()).toBe("busyLoopForBrowserReport")
-    expect(await top.locator("td.loc").textContent()).toMatch(/profiling\.browser\.test\.ts:\d+$/)
+    expect(await top.locator("td.fn").textContent()).toBe("burnCpuForProfilerTest")
+    expect(await top.locator("td.loc").textContent()).toMatch(/Burn\.ts:\d+$/)
     // The flame graph draws the root and the busy function; how many other frames the sampler
     // caught (and wide enough to draw) varies from run to run.
     expect(await page.locator("#flame g.f", { hasText: "(root)" }).count()).toBe(1)
-    expect(await page.locator("#flame g.f", { hasText: "busyLoopForBrowserReport" }).count()).toBeGreaterThan(0)
+    expect(await page.locator("#flame g.f", { hasText: "burnCpuForProfilerTest" }).count()).toBeGreaterThan(0)
 
     // `UPDATE_SCREENSHOTS=1` refreshes the README's picture; otherwise it goes to a temporary file.
     const shot = process.env["UPDATE_SCREENSHOTS"] === "1" ? "docs/profiling-report.png" : join(mkdtempSync(join(tmpdir(), "ads-shot-")), "report.png")

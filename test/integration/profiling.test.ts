@@ -10,22 +10,8 @@ import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { KEEP_REPORTS } from "../../src/Profiling/Profiler.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
+import { burnUntil } from "../support/Burn.ts"
 
-/**
- * Burns CPU until `done()`, yielding to the event loop every 20 ms so the service can answer. The hot
- * loop is in this very function (nothing for V8 to inline away), so the profile must name it.
- */
-async function burnCpuForProfilerTest(done: () => boolean) {
-  let x = 1
-  while (!done()) {
-    const end = Date.now() + 20
-    while (Date.now() < end) {
-      for (let i = 0; i < 200_000; i++) x = (x * 1103515245 + 12345) % 2147483648
-    }
-    await new Promise((r) => setImmediate(r))
-  }
-  return x
-}
 
 interface Descriptor {
   readonly filename: string
@@ -40,7 +26,7 @@ export const captureBusyReport = async (app: TestApp): Promise<Descriptor> => {
   const pending = request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } }).finally(() => {
     done = true
   })
-  await burnCpuForProfilerTest(() => done)
+  await burnUntil(() => done)
   const res = await pending
   expect(res.status).toBe(201)
   return res.body as Descriptor
@@ -107,7 +93,7 @@ describe("profiling endpoints", () => {
     expect(Buffer.byteLength(html)).toBe(descriptor.size_bytes)
     const top = firstSelfRow(html)
     expect(top?.[1]).toBe("burnCpuForProfilerTest")
-    expect(top?.[2]).toMatch(/profiling\.test\.ts:\d+$/)
+    expect(top?.[2]).toMatch(/Burn\.ts:\d+$/)
     expect(html).toContain("<svg id=\"flame\"")
     // Self-contained: no external scripts, styles, images or fonts.
     expect(html).not.toMatch(/\b(src|href)=["']?(https?:)?\/\//i)
