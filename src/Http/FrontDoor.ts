@@ -34,7 +34,7 @@ import { contentTypeInvalid, endpointShapes, jsonInvalid, requestView, toValidat
 
 /** CONTRACT §4: never rate limited (nor audited). */
 export const UNLIMITED_PATHS: ReadonlySet<string> = new Set([
-  "/health", "/metrics", "/docs", "/redoc", "/openapi.json", "/asyncapi.json", "/proto/websocket.proto", "/web"
+  "/health", "/livez", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json", "/asyncapi.json", "/proto/websocket.proto", "/web"
 ])
 
 /** Paths whose handlers write their own audit record (a login is not a bearer-authenticated request). */

@@ -12,6 +12,7 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { Context, Effect, Layer, type Scope } from "effect"
 import { createServer, type IncomingMessage, type Server } from "node:http"
 import type { Duplex } from "node:stream"
+import { STARTING_REPORT } from "../Observability/Api.ts"
 
 export interface UpgradeHandler {
   readonly upgrade: (request: IncomingMessage, socket: Duplex, head: Buffer) => void
@@ -47,15 +48,22 @@ export const makeNodeServer = (): NodeServerShape => {
   let upgrades: UpgradeHandler | undefined
   const idle = new Set<() => void>()
   // Registered first, so it sees every request; it answers only when it is the sole listener.
-  server.on("request", (_req, res) => {
+  server.on("request", (req, res) => {
     inFlight++
     res.once("close", () => {
       inFlight--
       if (inFlight === 0) for (const wake of idle) wake()
     })
     if (server.listenerCount("request") > 1) return
-    res.writeHead(503, { "content-type": "application/json", "retry-after": "1", connection: "close" })
-    res.end(JSON.stringify({ detail: "Service unavailable" }))
+    // Still starting (CONTRACT §7): alive, not ready; the probes answer in their own shapes.
+    const path = (req.url ?? "").split("?")[0]
+    const [status, body] = path === "/livez"
+      ? [200, { status: "ok" }]
+      : path === "/health" || path === "/readyz"
+      ? [503, STARTING_REPORT]
+      : [503, { detail: "Service unavailable" }]
+    res.writeHead(status, { "content-type": "application/json", ...(status === 503 ? { "retry-after": "1", connection: "close" } : {}) })
+    res.end(JSON.stringify(body))
   })
   // Upgrades are dispatched here instead of to the listeners (the platform registers one).
   const emit = server.emit

@@ -12,6 +12,12 @@ export const SystemHttpLive = HttpApiBuilder.group(Api, "system", (handlers) =>
       .handle("health", () =>
         Effect.flatMap(health.check, (report) =>
           report.status === "healthy" ? Effect.succeed(report) : Effect.fail(new Unhealthy({ report }))))
+      .handle("livez", () => Effect.succeed({ status: "ok" as const }))
+      // Ready = serving (migrations ran before the app was built) and the database answers; a Redis
+      // outage leaves the instance serving per RATE_LIMIT_FAIL_MODE, so it does not make it unready.
+      .handle("readyz", () =>
+        Effect.flatMap(health.check, (report) =>
+          report.database === "healthy" ? Effect.succeed(report) : Effect.fail(new Unhealthy({ report }))))
       .handle("metrics", () =>
         Effect.promise(() => registry.metrics()).pipe(
           Effect.map((text) =>

@@ -6,7 +6,7 @@ import { Option, Redacted } from "effect"
 import { createServer } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
-import { createPostgresDatabase, request, startTestApp, type TestApp, type TestDatabase, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
+import { createPostgresDatabase, login, request, startTestApp, type TestApp, type TestDatabase, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
 
 const healthy = { status: "healthy", database: "healthy", redis: "healthy", websocket: { status: "healthy", active_connections: 0 } }
 
@@ -42,6 +42,19 @@ describe("health with embedded dependencies", () => {
     expect(res.body).toEqual(healthy)
     expect(res.headers.get("x-ratelimit-limit")).toBeNull()
   })
+
+  it("/livez is 200 {status: ok} and /readyz 200 with the health report; neither limited nor audited (CONTRACT §7)", async () => {
+    const live = await request(app, "GET", "/livez")
+    expect({ status: live.status, body: live.body }).toEqual({ status: 200, body: { status: "ok" } })
+    const ready = await request(app, "GET", "/readyz")
+    expect({ status: ready.status, body: ready.body }).toEqual({ status: 200, body: healthy })
+    for (const res of [live, ready]) expect(res.headers.get("x-ratelimit-limit")).toBeNull()
+    const admin = (await login(app, "admin")).access_token
+    const probes = await request(app, "GET", "/audit-logs?per_page=100", { token: admin })
+    const resources = (probes.body as { items: Array<{ resource: string }> }).items.map((i) => i.resource)
+    expect(resources).not.toContain("/livez")
+    expect(resources).not.toContain("/readyz")
+  })
 })
 
 describe("health with Redis unreachable", () => {
@@ -59,6 +72,13 @@ describe("health with Redis unreachable", () => {
     expect(res.status).toBe(503)
     expect(res.body).toMatchObject({ status: "unhealthy", database: "healthy", redis: "unhealthy" })
     expect(Object.keys(res.body as object).sort()).toEqual(["database", "redis", "status", "websocket"])
+  })
+
+  it("stays live and ready: the instance serves per RATE_LIMIT_FAIL_MODE without Redis", async () => {
+    expect((await request(app, "GET", "/livez")).status).toBe(200)
+    const ready = await request(app, "GET", "/readyz")
+    expect(ready.status).toBe(200)
+    expect(ready.body).toMatchObject({ status: "unhealthy", database: "healthy", redis: "unhealthy" })
   })
 })
 
@@ -94,6 +114,10 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("health with PostgreSQL cut off"
     const down = await pollHealth(app, 503)
     expect(down.status).toBe(503)
     expect(down.body).toEqual({ ...healthy, status: "unhealthy", database: "unhealthy" })
+    // Not ready, but alive: a database outage must not get the instance restarted.
+    const unready = await request(app, "GET", "/readyz")
+    expect({ status: unready.status, body: unready.body }).toEqual({ status: 503, body: down.body })
+    expect((await request(app, "GET", "/livez")).status).toBe(200)
 
     await proxy.restore()
     const up = await pollHealth(app, 200)

@@ -36,14 +36,26 @@ const start = async (name: string) => {
   const port = await freePort()
   const service = spawnService({ DATA_DIR: join(root, name), PORT: String(port), HOST: "127.0.0.1", RATE_LIMIT_ENABLED: "false" })
   children.push(service)
-  // While it starts, the port either refuses, or answers 503 with a JSON detail: never hangs.
-  const early: Array<{ status: number; body: string }> = []
+  // While it starts, the port either refuses or answers — never hangs: /health and /readyz 503 with
+  // the health report's shape, /livez 200, anything else 503 with a JSON detail (CONTRACT §7).
+  const early: Array<{ path: string; status: number; body: string }> = []
   await waitFor(async () => {
+    for (const path of ["/livez", "/readyz", "/authors"]) {
+      const res = await get(port, path).catch(() => ({ status: 0, body: "" }))
+      if (res.status === 503 || (path === "/livez" && res.status !== 0)) early.push({ path, ...res })
+    }
     const res = await get(port, "/health").catch(() => ({ status: 0, body: "" }))
-    if (res.status !== 0 && res.status !== 200) early.push(res)
+    if (res.status !== 0 && res.status !== 200) early.push({ path: "/health", ...res })
     return res.status === 200
   }, "the service to be healthy", 60_000)
-  for (const res of early) expect(res).toEqual({ status: 503, body: JSON.stringify({ detail: "Service unavailable" }) })
+  const starting = JSON.stringify({ status: "unhealthy", database: "unhealthy", redis: "unhealthy", websocket: { status: "unhealthy", active_connections: 0 } })
+  const expected: Record<string, { status: number; body: string }> = {
+    "/livez": { status: 200, body: JSON.stringify({ status: "ok" }) },
+    "/health": { status: 503, body: starting },
+    "/readyz": { status: 503, body: starting },
+    "/authors": { status: 503, body: JSON.stringify({ detail: "Service unavailable" }) }
+  }
+  for (const { path, ...res } of early) expect({ path, ...res }).toEqual({ path, ...expected[path] })
   return { port, service }
 }
 
