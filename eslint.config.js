@@ -1,10 +1,12 @@
 import js from "@eslint/js"
+import { defineConfig, globalIgnores } from "eslint/config"
 import tseslint from "typescript-eslint"
 
-export default tseslint.config(
-  { ignores: ["node_modules/", ".data/", "dist/", "profiling_reports/", "bench/results/"] },
+// ESLint's own defineConfig: typescript-eslint 8 deprecates its `tseslint.config` helper.
+export default defineConfig(
+  globalIgnores(["node_modules/", ".data/", "dist/", "profiling_reports/", "bench/results/"]),
   js.configs.recommended,
-  ...tseslint.configs.recommended,
+  tseslint.configs.recommended,
   {
     rules: {
       "@typescript-eslint/no-explicit-any": "error",

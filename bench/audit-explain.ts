@@ -7,8 +7,8 @@
  *
  *   TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test node bench/audit-explain.ts
  */
-import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Redacted } from "effect"
+import { SqlClient, type Statement } from "effect/sql"
 import { randomUUID } from "node:crypto"
 import pg from "pg"
 import type { AuditEntry } from "../src/AuditLogs/AuditLog.ts"
@@ -99,7 +99,7 @@ const main = async () => {
       const sql = yield* SqlClient.SqlClient
       yield* sql`TRUNCATE audit_logs`
       return repo.statements
-    }).pipe(Effect.provide(AuditRepo.Default), Effect.provide(pgClientLayer(Redacted.make(dbUrl), 2)), Effect.scoped))
+    }).pipe(Effect.provide(AuditRepo.layer), Effect.provide(pgClientLayer(Redacted.make(dbUrl), 2)), Effect.scoped))
 
     // 2. 1M rows, then statistics and the visibility map (index-only counts) as autovacuum would leave them.
     const db = new pg.Client({ connectionString: dbUrl })

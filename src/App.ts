@@ -1,23 +1,26 @@
 /**
- * The one place where Layers are wired. `main.ts` adds the Node server and the environment's
- * configuration; tests add a test server and their own configuration.
+ * The one place where Layers are wired. `main.ts` adds the environment's configuration and the
+ * Node server (opened last, once everything else is up); tests add a test server and their own
+ * configuration.
  */
-import { HttpApi, HttpApiBuilder, HttpMiddleware, HttpServer, type HttpServerRequest } from "@effect/platform"
-import { Context, Effect, Layer, Option } from "effect"
-import { Api } from "./Api.ts"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import { Effect, Layer, Option } from "effect"
+import { HttpMiddleware, HttpRouter, HttpServer, type HttpServerRequest, type HttpServerResponse } from "effect/http"
+import { HttpApiBuilder } from "effect/http-api"
+import { Api, CommonResponsesLive } from "./Api.ts"
 import { AuditLogsHttpLive } from "./AuditLogs/Http.ts"
 import { AuditRepo } from "./AuditLogs/Repo.ts"
 import { AuditLogLive } from "./AuditLogs/Writer.ts"
-import { Authentication, AuthenticationLive, RequiredRoles } from "./Auth/Authentication.ts"
+import { AuthenticationLive } from "./Auth/Authentication.ts"
 import { LoginHttpLive } from "./Auth/Http.ts"
 import { AuthLive } from "./Auth/Layers.ts"
 import { Authors } from "./Authors/Authors.ts"
 import { AuthorsHttpLive } from "./Authors/Http.ts"
 import { AppConfig } from "./Config.ts"
 import { DatabaseLive } from "./Db/Database.ts"
-import type { Role } from "./Domain/User.ts"
 import { DocsLive } from "./Http/Docs.ts"
 import { FrontDoorLive, routeLabeler } from "./Http/FrontDoor.ts"
+import type { NodeServer } from "./Http/NodeServer.ts"
 import { CacheProbe, DatabaseProbe, Health } from "./Observability/Health.ts"
 import { SystemHttpLive } from "./Observability/Http.ts"
 import { setAppInfo } from "./Observability/Metrics.ts"
@@ -32,23 +35,15 @@ import { RedisRegistryLive } from "./Ws/RedisRegistry.ts"
 import { AuthorEventsLive, MemoryRegistryLive, WebSocketProbeLive } from "./Ws/Registry.ts"
 import { WsServerLive } from "./Ws/Server.ts"
 
-/** "METHOD /path/:param" → the roles its `RequiredRoles` annotation lists. */
-const rolesByRoute = () => {
-  const table = new Map<string, ReadonlyArray<Role>>()
-  HttpApi.reflect(Api, {
-    onGroup: () => {},
-    onEndpoint: ({ endpoint, mergedAnnotations }) => {
-      Option.map(Context.getOption(mergedAnnotations, RequiredRoles), (roles) => table.set(`${endpoint.method} ${endpoint.path}`, roles))
-    }
-  })
-  return table
-}
-
-const AuthenticationLayer = Layer.effect(Authentication, AuthenticationLive(rolesByRoute()))
-
-const ApiLive = HttpApiBuilder.api(Api).pipe(
+/** The HttpApi with its handlers; the middlewares it declares (authentication, common responses). */
+const ApiLive = HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }).pipe(
   Layer.provide([AuthorsHttpLive, AuditLogsHttpLive, LoginHttpLive, SystemHttpLive, ProfilingHttpLive]),
-  Layer.provide(AuthenticationLayer)
+  Layer.provide([AuthenticationLive, CommonResponsesLive])
+)
+
+/** Every route on the one router, behind the front door (a global router middleware). */
+const RoutesLive = Layer.mergeAll(ApiLive, DocsLive, WsHttpLive, FrontDoorLive(Api)).pipe(
+  Layer.provide(NodeHttpServer.layerHttpServices)
 )
 
 /**
@@ -56,15 +51,16 @@ const ApiLive = HttpApiBuilder.api(Api).pipe(
  * connection registry, one audit stream), else in-process stand-ins for a single instance.
  * Author changes are broadcast through the registry; its store is the WebSocket health check.
  */
-const StoresLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
-  Option.match(config.redisUrl, {
+const StoresLive = Layer.unwrap(Effect.gen(function*() {
+  const config = yield* AppConfig
+  return Option.match(config.redisUrl, {
     onNone: () => Layer.mergeAll(MemoryRateLimiterLive, CacheProbe.InProcess, MemoryRegistryLive),
     onSome: (url) =>
       Layer.mergeAll(RedisRateLimiterLive, RedisProbe, RedisRegistryLive).pipe(
         Layer.provideMerge(redisLayer(url, config.redisKeyPrefix))
       )
   })
-))
+}))
 
 /** External systems, or their embedded stand-ins, as the configuration says. */
 const InfrastructureLive = Layer.mergeAll(
@@ -75,11 +71,11 @@ const InfrastructureLive = Layer.mergeAll(
 
 /** The audit writer sits here because it needs `SqlClient` (and Redis, when configured) from below. */
 const ServicesLive = Layer.mergeAll(
-  Authors.Default,
-  AuditRepo.Default,
+  Authors.layer,
+  AuditRepo.layer,
   AuditLogLive,
-  Health.Default.pipe(Layer.provide(DatabaseProbe.Live)),
-  Profiler.Default
+  Health.layer.pipe(Layer.provide(DatabaseProbe.Live)),
+  Profiler.layer
 ).pipe(
   Layer.provideMerge(InfrastructureLive)
 )
@@ -96,13 +92,36 @@ const StartupLog = Layer.effectDiscard(Effect.gen(function*() {
 }))
 
 /** HTTP server spans are named by route template (`GET /authors/{author_id}`), never the raw path. */
-const spanName = (() => {
+const SpanNamesLive = Layer.succeed(HttpMiddleware.SpanNameGenerator, (() => {
   const labelOf = routeLabeler(Api)
   return (request: HttpServerRequest.HttpServerRequest) => {
     const query = request.url.indexOf("?")
     return `${request.method} ${labelOf(request.method, query === -1 ? request.url : request.url.slice(0, query))}`
   }
-})()
+})())
+
+/** Serves the routes and the `/web` WebSocket. */
+const routes = HttpRouter.toHttpEffect(RoutesLive)
+
+/**
+ * A server middleware, even one that does nothing, makes the platform open the request's server
+ * span with Effect's own tracer too (without one it skips spans no exporter would see): the log
+ * lines of a request carry its trace id with tracing off as well (CONTRACT §8).
+ */
+const withServerSpan = HttpMiddleware.make((app) => app)
+
+const serving = <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
+  HttpServer.withLogAddress(Layer.mergeAll(HttpServer.serve(handler, withServerSpan), WsServerLive))
+
+/** On the `NodeServer`/`HttpServer` provided from outside. */
+const ServeLive = Layer.unwrap(Effect.map(routes, serving))
+
+/**
+ * On `server`, opened here: the routes are built first, so the port opens only once there is a
+ * handler to answer on it (STACK-NOTES pitfall 1).
+ */
+const serveOn = <S, E, R>(server: Layer.Layer<S, E, R>) =>
+  Layer.unwrap(Effect.map(routes, (handler) => serving(handler).pipe(Layer.provideMerge(server))))
 
 /**
  * The whole service — the HttpApi and the `/web` WebSocket on one port; needs the Node server
@@ -110,20 +129,26 @@ const spanName = (() => {
  * everything else (server, SQL, Redis), so every span goes to it (Observability/Tracing.ts).
  */
 export const makeAppLive = (tracing: Layer.Layer<never, never, AppConfig> = TracingLive) =>
-  Layer.merge(
-    HttpApiBuilder.serve().pipe(
-      Layer.provide(DocsLive),
-      Layer.provide(WsHttpLive),
-      Layer.provide(FrontDoorLive(Api)),
-      Layer.provide(ApiLive)
-    ),
-    WsServerLive
-  ).pipe(
+  ServeLive.pipe(
+    Layer.provide(SpanNamesLive),
     Layer.provide(ServicesLive),
     Layer.provide(StartupLog),
-    HttpServer.withLogAddress,
-    HttpMiddleware.withSpanNameGenerator(spanName),
     Layer.provide(tracing)
   )
 
 export const AppLive = makeAppLive()
+
+/**
+ * The same, opening `server` (e.g. `nodeServerLayer`, Http/NodeServer.ts) itself, after every
+ * service is up and the routes are built; its services (`NodeServer`, `HttpServer`) are outputs.
+ */
+export const makeServedAppLive = <S, E>(
+  server: Layer.Layer<S | NodeServer | HttpServer.HttpServer, E, AppConfig>,
+  tracing: Layer.Layer<never, never, AppConfig> = TracingLive
+) =>
+  serveOn(server).pipe(
+    Layer.provide(SpanNamesLive),
+    Layer.provide(ServicesLive),
+    Layer.provide(StartupLog),
+    Layer.provide(tracing)
+  )

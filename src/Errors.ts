@@ -2,8 +2,7 @@
  * Every error a client can see, and the one table that maps each to its HTTP status and
  * WebSocket status_code (CONTRACT §3, §5). The wire body of every HTTP error is `{detail}`.
  */
-import { HttpApiSchema } from "@effect/platform"
-import { Schema } from "effect"
+import { Schema, SchemaTransformation } from "effect"
 
 const fields = { detail: Schema.String }
 
@@ -92,20 +91,21 @@ export const errorStatus: { readonly [K in ClientError["_tag"]]: { readonly http
 }
 
 /**
- * The wire schema of an error: exactly `{detail}` (a plain TaggedError would also put `_tag` on the
- * wire), annotated with its status for HttpApi and OpenAPI.
+ * The wire schema of an error: exactly `{detail}` (the class's own schema would also put `_tag`
+ * on the wire), annotated with its status for HttpApi (`httpApiStatus`) and OpenAPI. Its Type is
+ * the error instance, so a handler fails with `new AuthorNotFound(...)` and HttpApi picks this
+ * member of the endpoint's error union by `instanceof`.
  */
-const wire = <A extends ClientError>(
-  cls: Schema.Schema<A, { readonly _tag: A["_tag"]; readonly detail: string }> & {
-    new(props: { readonly detail: string }): A
-  },
-  tag: A["_tag"]
-) =>
-  Schema.transform(Schema.Struct({ detail: Schema.String }), Schema.typeSchema(cls), {
-    strict: true,
-    decode: (body) => new cls({ detail: body.detail }),
-    encode: (error) => ({ detail: error.detail })
-  }).annotations(HttpApiSchema.annotations({ status: errorStatus[tag].http, identifier: `${tag}Error` }))
+const wire = <A extends ClientError>(cls: new(props: { readonly detail: string }) => A, tag: A["_tag"]) =>
+  Schema.Struct({ detail: Schema.String }).annotate({ identifier: `${tag}Error` }).pipe(
+    Schema.decodeTo(
+      Schema.instanceOf(cls),
+      SchemaTransformation.transform<A, { readonly detail: string }>({
+        decode: (body) => new cls({ detail: body.detail }),
+        encode: (error) => ({ detail: error.detail })
+      })
+    )
+  ).annotate({ httpApiStatus: errorStatus[tag].http, description: `${tag}Error` })
 
 export const Wire = {
   AuthorNotFound: wire(AuthorNotFound, "AuthorNotFound"),
@@ -120,6 +120,7 @@ export const Wire = {
   ReportNotFound: wire(ReportNotFound, "ReportNotFound"),
   RateLimited: wire(RateLimited, "RateLimited"),
   PayloadTooLarge: wire(PayloadTooLarge, "PayloadTooLarge"),
+  RouteNotFound: wire(RouteNotFound, "RouteNotFound"),
   InternalError: wire(InternalError, "InternalError")
 } as const
 

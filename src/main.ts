@@ -1,18 +1,22 @@
 /** Starts the service with the configuration from the environment (CONTRACT §2). */
-import { NodeRuntime } from "@effect/platform-node"
-import { Cause, Effect, Layer } from "effect"
-import { AppLive } from "./App.ts"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import { Cause, Effect, Exit, Layer, type Runtime } from "effect"
+import { makeServedAppLive } from "./App.ts"
 import { AppConfig } from "./Config.ts"
 import { drainOnShutdown, nodeServerLayer } from "./Http/NodeServer.ts"
 import { LoggerLive } from "./Observability/Logging.ts"
 
-const ServerLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => nodeServerLayer({ port: config.port, host: config.host })))
+const ServerLive = Layer.unwrap(Effect.gen(function*() {
+  const config = yield* AppConfig
+  return nodeServerLayer({ port: config.port, host: config.host })
+}))
 
-// drainOnShutdown wraps the app, so on SIGTERM/SIGINT it stops accepting, closes the WebSockets
-// and waits for the requests in flight before the app's layers close (CONTRACT §5: exit within 10 s).
+// The port opens last, once the database is migrated and the routes are built (STACK-NOTES
+// pitfall 1). drainOnShutdown wraps the app, so on SIGTERM/SIGINT it stops accepting, closes the
+// WebSockets and waits for the requests in flight before the app's layers close (CONTRACT §5:
+// exit within 10 s).
 const MainLive = drainOnShutdown(8_000).pipe(
-  Layer.provideMerge(AppLive),
-  Layer.provide(ServerLive),
+  Layer.provideMerge(makeServedAppLive(ServerLive)),
   Layer.provide(LoggerLive),
   Layer.provide(AppConfig.layer)
 )
@@ -22,8 +26,15 @@ const MainLive = drainOnShutdown(8_000).pipe(
  * database) goes to stderr, naming its cause, and the exit code is non-zero (CONTRACT §2).
  */
 const reportFailure = (cause: Cause.Cause<unknown>) =>
-  Cause.isInterruptedOnly(cause)
+  Cause.hasInterruptsOnly(cause)
     ? Effect.void
     : Effect.sync(() => process.stderr.write(`Service failed: ${Cause.pretty(cause)}\n`))
 
-NodeRuntime.runMain(Layer.launch(MainLive).pipe(Effect.tapErrorCause(reportFailure)), { disableErrorReporting: true, disablePrettyLogger: true })
+/**
+ * CONTRACT §5: a signal ends the service by interrupting it; once the drain is done that is a
+ * clean exit, 0 (runMain's default teardown would exit 130: STACK-NOTES pitfall 3).
+ */
+const teardown: Runtime.Teardown = (exit, onExit) =>
+  onExit(Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause) ? 0 : 1)
+
+NodeRuntime.runMain(Layer.launch(MainLive).pipe(Effect.tapCause(reportFailure)), { disableErrorReporting: true, teardown })

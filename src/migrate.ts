@@ -1,5 +1,5 @@
 /** `npm run migrate`: applies pending migrations to the configured database and exits. */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
 import { AppConfig } from "./Config.ts"
 import { DatabaseLive } from "./Db/Database.ts"

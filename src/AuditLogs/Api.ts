@@ -1,6 +1,6 @@
 /** The audit-log HTTP contract (INTERFACE §Endpoints: audit-logs, §Resources: audit log record; CONTRACT §6, §9). */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
-import { ParseResult, Schema } from "effect"
+import { Effect, Schema, SchemaGetter, SchemaIssue } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { Authentication, RequiredRoles } from "../Auth/Authentication.ts"
 import { OperationRoles } from "../Auth/Rbac.ts"
 import { PageMeta } from "../Domain/Author.ts"
@@ -39,20 +39,27 @@ export const parseIsoDate = (text: string, endOfDay: boolean): Date | undefined 
 }
 
 const DateParam = (endOfDay: boolean) =>
-  Schema.transformOrFail(Schema.String, Schema.DateFromSelf, {
-    strict: true,
-    decode: (text, _, ast) => {
-      const date = parseIsoDate(text, endOfDay)
-      return date === undefined
-        ? ParseResult.fail(new ParseResult.Type(ast, text, issue("datetime_from_date_parsing", "Input should be a valid datetime or date (ISO 8601)")))
-        : ParseResult.succeed(date)
-    },
-    encode: (date) => ParseResult.succeed(date.toISOString())
-  }).annotations({ jsonSchema: { type: "string", format: "date-time" } })
+  Schema.String.annotate({ format: "date-time" }).pipe(
+    Schema.decodeTo(Schema.Date, {
+      decode: SchemaGetter.transformEffect((text: string, options) => {
+        const date = parseIsoDate(text, endOfDay)
+        return date === undefined
+          ? Effect.fail(
+            new SchemaIssue.InvalidValue(
+              { message: issue("datetime_from_date_parsing", "Input should be a valid datetime or date (ISO 8601)") },
+              text,
+              options
+            )
+          )
+          : Effect.succeed(date)
+      }),
+      encode: SchemaGetter.transform((date: Date) => date.toISOString())
+    })
+  )
 
-const Page = Schema.optionalWith(IntFromString.pipe(atLeast(1), atMost(MAX_PAGE)), { default: () => 1 })
+const Page = IntFromString.check(atLeast(1), atMost(MAX_PAGE)).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(1)))
 /** INTERFACE §Limits: per_page 1 to 100 for audit logs (refused, not clamped: CONTRACT §3). */
-const PerPage = Schema.optionalWith(IntFromString.pipe(atLeast(1), atMost(AUDIT_MAX_PER_PAGE)), { default: () => 20 })
+const PerPage = IntFromString.check(atLeast(1), atMost(AUDIT_MAX_PER_PAGE)).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(20)))
 const DateRange = {
   start_date: Schema.optional(DateParam(false)),
   end_date: Schema.optional(DateParam(true))
@@ -71,7 +78,7 @@ export const AuditListParams = Schema.Struct({
 
 export const AuditUserParams = Schema.Struct({ page: Page, per_page: PerPage, ...DateRange })
 
-const Timestamp = Schema.String.annotations({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
+const Timestamp = Schema.String.annotate({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
 
 /** Items of the per-user list (INTERFACE §Resources). */
 export const AuditLogUserItem = Schema.Struct({
@@ -81,56 +88,51 @@ export const AuditLogUserItem = Schema.Struct({
   username: Schema.String,
   action_type: Schema.String,
   resource: Schema.String,
-  outcome: Schema.Literal("success", "error", "permission_denied"),
+  outcome: Schema.Literals(["success", "error", "permission_denied"]),
   response_status: Schema.Int,
   duration_ms: Schema.Int
-}).annotations({ identifier: "AuditLogUserItem" })
+}).annotate({ identifier: "AuditLogUserItem" })
 
 export const AuditLogListItem = Schema.Struct({
   ...AuditLogUserItem.fields,
   ip_address: Schema.String,
   request_id: Schema.String
-}).annotations({ identifier: "AuditLogListItem" })
+}).annotate({ identifier: "AuditLogListItem" })
 
 /** The detail adds the INTERFACE detail fields and `correlation_id` (CONTRACT §9). */
 export const AuditLogDetail = Schema.Struct({
   ...AuditLogListItem.fields,
   user_roles: Schema.Array(Schema.String),
   user_agent: Schema.String,
-  request_data: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  request_data: Schema.Record(Schema.String, Schema.Unknown),
   error_message: Schema.NullOr(Schema.String),
   correlation_id: Schema.String
-}).annotations({ identifier: "AuditLogDetail" })
+}).annotate({ identifier: "AuditLogDetail" })
 
 export const AuditLogPage = Schema.Struct({ items: Schema.Array(AuditLogListItem), meta: PageMeta })
 export const AuditLogUserPage = Schema.Struct({ items: Schema.Array(AuditLogUserItem), meta: PageMeta })
-
-const logIdParam = HttpApiSchema.param("log_id", IntFromString)
-const userIdParam = HttpApiSchema.param("user_id", ParamText)
 
 const requires = `Requires role: ${OperationRoles.readAuditLogs.map((r) => `\`${r}\``).join(", ")}.`
 
 export class AuditLogsApi extends HttpApiGroup.make("auditLogs")
   .add(
-    HttpApiEndpoint.get("list", "/audit-logs")
-      .setUrlParams(AuditListParams)
-      .addSuccess(AuditLogPage)
+    HttpApiEndpoint.get("list", "/audit-logs", { query: AuditListParams, success: AuditLogPage })
       .annotate(RequiredRoles, OperationRoles.readAuditLogs)
       .annotate(OpenApi.Summary, "List audit records")
-      .annotate(OpenApi.Description, `Newest first. Filters are exact and combine with AND; \`start_date\`/\`end_date\` are inclusive ISO 8601 (a bare end date includes the whole day). \`per_page\` 1–100.\n\n${requires}`)
-  )
-  .add(
-    HttpApiEndpoint.get("byUser")`/audit-logs/user/${userIdParam}`
-      .setUrlParams(AuditUserParams)
-      .addSuccess(AuditLogUserPage)
+      .annotate(OpenApi.Description, `Newest first. Filters are exact and combine with AND; \`start_date\`/\`end_date\` are inclusive ISO 8601 (a bare end date includes the whole day). \`per_page\` 1–100.\n\n${requires}`),
+    HttpApiEndpoint.get("byUser", "/audit-logs/user/:user_id", {
+      params: { user_id: ParamText },
+      query: AuditUserParams,
+      success: AuditLogUserPage
+    })
       .annotate(RequiredRoles, OperationRoles.readAuditLogs)
       .annotate(OpenApi.Summary, "List one user's audit records")
-      .annotate(OpenApi.Description, `Newest first; \`user_id\` is the identity provider's user id.\n\n${requires}`)
-  )
-  .add(
-    HttpApiEndpoint.get("get")`/audit-logs/${logIdParam}`
-      .addSuccess(AuditLogDetail)
-      .addError(Wire.AuditLogNotFound)
+      .annotate(OpenApi.Description, `Newest first; \`user_id\` is the identity provider's user id.\n\n${requires}`),
+    HttpApiEndpoint.get("get", "/audit-logs/:log_id", {
+      params: { log_id: IntFromString },
+      success: AuditLogDetail,
+      error: Wire.AuditLogNotFound
+    })
       .annotate(RequiredRoles, OperationRoles.readAuditLogs)
       .annotate(OpenApi.Summary, "One audit record")
       .annotate(OpenApi.Description, `All fields, with \`request_data\` (secrets redacted) and \`correlation_id\`.\n\n${requires}`)

@@ -23,11 +23,12 @@ export interface AuditEntry {
   readonly error_message: string | null
 }
 
-export class AuditLog extends Context.Tag("AuditLogs/AuditLog")<AuditLog, {
+export class AuditLog extends Context.Service<AuditLog, {
   /** Buffers a record; returns at once. */
   readonly record: (entry: AuditEntry) => Effect.Effect<void>
-}>() {
-  static readonly none = Layer.succeed(AuditLog, { record: () => Effect.void })
+}>()("AuditLogs/AuditLog") {
+  /** AUDIT_LOG_ENABLED=false: records go nowhere. */
+  static readonly none: Layer.Layer<AuditLog> = Layer.succeed(AuditLog, AuditLog.of({ record: () => Effect.void }))
 }
 
 /** CONTRACT §6: 403 → permission_denied, other status ≥ 400 → error. */

@@ -3,8 +3,9 @@
  * the internal `entry_id`) and the admin queries (CONTRACT §6: exact filters, inclusive date
  * range, newest first, each served by one index of migrations/0003_audit_logs.sql).
  */
-import { SqlClient, type Statement } from "@effect/sql"
-import { Effect } from "effect"
+import { Array as Arr, Context, Effect, Layer } from "effect"
+import * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import type { AuditEntry, AuditOutcome } from "./AuditLog.ts"
 import { toRow } from "./Storable.ts"
 
@@ -52,86 +53,91 @@ const HOUR = 3_600_000
 /** Rows per INSERT: 500 × 17 parameters stays far below PostgreSQL's 65535. */
 export const INSERT_BATCH_MAX = 500
 
-export class AuditRepo extends Effect.Service<AuditRepo>()("AuditLogs/Repo", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const timestamp = sql`to_char("timestamp" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS "timestamp"`
-    const listColumns = sql`id::int AS id, ${timestamp}, user_id, username, action_type, resource, outcome, ip_address,
+const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const timestamp = sql`to_char("timestamp" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS "timestamp"`
+  const listColumns = sql`id::int AS id, ${timestamp}, user_id, username, action_type, resource, outcome, ip_address,
       request_id, response_status, duration_ms`
 
-    /** Inserts a batch (reduced to what the database takes: Storable.ts); rows already stored (same entry id) are skipped. Fails with SqlError. */
-    const insertBatch = (batch: ReadonlyArray<StoredEntry>) =>
-      batch.length === 0 ? Effect.void : sql`INSERT INTO audit_logs ${
-        sql.insert(batch.map(toRow))
-      } ON CONFLICT (entry_id) DO NOTHING`.pipe(Effect.asVoid, Effect.withSpan("AuditRepo.insertBatch", { attributes: { rows: batch.length }, captureStackTrace: false }))
+  /** Inserts a batch (reduced to what the database takes: Storable.ts); rows already stored (same entry id) are skipped. Fails with SqlError. */
+  const insertBatch = (batch: ReadonlyArray<StoredEntry>) =>
+    !Arr.isReadonlyArrayNonEmpty(batch) ? Effect.void : sql`INSERT INTO audit_logs ${
+        sql.insert(Arr.map(batch, toRow))
+      } ON CONFLICT (entry_id) DO NOTHING`.pipe(
+        Effect.asVoid,
+        Effect.withSpan("AuditRepo.insertBatch", { attributes: { rows: batch.length } }, { captureStackTrace: false })
+      )
 
-    const where = (f: AuditFilters) => {
-      const clauses: Array<Statement.Fragment> = []
-      if (f.user_id !== undefined) clauses.push(sql`user_id = ${f.user_id}`)
-      if (f.username !== undefined) clauses.push(sql`username = ${f.username}`)
-      if (f.action_type !== undefined) clauses.push(sql`action_type = ${f.action_type}`)
-      if (f.resource !== undefined) clauses.push(sql`resource = ${f.resource}`)
-      if (f.outcome !== undefined) clauses.push(sql`outcome = ${f.outcome}`)
-      if (f.from !== undefined) clauses.push(sql`"timestamp" >= ${f.from}`)
-      if (f.to !== undefined) clauses.push(sql`"timestamp" <= ${f.to}`)
-      return clauses.length === 0 ? sql`` : sql`WHERE ${sql.and(clauses)}`
+  const where = (f: AuditFilters) => {
+    const clauses: Array<Statement.Fragment> = []
+    if (f.user_id !== undefined) clauses.push(sql`user_id = ${f.user_id}`)
+    if (f.username !== undefined) clauses.push(sql`username = ${f.username}`)
+    if (f.action_type !== undefined) clauses.push(sql`action_type = ${f.action_type}`)
+    if (f.resource !== undefined) clauses.push(sql`resource = ${f.resource}`)
+    if (f.outcome !== undefined) clauses.push(sql`outcome = ${f.outcome}`)
+    if (f.from !== undefined) clauses.push(sql`"timestamp" >= ${f.from}`)
+    if (f.to !== undefined) clauses.push(sql`"timestamp" <= ${f.to}`)
+    return clauses.length === 0 ? sql`` : sql`WHERE ${sql.and(clauses)}`
+  }
+
+  /**
+   * The exact total. `user_id`, `username` and `resource` are selective: their index counts
+   * fast. Without them (no filter, `action_type`, `outcome`, a date range) a count could scan
+   * most of the table, so whole hours come from the `audit_log_hourly` rollup and only the
+   * partial hours at the ends of the range are counted in `audit_logs`.
+   */
+  const total = (f: AuditFilters) => {
+    if (f.user_id !== undefined || f.username !== undefined || f.resource !== undefined) {
+      return sql<{ total: number }>`SELECT count(*)::int AS total FROM audit_logs ${where(f)}`
     }
-
-    /**
-     * The exact total. `user_id`, `username` and `resource` are selective: their index counts
-     * fast. Without them (no filter, `action_type`, `outcome`, a date range) a count could scan
-     * most of the table, so whole hours come from the `audit_log_hourly` rollup and only the
-     * partial hours at the ends of the range are counted in `audit_logs`.
-     */
-    const total = (f: AuditFilters) => {
-      if (f.user_id !== undefined || f.username !== undefined || f.resource !== undefined) {
-        return sql<{ total: number }>`SELECT count(*)::int AS total FROM audit_logs ${where(f)}`
-      }
-      const firstHour = f.from === undefined ? undefined : new Date(Math.ceil(f.from.getTime() / HOUR) * HOUR)
-      const endHour = f.to === undefined ? undefined : new Date(Math.floor(f.to.getTime() / HOUR) * HOUR)
-      if (firstHour !== undefined && endHour !== undefined && firstHour >= endHour) {
-        return sql<{ total: number }>`SELECT count(*)::int AS total FROM audit_logs ${where(f)}`
-      }
-      const rollup: Array<Statement.Fragment> = []
-      if (f.action_type !== undefined) rollup.push(sql`action_type = ${f.action_type}`)
-      if (f.outcome !== undefined) rollup.push(sql`outcome = ${f.outcome}`)
-      if (firstHour !== undefined) rollup.push(sql`hour >= ${firstHour}`)
-      if (endHour !== undefined) rollup.push(sql`hour < ${endHour}`)
-      const head = firstHour === undefined
-        ? sql`0`
-        : sql`(SELECT count(*) FROM audit_logs ${where({ ...f, to: undefined })} AND "timestamp" < ${firstHour})`
-      const tail = endHour === undefined
-        ? sql`0`
-        : sql`(SELECT count(*) FROM audit_logs ${where({ ...f, from: undefined })} AND "timestamp" >= ${endHour})`
-      return sql<{ total: number }>`SELECT ((SELECT coalesce(sum(n), 0) FROM audit_log_hourly ${
+    const firstHour = f.from === undefined ? undefined : new Date(Math.ceil(f.from.getTime() / HOUR) * HOUR)
+    const endHour = f.to === undefined ? undefined : new Date(Math.floor(f.to.getTime() / HOUR) * HOUR)
+    if (firstHour !== undefined && endHour !== undefined && firstHour >= endHour) {
+      return sql<{ total: number }>`SELECT count(*)::int AS total FROM audit_logs ${where(f)}`
+    }
+    const rollup: Array<Statement.Fragment> = []
+    if (f.action_type !== undefined) rollup.push(sql`action_type = ${f.action_type}`)
+    if (f.outcome !== undefined) rollup.push(sql`outcome = ${f.outcome}`)
+    if (firstHour !== undefined) rollup.push(sql`hour >= ${firstHour}`)
+    if (endHour !== undefined) rollup.push(sql`hour < ${endHour}`)
+    const head = firstHour === undefined
+      ? sql`0`
+      : sql`(SELECT count(*) FROM audit_logs ${where({ ...f, to: undefined })} AND "timestamp" < ${firstHour})`
+    const tail = endHour === undefined
+      ? sql`0`
+      : sql`(SELECT count(*) FROM audit_logs ${where({ ...f, from: undefined })} AND "timestamp" >= ${endHour})`
+    return sql<{ total: number }>`SELECT ((SELECT coalesce(sum(n), 0) FROM audit_log_hourly ${
         rollup.length === 0 ? sql`` : sql`WHERE ${sql.and(rollup)}`
       }) + ${head} + ${tail})::int AS total`
-    }
+  }
 
-    // Qualified: a bare "timestamp" in ORDER BY would name the formatted output column (text,
-    // no index) rather than the table's.
-    const pageRows = (filters: AuditFilters, pageNumber: number, perPage: number) =>
-      sql<AuditListRow>`SELECT ${listColumns} FROM audit_logs ${where(filters)}
+  // Qualified: a bare "timestamp" in ORDER BY would name the formatted output column (text,
+  // no index) rather than the table's.
+  const pageRows = (filters: AuditFilters, pageNumber: number, perPage: number) =>
+    sql<AuditListRow>`SELECT ${listColumns} FROM audit_logs ${where(filters)}
         ORDER BY audit_logs."timestamp" DESC, audit_logs.id DESC LIMIT ${perPage} OFFSET ${(pageNumber - 1) * perPage}`
 
-    const page = (filters: AuditFilters, pageNumber: number, perPage: number) =>
-      Effect.all([pageRows(filters, pageNumber, perPage), total(filters)], { concurrency: 2 }).pipe(
-        Effect.map(([items, totals]) => ({ items, total: totals[0]?.total ?? 0 })),
-        Effect.orDie,
-        Effect.withSpan("AuditRepo.page")
-      )
+  const page = (filters: AuditFilters, pageNumber: number, perPage: number) =>
+    Effect.all([pageRows(filters, pageNumber, perPage), total(filters)], { concurrency: 2 }).pipe(
+      Effect.map(([items, totals]) => ({ items, total: totals[0]?.total ?? 0 })),
+      Effect.orDie,
+      Effect.withSpan("AuditRepo.page")
+    )
 
-    const findById = (id: number) =>
-      sql<AuditDetailRow>`SELECT ${listColumns}, user_roles, user_agent, request_data, error_message, correlation_id
+  const findById = (id: number) =>
+    sql<AuditDetailRow>`SELECT ${listColumns}, user_roles, user_agent, request_data, error_message, correlation_id
         FROM audit_logs WHERE id = ${id}`.pipe(
-        Effect.map((rows) => rows[0]),
-        Effect.orDie,
-        Effect.withSpan("AuditRepo.findById")
-      )
+      Effect.map((rows) => rows[0]),
+      Effect.orDie,
+      Effect.withSpan("AuditRepo.findById")
+    )
 
-    /** The statements behind `page`, for bench/audit-explain.ts to EXPLAIN exactly what runs. */
-    const statements = { pageRows, total }
+  /** The statements behind `page`, for bench/audit-explain.ts to EXPLAIN exactly what runs. */
+  const statements = { pageRows, total }
 
-    return { insertBatch, page, findById, statements } as const
-  })
-}) {}
+  return { insertBatch, page, findById, statements } as const
+})
+
+export class AuditRepo extends Context.Service<AuditRepo>()("AuditLogs/Repo", { make }) {
+  static readonly layer = Layer.effect(AuditRepo, make)
+}

@@ -13,12 +13,13 @@
  *   record whose XADD fails (Redis down) falls back to the in-process buffer.
  * Redelivery is idempotent: each record carries an `entry_id` (ON CONFLICT DO NOTHING).
  */
-import type { SqlError } from "@effect/sql"
-import { Chunk, Duration, Effect, Fiber, Layer, Option, Queue, Schedule } from "effect"
+import { Duration, Effect, Fiber, Layer, Option, Queue, Schedule } from "effect"
+import type * as SqlError from "effect/sql/SqlError"
 import type { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import { hostname } from "node:os"
 import { AppConfig } from "../Config.ts"
+import { sqlStateOf } from "../Db/Instrumentation.ts"
 import { type AuditDropReason, auditRecordsDroppedTotal } from "../Observability/Metrics.ts"
 import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { AuditLog, type AuditEntry } from "./AuditLog.ts"
@@ -31,9 +32,9 @@ export interface WriterOptions {
   /** Entries the Redis Stream may hold before new records are refused (and counted). */
   readonly streamMax: number
   /** How long a pending stream entry of another consumer waits before it is claimed. */
-  readonly claimIdle: Duration.DurationInput
+  readonly claimIdle: Duration.Input
   /** How long closing the scope may spend flushing. */
-  readonly flushTimeout: Duration.DurationInput
+  readonly flushTimeout: Duration.Input
 }
 
 export const defaultWriterOptions: WriterOptions = {
@@ -45,7 +46,7 @@ export const defaultWriterOptions: WriterOptions = {
 }
 
 /** Capped exponential backoff, forever: a batch waits for the database, it is never discarded. */
-const retryForever = Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))
+const retryForever = Schedule.min([Schedule.exponential("100 millis"), Schedule.spaced("5 seconds")])
 
 const dropMessages: Record<AuditDropReason, string> = {
   buffer_full: "Audit records dropped: buffer full",
@@ -55,7 +56,7 @@ const dropMessages: Record<AuditDropReason, string> = {
 }
 
 const countDropped = (n: number, reason: AuditDropReason, error?: unknown) =>
-  n === 0 ? Effect.void : Effect.zipRight(
+  n === 0 ? Effect.void : Effect.andThen(
     Effect.sync(() => auditRecordsDroppedTotal.inc({ reason }, n)),
     Effect.logError(dropMessages[reason], ...(error === undefined ? [] : [error])).pipe(Effect.annotateLogs({ dropped: n, reason }))
   )
@@ -64,10 +65,13 @@ const countDropped = (n: number, reason: AuditDropReason, error?: unknown) =>
  * An outage (no connection, the server shutting down or out of resources, a serialization
  * failure) is worth waiting for; any other SQLSTATE (data exception 22, constraint 23, program
  * limit 54 — "index row size exceeds maximum", …) belongs to a record and never goes away.
+ * The SQLSTATE is on the reason's cause (`error.cause` is the reason itself); a failure with none
+ * never reached the server.
  */
 export const isOutage = (error: SqlError.SqlError): boolean => {
-  const code = (error.cause as { code?: unknown } | undefined)?.code
-  return typeof code !== "string" || !/^[0-9A-Z]{5}$/.test(code) || /^(08|40|53|57|58|XX)/.test(code)
+  if (error.reason._tag === "ConnectionError") return true
+  const code = sqlStateOf(error)
+  return code === undefined || /^(08|40|53|57|58|XX)/.test(code)
 }
 
 const makeInserter = Effect.gen(function*() {
@@ -89,7 +93,7 @@ const makeInserter = Effect.gen(function*() {
         (error) => !isOutage(error),
         (error) =>
           Effect.logWarning("Audit batch refused; writing its records one by one", error).pipe(
-            Effect.zipRight(Effect.forEach(batch, insertOne, { discard: true }))
+            Effect.andThen(Effect.forEach(batch, insertOne, { discard: true }))
           )
       )
     )
@@ -98,12 +102,16 @@ const makeInserter = Effect.gen(function*() {
     attempt(batch).pipe(
       Effect.tapError((error) =>
         failing ? Effect.void : Effect.logWarning("Audit batch not written; retrying until the database is back", error)
-          .pipe(Effect.tap(() => (failing = true)))
+          .pipe(Effect.andThen(Effect.sync(() => {
+            failing = true
+          })))
       ),
       Effect.retry(retryForever),
-      Effect.tap(() => {
-        if (failing) failing = false
-      }),
+      Effect.tap(() =>
+        Effect.sync(() => {
+          if (failing) failing = false
+        })
+      ),
       Effect.orDie
     )
 })
@@ -112,7 +120,7 @@ const makeInserter = Effect.gen(function*() {
 const flushWithin = (
   insert: (batch: ReadonlyArray<StoredEntry>) => Effect.Effect<void>,
   records: ReadonlyArray<StoredEntry>,
-  timeout: Duration.DurationInput
+  timeout: Duration.Input
 ) => {
   let written = 0
   return Effect.gen(function*() {
@@ -133,15 +141,16 @@ const makeBuffer = (options: WriterOptions) =>
     const offer = (stored: StoredEntry) =>
       Effect.flatMap(Queue.offer(queue, stored), (accepted) => (accepted ? Effect.void : countDropped(1, "buffer_full")))
     const loop = Effect.forever(Effect.gen(function*() {
-      inFlight = Chunk.toReadonlyArray(yield* Queue.takeBetween(queue, 1, INSERT_BATCH_MAX))
+      inFlight = yield* Queue.takeBetween(queue, 1, INSERT_BATCH_MAX)
       yield* insert(inFlight)
       inFlight = []
     }))
-    const fiber = yield* Effect.forkDaemon(loop)
+    const fiber = yield* Effect.forkDetach(loop)
     /** Stops the fiber and writes what it held and what is queued (the batch in flight may be written twice: idempotent). */
     const flush = Effect.gen(function*() {
       yield* Fiber.interrupt(fiber)
-      const rest = [...inFlight, ...Chunk.toReadonlyArray(yield* Queue.takeAll(queue))]
+      // `Queue.clear`, not `takeAll`: that one waits for at least one record.
+      const rest = [...inFlight, ...(yield* Queue.clear(queue))]
       const left = yield* flushWithin(insert, rest, options.flushTimeout)
       yield* countDropped(left, "shutdown")
     })
@@ -208,12 +217,12 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     const group = "audit-writers"
     // Stable across restarts of the same instance, so a restarted process reads its own pending entries first.
     const consumer = `${hostname()}:${config.port}`
-    const claimIdleMs = Duration.toMillis(Duration.decode(options.claimIdle))
+    const claimIdleMs = Duration.toMillis(options.claimIdle)
     let backlog = 0
 
     const ensureGroup = (client: Redis) =>
       redisCommand("XGROUP CREATE", () => client.call("XGROUP", "CREATE", stream, group, "0", "MKSTREAM")).pipe(
-        Effect.catchAll((error) =>
+        Effect.catch((error) =>
           String((error.cause as Error | undefined)?.message).includes("BUSYGROUP") ? Effect.void : Effect.fail(error)
         )
       )
@@ -264,12 +273,12 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
         backlog = yield* redisCommand("XLEN", () => reader.xlen(stream))
       }
     }).pipe(
-      Effect.catchAll((error) =>
-        Effect.logWarning("Audit stream consumer failed; retrying", error).pipe(Effect.zipRight(Effect.sleep("1 second")))
+      Effect.catch((error) =>
+        Effect.logWarning("Audit stream consumer failed; retrying", error).pipe(Effect.andThen(Effect.sleep("1 second")))
       ),
       Effect.forever
     )
-    const fiber = yield* Effect.forkDaemon(consume)
+    const fiber = yield* Effect.forkDetach(consume)
 
     // Records wait here for the appender, which sends each batch as one pipeline of XADDs; the
     // request goes on once its record's XADD answered (an answered request has a durable record).
@@ -285,15 +294,15 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
         return pipeline.exec()
       }, APPEND_TIMEOUT_MS).pipe(
         Effect.map((results) => batch.filter((_, i) => results?.[i]?.[0] !== null)),
-        Effect.catchAll((error) => Effect.as(Effect.logWarning("Audit stream unavailable; records buffered in process", error), batch))
+        Effect.catch((error) => Effect.as(Effect.logWarning("Audit stream unavailable; records buffered in process", error), batch))
       )
       return failed.pipe(
         Effect.flatMap((records) => Effect.forEach(records, ({ stored }) => buffer.offer(stored), { discard: true })),
         Effect.ensuring(Effect.sync(() => batch.forEach(({ resume }) => resume(Effect.void))))
       )
     }
-    const appender = yield* Effect.forkDaemon(Effect.forever(Effect.gen(function*() {
-      appending = Chunk.toReadonlyArray(yield* Queue.takeBetween(appends, 1, INSERT_BATCH_MAX))
+    const appender = yield* Effect.forkDetach(Effect.forever(Effect.gen(function*() {
+      appending = yield* Queue.takeBetween(appends, 1, INSERT_BATCH_MAX)
       yield* appendBatch(appending)
       appending = []
     })))
@@ -302,7 +311,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     const stopAppender = Effect.gen(function*() {
       closed = true
       yield* Fiber.interrupt(appender)
-      const left = [...appending, ...Chunk.toReadonlyArray(yield* Queue.takeAll(appends))]
+      const left = [...appending, ...(yield* Queue.clear(appends))]
       yield* Effect.forEach(left, ({ stored }) => buffer.offer(stored), { discard: true })
       left.forEach(({ resume }) => resume(Effect.void))
     })
@@ -324,7 +333,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
         })
         yield* drain.pipe(
           Effect.timeoutOption(options.flushTimeout),
-          Effect.catchAll((error) => Effect.logWarning("Audit stream not drained at shutdown; entries stay pending", error))
+          Effect.catch((error) => Effect.logWarning("Audit stream not drained at shutdown; entries stay pending", error))
         )
         yield* buffer.flush
       })
@@ -336,8 +345,8 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
           ? countDropped(1, "stream_full")
           : closed
           ? buffer.offer(newEntry(entry))
-          : Effect.async<void>((resume) => {
-            appends.unsafeOffer({ stored: newEntry(entry), resume })
+          : Effect.callback<void>((resume) => {
+            Queue.offerUnsafe(appends, { stored: newEntry(entry), resume })
           })
     })
   })
@@ -346,12 +355,12 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
  * The `AuditLog` the configuration asks for: none when `AUDIT_LOG_ENABLED=false`, the Redis Stream
  * writer when Redis is configured, else the in-process writer. Needs `SqlClient`.
  */
-export const AuditLogLive = Layer.unwrapEffect(Effect.gen(function*() {
+export const AuditLogLive = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   if (!config.auditLogEnabled) return AuditLog.none
   const redis = yield* Effect.serviceOption(RedisClient)
   const writer = Option.isSome(redis)
-    ? Layer.scoped(AuditLog, makeStreamAuditLog()).pipe(Layer.provide(Layer.succeed(RedisClient, redis.value)))
-    : Layer.scoped(AuditLog, makeBufferedAuditLog())
-  return writer.pipe(Layer.provide(AuditRepo.Default))
+    ? Layer.effect(AuditLog, makeStreamAuditLog()).pipe(Layer.provide(Layer.succeed(RedisClient, redis.value)))
+    : Layer.effect(AuditLog, makeBufferedAuditLog())
+  return writer.pipe(Layer.provide(AuditRepo.layer))
 }))

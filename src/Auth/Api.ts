@@ -1,29 +1,27 @@
 /** `POST /login` and `POST /login/refresh` (CONTRACT §3). */
-import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { Wire } from "../Errors.ts"
 import { TokenResponse } from "./IdentityProvider.ts"
 
-const Credential = Schema.String.pipe(Schema.maxLength(1024))
+const Credential = Schema.String.check(Schema.isMaxLength(1024))
 
 export const LoginRequest = Schema.Struct({ username: Credential, password: Credential })
-export const RefreshRequest = Schema.Struct({ refresh_token: Schema.String.pipe(Schema.maxLength(16384)) })
+export const RefreshRequest = Schema.Struct({ refresh_token: Schema.String.check(Schema.isMaxLength(16384)) })
 
 export class LoginApi extends HttpApiGroup.make("login")
   .add(
-    HttpApiEndpoint.post("login", "/login")
-      .setPayload(LoginRequest)
-      .addSuccess(TokenResponse)
-      .addError(Wire.InvalidCredentials)
-      .addError(Wire.IdentityProviderUnavailable)
-      .annotate(OpenApi.Summary, "Exchange a username and password for tokens")
-  )
-  .add(
-    HttpApiEndpoint.post("refresh", "/login/refresh")
-      .setPayload(RefreshRequest)
-      .addSuccess(TokenResponse)
-      .addError(Wire.InvalidRefreshToken)
-      .addError(Wire.IdentityProviderUnavailable)
+    HttpApiEndpoint.post("login", "/login", {
+      payload: LoginRequest,
+      success: TokenResponse,
+      error: [Wire.InvalidCredentials, Wire.IdentityProviderUnavailable]
+    })
+      .annotate(OpenApi.Summary, "Exchange a username and password for tokens"),
+    HttpApiEndpoint.post("refresh", "/login/refresh", {
+      payload: RefreshRequest,
+      success: TokenResponse,
+      error: [Wire.InvalidRefreshToken, Wire.IdentityProviderUnavailable]
+    })
       .annotate(OpenApi.Summary, "Exchange a refresh token for new tokens")
   )
   .annotate(OpenApi.Title, "Login")

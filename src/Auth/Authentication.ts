@@ -1,10 +1,12 @@
 /**
  * Bearer authentication and RBAC for HttpApi groups. The role an endpoint needs is an annotation
  * on the endpoint (`RequiredRoles`), checked here — before the request is validated, so the
- * order is 401 → 403 → 422 (CONTRACT §9).
+ * order is 401 → 403 → 422 (CONTRACT §9): HttpApi decodes params, query and payload inside the
+ * effect this middleware wraps (http-api/HttpApiBuilder.ts `applyMiddleware`).
  */
-import { HttpApiMiddleware, HttpApiSecurity, HttpRouter, HttpServerRequest } from "@effect/platform"
-import { Context, Effect, Schema } from "effect"
+import { Context, Effect, Layer } from "effect"
+import { HttpServerRequest } from "effect/http"
+import { HttpApiMiddleware, HttpApiSecurity } from "effect/http-api"
 import { CurrentUser, type Principal, type Role } from "../Domain/User.ts"
 import { Unauthenticated, Wire } from "../Errors.ts"
 import { getRequestContext } from "../Http/RequestContext.ts"
@@ -13,25 +15,26 @@ import { requireRoles } from "./Rbac.ts"
 import { bearerToken, TokenVerifier } from "./TokenVerifier.ts"
 
 /** Endpoint annotation: the roles the caller must all hold. */
-export class RequiredRoles extends Context.Tag("Auth/RequiredRoles")<RequiredRoles, ReadonlyArray<Role>>() {}
+export class RequiredRoles extends Context.Service<RequiredRoles, ReadonlyArray<Role>>()("Auth/RequiredRoles") {}
 
-export class Authentication extends HttpApiMiddleware.Tag<Authentication>()("Auth/Authentication", {
-  failure: Schema.Union(Wire.Unauthenticated, Wire.Forbidden),
-  provides: CurrentUser,
+export class Authentication extends HttpApiMiddleware.Service<Authentication, {
+  provides: CurrentUser
+}>()("Auth/Authentication", {
+  error: [Wire.Unauthenticated, Wire.Forbidden],
   security: { bearer: HttpApiSecurity.bearer }
 }) {}
 
 /** Verifies an `Authorization` header value; counts `auth_attempts_total`. */
 export const authenticateHeader = (
-  verifier: Context.Tag.Service<TokenVerifier>,
+  verifier: TokenVerifier["Service"],
   header: string | undefined
 ): Effect.Effect<Principal, Unauthenticated> => {
   const token = bearerToken(header)
   if (token === undefined) return Effect.fail(Unauthenticated.missing)
   return verifier.verify(token).pipe(
     Effect.tap(() => Effect.sync(() => authAttemptsTotal.inc({ status: "success" }))),
-    Effect.catchAll((rejected) =>
-      Effect.zipRight(
+    Effect.catch((rejected) =>
+      Effect.andThen(
         Effect.sync(() => authAttemptsTotal.inc({ status: rejected.reason === "expired" ? "token_expired" : "failed" })),
         Effect.fail(Unauthenticated.invalid)
       )
@@ -39,30 +42,37 @@ export const authenticateHeader = (
   )
 }
 
-/** Authentication of the current request, memoized on its RequestContext. */
-export const authenticateRequest = (verifier: Context.Tag.Service<TokenVerifier>) =>
+/**
+ * Authentication of the current request. The front door authenticates once, before the app,
+ * and leaves the outcome in the immutable RequestContext (`auth`): the rate limiter (which keys
+ * by user), this middleware, the logs, metrics and the audit record all see that one outcome.
+ * Outside the front door (no context, or nothing asked yet) the header is verified here.
+ */
+export const authenticateRequest = (verifier: TokenVerifier["Service"]) =>
   Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
     const context = yield* getRequestContext
-    if (context === undefined) return yield* authenticateHeader(verifier, request.headers["authorization"])
-    context.auth ??= yield* Effect.exit(authenticateHeader(verifier, request.headers["authorization"]))
-    const principal = yield* context.auth
-    context.user = principal
-    return principal
+    if (context?.auth !== undefined) return yield* context.auth
+    const request = yield* HttpServerRequest.HttpServerRequest
+    return yield* authenticateHeader(verifier, request.headers["authorization"])
   })
 
-/** `rolesByRoute` maps "METHOD /path/:param" (the router's template) to the roles it needs. */
-export const AuthenticationLive = (rolesByRoute: ReadonlyMap<string, ReadonlyArray<Role>>) =>
+/**
+ * The middleware. The credential HttpApi decoded is not used: the header is read as the
+ * contract reads it (`bearerToken`: any case, spaces or tabs), the same way for HTTP and the
+ * rate limiter. The roles come from the endpoint's `RequiredRoles` annotation.
+ */
+export const AuthenticationLive: Layer.Layer<Authentication, never, TokenVerifier> = Layer.effect(
+  Authentication,
   Effect.gen(function*() {
     const verifier = yield* TokenVerifier
     return Authentication.of({
-      bearer: () =>
+      bearer: (httpEffect, { endpoint }) =>
         Effect.gen(function*() {
           const principal = yield* authenticateRequest(verifier)
-          const route = yield* HttpRouter.RouteContext
-          const roles = rolesByRoute.get(`${route.route.method} ${route.route.path}`)
+          const roles = Context.getOrUndefined(endpoint.annotations, RequiredRoles)
           if (roles !== undefined) yield* requireRoles(principal, roles)
-          return principal
+          return yield* Effect.provideService(httpEffect, CurrentUser, principal)
         })
     })
   })
+)

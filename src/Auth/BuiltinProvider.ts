@@ -19,15 +19,18 @@ export const ACCESS_TOKEN_SECONDS = 300
 export const REFRESH_TOKEN_SECONDS = 1800
 const ALG = "ES256"
 
-const UserEntry = Schema.Struct({
-  username: Schema.String.pipe(Schema.minLength(1)),
+const UserFields = Schema.Struct({
+  username: Schema.String.check(Schema.isMinLength(1)),
   password: Schema.optional(Schema.String),
-  password_hash: Schema.optional(Schema.String.pipe(
-    Schema.filter((h) => isScryptHash(h) || "password_hash must be scrypt:<N>:<r>:<p>:<salt base64>:<key base64>")
+  password_hash: Schema.optional(Schema.String.check(
+    Schema.makeFilter((h: string) => isScryptHash(h) || "password_hash must be scrypt:<N>:<r>:<p>:<salt base64>:<key base64>")
   )),
   roles: Schema.Array(Schema.String),
-  id: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
-}).pipe(Schema.filter((u) => (u.password !== undefined) !== (u.password_hash !== undefined) || "needs exactly one of password, password_hash"))
+  id: Schema.optional(Schema.String.check(Schema.isMinLength(1)))
+})
+const UserEntry = UserFields.check(Schema.makeFilter((u: typeof UserFields.Type) =>
+  (u.password !== undefined) !== (u.password_hash !== undefined) || "needs exactly one of password, password_hash"
+))
 const UsersFile = Schema.Array(UserEntry)
 type UserEntry = typeof UserEntry.Type
 
@@ -78,12 +81,12 @@ const loadOrCreateKey = async (dataDir: string): Promise<SigningKey> => {
   return { privateKey, publicKey, kid }
 }
 
-export const BuiltinAuthLive = Layer.unwrapEffect(Effect.gen(function*() {
+export const BuiltinAuthLive = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   if (config.appEnv === "production") {
-    return yield* Effect.dieMessage(
+    return yield* Effect.die(new Error(
       "The built-in identity provider is for development only: set OIDC_ISSUER_URL when APP_ENV=production"
-    )
+    ))
   }
   const users = yield* Effect.try({ try: () => loadUsers(config.authUsersFile), catch: (e) => e as Error }).pipe(Effect.orDie)
   const key = yield* Effect.promise(() => loadOrCreateKey(config.dataDir))

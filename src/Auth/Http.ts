@@ -1,11 +1,11 @@
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect, Exit } from "effect"
+import { Effect, Exit, Option } from "effect"
+import { HttpApiBuilder } from "effect/http-api"
 import { decodeJwt } from "jose"
 import { Api } from "../Api.ts"
 import { AuditLog, outcomeOf } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData } from "../AuditLogs/RequestData.ts"
 import { AppConfig } from "../Config.ts"
-import { errorStatus } from "../Errors.ts"
+import { type ClientError, errorStatus } from "../Errors.ts"
 import { getRequestContext } from "../Http/RequestContext.ts"
 import { authAttemptsTotal } from "../Observability/Metrics.ts"
 import { IdentityProvider, type TokenResponse } from "./IdentityProvider.ts"
@@ -25,18 +25,22 @@ const subjectOf = (tokens: TokenResponse, clientId: string) => {
   }
 }
 
-export const LoginHttpLive = HttpApiBuilder.group(Api, "login", (handlers) =>
-  Effect.gen(function*() {
+export const LoginHttpLive = HttpApiBuilder.group(
+  Api,
+  "login",
+  Effect.fn(function*(handlers) {
     const idp = yield* IdentityProvider
     const audit = yield* AuditLog
     const { oidcClientId: clientId } = yield* AppConfig
 
     /** Every login attempt is audited (CONTRACT §6): username as sent, never the password. */
-    const recordAttempt = (action: string, username: string, exit: Exit.Exit<TokenResponse, { _tag: keyof typeof errorStatus; detail: string }>) =>
+    const recordAttempt = (action: string, username: string, exit: Exit.Exit<TokenResponse, ClientError>) =>
       Effect.gen(function*() {
         const ctx = yield* getRequestContext
         if (ctx === undefined) return
-        const status = Exit.isSuccess(exit) ? 200 : Exit.isFailure(exit) && exit.cause._tag === "Fail" ? errorStatus[exit.cause.error._tag].http : 500
+        // A failure the table knows (the provider's errors), else a defect or an interruption: 500.
+        const error = Option.getOrUndefined(Exit.findErrorOption(exit))
+        const status = Exit.isSuccess(exit) ? 200 : error !== undefined ? errorStatus[error._tag].http : 500
         const subject = Exit.isSuccess(exit) ? subjectOf(exit.value, clientId) : { id: "", username: undefined, roles: [] }
         yield* audit.record({
           timestamp: ctx.startedAt,
@@ -53,7 +57,7 @@ export const LoginHttpLive = HttpApiBuilder.group(Api, "login", (handlers) =>
           response_status: status,
           duration_ms: Date.now() - ctx.startedAt.getTime(),
           request_data: captureRequestData(undefined, username === "" ? undefined : { username, password: "[REDACTED]" }),
-          error_message: Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error.detail : null
+          error_message: error !== undefined ? error.detail : null
         })
       })
 
@@ -61,7 +65,7 @@ export const LoginHttpLive = HttpApiBuilder.group(Api, "login", (handlers) =>
       .handle("login", ({ payload }) =>
         idp.login(payload.username, payload.password).pipe(
           Effect.onExit((exit) =>
-            Effect.zipRight(
+            Effect.andThen(
               Effect.sync(() => authAttemptsTotal.inc({ status: Exit.isSuccess(exit) ? "success" : "failed" })),
               recordAttempt("/login", payload.username, exit)
             )
@@ -71,4 +75,5 @@ export const LoginHttpLive = HttpApiBuilder.group(Api, "login", (handlers) =>
         idp.refresh(payload.refresh_token).pipe(
           Effect.onExit((exit) => recordAttempt("/login/refresh", "", exit))
         ))
-  }))
+  })
+)

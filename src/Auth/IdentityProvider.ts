@@ -13,11 +13,11 @@ export const TokenResponse = Schema.Struct({
 export type TokenResponse = typeof TokenResponse.Type
 
 /** Exchanges credentials for tokens: Keycloak's token endpoint, or the built-in development provider. */
-export class IdentityProvider extends Context.Tag("Auth/IdentityProvider")<IdentityProvider, {
+export class IdentityProvider extends Context.Service<IdentityProvider, {
   readonly kind: "oidc" | "builtin"
   readonly login: (
     username: string,
     password: string
   ) => Effect.Effect<TokenResponse, InvalidCredentials | IdentityProviderUnavailable>
   readonly refresh: (refreshToken: string) => Effect.Effect<TokenResponse, InvalidRefreshToken | IdentityProviderUnavailable>
-}>() {}
+}>()("Auth/IdentityProvider") {}

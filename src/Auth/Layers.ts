@@ -4,6 +4,6 @@ import { BuiltinAuthLive } from "./BuiltinProvider.ts"
 import { OidcAuthLive } from "./OidcProvider.ts"
 
 /** `TokenVerifier` + `IdentityProvider`: OIDC when `OIDC_ISSUER_URL` is set, else the built-in provider. */
-export const AuthLive = Layer.unwrapEffect(
+export const AuthLive = Layer.unwrap(
   Effect.map(AppConfig, (config) => Option.isSome(config.oidcIssuerUrl) ? OidcAuthLive : BuiltinAuthLive)
 )

@@ -112,10 +112,10 @@ export const makeOidc = (options: OidcOptions) => {
   return { provider, verifier }
 }
 
-export const OidcAuthLive = Layer.unwrapEffect(Effect.gen(function*() {
+export const OidcAuthLive = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   const issuerUrl = yield* Option.match(config.oidcIssuerUrl, {
-    onNone: () => Effect.dieMessage("OIDC_ISSUER_URL is not set"),
+    onNone: () => Effect.die(new Error("OIDC_ISSUER_URL is not set")),
     onSome: Effect.succeed
   })
   const { provider, verifier } = makeOidc({

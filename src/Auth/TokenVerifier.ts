@@ -22,10 +22,10 @@ export class TokenRejected {
   }
 }
 
-export class TokenVerifier extends Context.Tag("Auth/TokenVerifier")<TokenVerifier, {
+export class TokenVerifier extends Context.Service<TokenVerifier, {
   /** Verifies an access token (a refresh or ID token is refused). */
   readonly verify: (token: string) => Effect.Effect<Principal, TokenRejected>
-}>() {}
+}>()("Auth/TokenVerifier") {}
 
 const stringArray = (u: unknown): ReadonlyArray<string> =>
   Array.isArray(u) ? u.filter((x): x is string => typeof x === "string") : []
@@ -51,7 +51,7 @@ export interface VerifierOptions {
 
 const MAX_CACHE = 10_000
 
-export const makeTokenVerifier = (options: VerifierOptions): Context.Tag.Service<TokenVerifier> => {
+export const makeTokenVerifier = (options: VerifierOptions): TokenVerifier["Service"] => {
   const cache = new Map<string, Principal>()
   const verifyOptions = {
     issuer: options.issuer,
@@ -102,10 +102,12 @@ export const makeTokenVerifier = (options: VerifierOptions): Context.Tag.Service
         return Effect.fail(new TokenRejected("expired"))
       }
       return verifyUncached(token).pipe(
-        Effect.tap((principal) => {
-          remember(token, principal)
-          tokenValidationTotal.inc({ status: "valid" })
-        }),
+        Effect.tap((principal) =>
+          Effect.sync(() => {
+            remember(token, principal)
+            tokenValidationTotal.inc({ status: "valid" })
+          })
+        ),
         Effect.tapError(() => Effect.sync(() => tokenValidationTotal.inc({ status: "invalid" })))
       )
     })

@@ -2,8 +2,10 @@
  * Authors SQL. Rows come back with `created_at` already formatted by PostgreSQL, and a page comes
  * back in one statement with its total (from the `author_stats` counter when unfiltered).
  */
-import { SqlClient, type SqlError, type Statement } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Context, Effect, Layer, Option } from "effect"
+import * as SqlClient from "effect/sql/SqlClient"
+import type * as SqlError from "effect/sql/SqlError"
+import type * as Statement from "effect/sql/Statement"
 import type { AuthorRow } from "../Domain/Author.ts"
 import type { PageRequest } from "../Domain/Pagination.ts"
 import { AuthorNameTaken, AuthorNotFound } from "../Errors.ts"
@@ -22,77 +24,79 @@ export interface AuthorPageResult {
   readonly hasMore: boolean
 }
 
-const isUniqueViolation = (error: SqlError.SqlError) =>
-  (error.cause as { readonly code?: unknown } | undefined)?.code === "23505"
+/** SQLSTATE 23505, as the driver classifies it. */
+const isUniqueViolation = (error: SqlError.SqlError) => error.reason._tag === "UniqueViolation"
 
 /** `%`, `_` and `\` in user input are literals, not wildcards. */
 export const likePattern = (term: string) => `%${term.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
 
-export class AuthorRepo extends Effect.Service<AuthorRepo>()("Authors/Repo", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const columns = sql`id::int AS id, name, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at`
+const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const columns = sql`id::int AS id, name, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at`
 
-    const where = (filters: AuthorFilters, afterId: Option.Option<number> = Option.none()) => {
-      const clauses: Array<Statement.Fragment> = []
-      if (filters.id !== undefined) clauses.push(sql`id = ${filters.id}`)
-      if (filters.name !== undefined) clauses.push(sql`name = ${filters.name}`)
-      if (filters.search !== undefined) clauses.push(sql`name ILIKE ${likePattern(filters.search)}`)
-      if (Option.isSome(afterId)) clauses.push(sql`id > ${afterId.value}`)
-      return clauses.length === 0 ? sql`` : sql`WHERE ${sql.and(clauses)}`
-    }
-    const isFiltered = (f: AuthorFilters) => f.id !== undefined || f.name !== undefined || f.search !== undefined
+  const where = (filters: AuthorFilters, afterId: Option.Option<number> = Option.none()) => {
+    const clauses: Array<Statement.Fragment> = []
+    if (filters.id !== undefined) clauses.push(sql`id = ${filters.id}`)
+    if (filters.name !== undefined) clauses.push(sql`name = ${filters.name}`)
+    if (filters.search !== undefined) clauses.push(sql`name ILIKE ${likePattern(filters.search)}`)
+    if (Option.isSome(afterId)) clauses.push(sql`id > ${afterId.value}`)
+    return clauses.length === 0 ? sql`` : sql`WHERE ${sql.and(clauses)}`
+  }
+  const isFiltered = (f: AuthorFilters) => f.id !== undefined || f.name !== undefined || f.search !== undefined
 
-    // `authors.id`, not `id`: a bare `id` would name the output column `id::int AS id`, which no
-    // index serves (every page became a full scan and sort).
-    const list = (filters: AuthorFilters) =>
-      sql<AuthorRow>`SELECT ${columns} FROM authors ${where(filters)} ORDER BY authors.id`.pipe(
-        Effect.orDie
-      )
+  // `authors.id`, not `id`: a bare `id` would name the output column `id::int AS id`, which no
+  // index serves (every page became a full scan and sort).
+  const list = (filters: AuthorFilters) =>
+    sql<AuthorRow>`SELECT ${columns} FROM authors ${where(filters)} ORDER BY authors.id`.pipe(
+      Effect.orDie
+    )
 
-    const page = (filters: AuthorFilters, request: PageRequest) =>
-      Effect.gen(function*() {
-        const limit = request.perPage + 1
-        // The page's rows are chosen on the bare columns (an index scan), and only they are
-        // formatted: rows skipped by OFFSET would otherwise be formatted too.
-        const chosen = Option.isSome(request.afterId)
-          ? sql`SELECT id, name, created_at FROM authors ${where(filters, request.afterId)} ORDER BY authors.id LIMIT ${limit}`
-          : sql`SELECT id, name, created_at FROM authors ${where(filters)} ORDER BY authors.id LIMIT ${limit} OFFSET ${
-            (request.page - 1) * request.perPage
-          }`
-        const totalQuery = isFiltered(filters)
-          ? sql`SELECT count(*)::int AS total FROM authors ${where(filters)}`
-          : sql`SELECT total::int AS total FROM author_stats`
-        // One statement: the total's single row, joined with the page's rows (none past the end).
-        const rows = yield* sql<{ total: number; id: number | null; name: string; created_at: string }>`SELECT t.total, p.* FROM (${totalQuery}) AS t LEFT JOIN LATERAL (SELECT ${columns} FROM (${chosen}) AS page) AS p ON true ORDER BY p.id`
-        const items: Array<AuthorRow> = []
-        for (const row of rows) if (row.id !== null) items.push({ id: row.id, name: row.name, created_at: row.created_at })
-        const hasMore = items.length > request.perPage
-        if (hasMore) items.length = request.perPage
-        return { items, total: rows[0]?.total ?? 0, hasMore } satisfies AuthorPageResult
-      }).pipe(Effect.orDie)
+  const page = (filters: AuthorFilters, request: PageRequest) =>
+    Effect.gen(function*() {
+      const limit = request.perPage + 1
+      // The page's rows are chosen on the bare columns (an index scan), and only they are
+      // formatted: rows skipped by OFFSET would otherwise be formatted too.
+      const chosen = Option.isSome(request.afterId)
+        ? sql`SELECT id, name, created_at FROM authors ${where(filters, request.afterId)} ORDER BY authors.id LIMIT ${limit}`
+        : sql`SELECT id, name, created_at FROM authors ${where(filters)} ORDER BY authors.id LIMIT ${limit} OFFSET ${
+          (request.page - 1) * request.perPage
+        }`
+      const totalQuery = isFiltered(filters)
+        ? sql`SELECT count(*)::int AS total FROM authors ${where(filters)}`
+        : sql`SELECT total::int AS total FROM author_stats`
+      // One statement: the total's single row, joined with the page's rows (none past the end).
+      const rows = yield* sql<{ total: number; id: number | null; name: string; created_at: string }>`SELECT t.total, p.* FROM (${totalQuery}) AS t LEFT JOIN LATERAL (SELECT ${columns} FROM (${chosen}) AS page) AS p ON true ORDER BY p.id`
+      const items: Array<AuthorRow> = []
+      for (const row of rows) if (row.id !== null) items.push({ id: row.id, name: row.name, created_at: row.created_at })
+      const hasMore = items.length > request.perPage
+      if (hasMore) items.length = request.perPage
+      return { items, total: rows[0]?.total ?? 0, hasMore } satisfies AuthorPageResult
+    }).pipe(Effect.orDie)
 
-    const first = <A>(rows: ReadonlyArray<A>, orElse: () => AuthorNotFound) =>
-      rows[0] !== undefined ? Effect.succeed(rows[0]) : Effect.fail(orElse())
+  const first = <A>(rows: ReadonlyArray<A>, orElse: () => AuthorNotFound) =>
+    rows[0] !== undefined ? Effect.succeed(rows[0]) : Effect.fail(orElse())
 
-    const create = (name: string) =>
-      sql<AuthorRow>`INSERT INTO authors (name) VALUES (${name}) RETURNING ${columns}`.pipe(
-        Effect.catchTag("SqlError", (e) => isUniqueViolation(e) ? Effect.fail(AuthorNameTaken.of(name)) : Effect.die(e)),
-        Effect.flatMap((rows) => Effect.succeed(rows[0]!))
-      )
+  const create = (name: string) =>
+    sql<AuthorRow>`INSERT INTO authors (name) VALUES (${name}) RETURNING ${columns}`.pipe(
+      Effect.catchTag("SqlError", (e) => isUniqueViolation(e) ? Effect.fail(AuthorNameTaken.of(name)) : Effect.die(e)),
+      Effect.flatMap((rows) => Effect.succeed(rows[0]!))
+    )
 
-    const update = (id: number, name: string) =>
-      sql<AuthorRow>`UPDATE authors SET name = ${name} WHERE id = ${id} RETURNING ${columns}`.pipe(
-        Effect.catchTag("SqlError", (e) => isUniqueViolation(e) ? Effect.fail(AuthorNameTaken.of(name)) : Effect.die(e)),
-        Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id)))
-      )
+  const update = (id: number, name: string) =>
+    sql<AuthorRow>`UPDATE authors SET name = ${name} WHERE id = ${id} RETURNING ${columns}`.pipe(
+      Effect.catchTag("SqlError", (e) => isUniqueViolation(e) ? Effect.fail(AuthorNameTaken.of(name)) : Effect.die(e)),
+      Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id)))
+    )
 
-    const remove = (id: number) =>
-      sql<AuthorRow>`DELETE FROM authors WHERE id = ${id} RETURNING ${columns}`.pipe(
-        Effect.orDie,
-        Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id)))
-      )
+  const remove = (id: number) =>
+    sql<AuthorRow>`DELETE FROM authors WHERE id = ${id} RETURNING ${columns}`.pipe(
+      Effect.orDie,
+      Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id)))
+    )
 
-    return { list, page, create, update, remove } as const
-  })
-}) {}
+  return { list, page, create, update, remove } as const
+})
+
+export class AuthorRepo extends Context.Service<AuthorRepo>()("Authors/Repo", { make }) {
+  static readonly layer = Layer.effect(AuthorRepo, make)
+}

@@ -6,14 +6,14 @@
 import { PGlite } from "@electric-sql/pglite"
 import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
-import { SqlClient, SqlError } from "@effect/sql"
-import { PgClient } from "@effect/sql-pg"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import { Effect, Layer, Option, Redacted } from "effect"
+import type * as SqlClient from "effect/sql/SqlClient"
+import * as SqlError from "effect/sql/SqlError"
 import { mkdirSync } from "node:fs"
 import { join, resolve } from "node:path"
-import pg from "pg"
 import { AppConfig } from "../Config.ts"
-import { instrumentPool } from "./Instrumentation.ts"
+import { makePgClient, PREPARED_STATEMENTS_MAX } from "./Instrumentation.ts"
 import { runMigrations } from "./Migrator.ts"
 
 export interface EmbeddedPg {
@@ -45,44 +45,54 @@ export const embeddedPostgres = (options: { readonly dataDir: Option.Option<stri
 
 const APPLICATION_NAME = "author-directory-service"
 
+/** How long opening a connection (and the start-up check) may take. */
+const CONNECT_TIMEOUT = "5 seconds"
+
+const connectTimedOut = () =>
+  new SqlError.SqlError({
+    reason: new SqlError.ConnectionError({
+      cause: new Error("Connection timed out"),
+      message: "PgClient: Connection timed out",
+      operation: "connect"
+    })
+  })
+
 /**
- * Our own `pg` pool (instead of `PgClient.layer`'s) so the SQL layer can be measured where every
- * statement passes (Db/Instrumentation.ts); checked with `SELECT 1` like `PgClient.layer` does.
+ * Our measured `PgClient` (Db/Instrumentation.ts) on a URL. Connections open lazily, so it is
+ * checked with `SELECT 1` before the layer is ready: a wrong URL stops start-up.
  */
-const instrumentedPool = (url: Redacted.Redacted<string>, maxConnections: number, prepare: boolean) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const pool = instrumentPool(new pg.Pool({ connectionString: Redacted.value(url), max: maxConnections, application_name: APPLICATION_NAME }), { prepare })
-      pool.on("error", () => {}) // an idle client's failure; the next statement reports it
-      return pool
+const connectedClient = (url: Redacted.Redacted<string>, maxConnections: number, prepare: boolean) =>
+  Effect.tap(
+    makePgClient({
+      url,
+      maxConnections,
+      applicationName: APPLICATION_NAME,
+      connectTimeout: CONNECT_TIMEOUT,
+      prepare,
+      preparedStatementCacheSize: PREPARED_STATEMENTS_MAX
     }),
-    (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption(1000))
-  ).pipe(
-    Effect.tap((pool) =>
-      Effect.tryPromise({
-        try: () => pool.query("SELECT 1"),
-        catch: (cause) => new SqlError.SqlError({ cause, message: "PgClient: Failed to connect" })
-      }).pipe(Effect.timeoutFail({
-        duration: "5 seconds",
-        onTimeout: () => new SqlError.SqlError({ cause: new Error("Connection timed out"), message: "PgClient: Connection timed out" })
-      }))
-    )
+    (client) => client`SELECT 1`.pipe(Effect.timeoutOrElse({ duration: CONNECT_TIMEOUT, orElse: () => Effect.fail(connectTimedOut()) }))
   )
 
 /**
- * A `PgClient` on a URL, with migrations applied before the layer is ready. `prepare`: named
- * prepared statements (Db/Instrumentation.ts) — only for a real server, where each connection is
- * its own session.
+ * A `PgClient` (and `SqlClient`) on a URL, with migrations applied before the layer is ready.
+ * `maxConnections`: the pool's size (DATABASE_POOL_MAX). `prepare`: named prepared statements
+ * (Db/Instrumentation.ts `preparable`) — only for a real server, where each connection is its own
+ * session.
  */
-export const pgClientLayer = (url: Redacted.Redacted<string>, maxConnections: number, options: { readonly prepare?: boolean; readonly migrationsDir?: string } = {}) =>
+export const pgClientLayer = (
+  url: Redacted.Redacted<string>,
+  maxConnections: number,
+  options: { readonly prepare?: boolean; readonly migrationsDir?: string } = {}
+): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError.SqlError> =>
   Layer.effectDiscard(runMigrations(options.migrationsDir ?? "migrations")).pipe(
-    Layer.provideMerge(PgClient.layerFromPool({ acquire: instrumentedPool(url, maxConnections, options.prepare ?? false), applicationName: APPLICATION_NAME }))
+    Layer.provideMerge(PgClient.layerFrom(connectedClient(url, maxConnections, options.prepare ?? false)))
   )
 
 export type DatabaseKind = "postgres" | "embedded"
 
 /** `SqlClient` + `PgClient` from the configuration; says which kind it started. */
-export const DatabaseLive = Layer.unwrapScoped(
+export const DatabaseLive: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError.SqlError, AppConfig> = Layer.unwrap(
   Effect.gen(function*() {
     const config = yield* AppConfig
     if (Option.isSome(config.databaseUrl)) {

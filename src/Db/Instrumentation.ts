@@ -1,11 +1,29 @@
 /**
  * Database metrics (INTERFACE §GET /metrics): `db_query_duration_seconds{operation}`,
  * `db_connections_active` and `db_errors_total{operation,error_type}`, recorded at the one place
- * every statement passes — the `pg` pool and its clients — so the repositories, the migrator, the
- * audit writer and the health probe are all counted without knowing it. Spans for the same
- * statements come from @effect/sql itself (CONTRACT §8).
+ * every statement passes — the connections our `PgClient` lends (`makePgClient`) — so the
+ * repositories, the migrator, the audit writer and the health probe are all counted without
+ * knowing it. Spans for the same statements come from `effect/sql` itself (CONTRACT §8).
+ *
+ * `@effect/sql-pg` 4 speaks the wire protocol itself (no `pg` pool to patch) and offers no hook
+ * around a statement, so `makePgClient` is `PgClient.make` (same pool, compiler, transactions,
+ * `json`/`listen`/`notify`) with its connections wrapped to measure, and with the prepare policy
+ * below.
  */
-import type pg from "pg"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import type * as PgConnection from "@effect/sql-pg/PgConnection"
+import * as PgPool from "@effect/sql-pg/PgPool"
+import type { NonEmptyReadonlyArray } from "effect/Array"
+import * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import type * as Reactivity from "effect/reactivity/Reactivity"
+import type * as Scope from "effect/Scope"
+import * as SqlClient from "effect/sql/SqlClient"
+import type * as SqlConnection from "effect/sql/SqlConnection"
+import * as SqlError from "effect/sql/SqlError"
+import * as Statement from "effect/sql/Statement"
+import * as Stream from "effect/Stream"
 import { dbConnectionsActive, dbErrorsTotal, dbQueryDuration } from "../Observability/Metrics.ts"
 
 /** Bounded label values: the statement's leading keyword, or `other`. */
@@ -37,119 +55,178 @@ const SQLSTATE: Readonly<Record<string, string>> = {
   "57P01": "admin_shutdown"
 }
 
+/**
+ * The server's SQLSTATE, or the socket's code (`ECONNREFUSED`), of a failure. A `SqlError`
+ * carries it on its reason's cause (an Error with the server's fields), not on itself.
+ */
+const codeOf = (error: unknown): unknown => {
+  if (SqlError.isSqlError(error)) return codeOf(error.reason.cause)
+  return typeof error === "object" && error !== null && "code" in error ? error.code : undefined
+}
+
+/** The SQLSTATE of a failure the server reported; undefined when it never got that far. */
+export const sqlStateOf = (error: unknown): string | undefined => {
+  const code = codeOf(error)
+  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : undefined
+}
+
 export const errorTypeOf = (error: unknown): string => {
-  const code = typeof error === "object" && error !== null && "code" in error ? error.code : undefined
-  if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) return SQLSTATE[code] ?? `sqlstate_${code}`
-  return "connection"
+  const code = sqlStateOf(error)
+  return code === undefined ? "connection" : SQLSTATE[code] ?? `sqlstate_${code}`
 }
 
-type Callback = (err: Error | null, result?: unknown) => void
-
-const textOf = (config: unknown): string | undefined => {
-  if (typeof config === "string") return config
-  if (typeof config === "object" && config !== null && "text" in config && typeof config.text === "string") return config.text
-  return undefined
-}
-
-const INSTRUMENTED = Symbol.for("author-directory/db-instrumented")
-
-/** SQLSTATE 0A000 "cached plan must not change result type": a migration changed a prepared statement's table. */
-const PLAN_INVALIDATED = "0A000"
+/** Longer statements stay unnamed: the audit writer's multi-row INSERTs, whose row count varies. */
+export const PREPARED_TEXT_MAX = 2000
+/** Distinct statements each connection keeps prepared; the least recently used is closed beyond. */
+export const PREPARED_STATEMENTS_MAX = 200
 
 /**
- * Parameterised statements run as named prepared statements: PostgreSQL parses and plans each
- * once per connection instead of once per execution (W1's page statement: 344 → 277 µs of backend
- * CPU). Names are per process, one per distinct text; long texts (the audit writer's multi-row
- * INSERTs, whose row count varies) and anything past `max` distinct texts stay unnamed, so every
- * backend holds a bounded set. A statement whose plan a schema change invalidated (a migration
- * by another instance) is run again unnamed, and stays unnamed.
+ * Which statements run as named prepared statements (DATABASE_PREPARED_STATEMENTS): PostgreSQL
+ * parses and plans each once per connection instead of once per execution (W1's page statement:
+ * 344 → 277 µs of backend CPU). Only parameterised ones, and not the long ones, so every backend
+ * holds a bounded set. A plan a schema change invalidated (a migration by another instance,
+ * SQLSTATE 0A000) is parsed again by the driver, unnamed, so the caller never sees the error.
  */
-export const makeStatementNames = (max = 200, maxTextLength = 2000) => {
-  const names = new Map<string, string | null>()
-  return {
-    nameOf: (text: string): string | undefined => {
-      const known = names.get(text)
-      if (known !== undefined) return known ?? undefined
-      if (text.length > maxTextLength || names.size >= max) return undefined
-      const name = `ads_${names.size + 1}`
-      names.set(text, name)
-      return name
-    },
-    invalidated: (text: string) => void names.set(text, null)
-  }
-}
+export const preparable = (text: string, params: ReadonlyArray<unknown>): boolean =>
+  params.length > 0 && text.length <= PREPARED_TEXT_MAX
 
-type StatementNames = ReturnType<typeof makeStatementNames>
-
-/** Wraps `client.query` so each statement is timed, its failures counted, and, with parameters, prepared. */
-const instrumentClient = (client: pg.PoolClient, statements: StatementNames | undefined) => {
-  const tagged = client as pg.PoolClient & { [INSTRUMENTED]?: true }
-  if (tagged[INSTRUMENTED]) return
-  tagged[INSTRUMENTED] = true
-  const original = client.query.bind(client) as (...args: Array<unknown>) => unknown
-  const replacement = (...args: Array<unknown>): unknown => {
-    const text = textOf(args[0])
-    // Streaming cursors (submittables) and unknown shapes pass through untimed.
-    if (text === undefined) return original(...args)
-    const operation = operationOf(text)
+/** Times a statement and counts its failure (an interruption is not one). */
+const measured = <A>(text: string, statement: Effect.Effect<A, SqlError.SqlError>): Effect.Effect<A, SqlError.SqlError> =>
+  Effect.suspend(() => {
     const started = performance.now()
-    const last = args.length - 1
-    const callback = args[last]
-    // (text, values, callback), as @effect/sql-pg calls it: prepared when it has parameters.
-    const name = statements !== undefined && typeof args[0] === "string" && Array.isArray(args[1]) && args[1].length > 0 && args.length === 3
-      ? statements.nameOf(text)
-      : undefined
-    const finish = (error: unknown) => {
-      dbQueryDuration.observe({ operation }, (performance.now() - started) / 1000)
-      if (error) dbErrorsTotal.inc({ operation, error_type: errorTypeOf(error) })
-    }
-    if (typeof callback === "function") {
-      const wrapped: Callback = (err, result) => {
-        finish(err)
-        ;(callback as Callback)(err, result)
-      }
-      if (name === undefined) return original(...args.slice(0, last), wrapped)
-      return original({ name, text, values: args[1] }, (err: Error | null, result?: unknown) => {
-        // A schema change invalidated the prepared plan: unnamed from now on, and run again as such
-        // (inside a transaction the retry fails too, and that error is the one reported).
-        if ((err as { code?: unknown } | null)?.code !== PLAN_INVALIDATED) return wrapped(err, result)
-        statements!.invalidated(text)
-        original(text, args[1], wrapped)
-      })
-    }
-    const result = original(...args)
-    if (result instanceof Promise) {
-      result.then(() => finish(null), (error: unknown) => finish(error))
-    }
-    return result
+    return Effect.onExit(statement, (exit) =>
+      Effect.sync(() => {
+        const operation = operationOf(text)
+        dbQueryDuration.observe({ operation }, (performance.now() - started) / 1000)
+        if (Exit.isFailure(exit)) {
+          const error = Cause.findErrorOption(exit.cause)
+          if (error._tag === "Some") dbErrorsTotal.inc({ operation, error_type: errorTypeOf(error.value) })
+        }
+      }))
+  })
+
+type TransformRows = (<A extends object>(rows: ReadonlyArray<A>) => ReadonlyArray<A>) | undefined
+
+/** A pooled session as `effect/sql` uses it (PgClient's own, measured); streams pass through untimed. */
+class MeasuredConnection implements SqlConnection.Connection {
+  readonly connection: PgConnection.PgConnection
+  readonly prepare: boolean
+
+  constructor(connection: PgConnection.PgConnection, prepare: boolean) {
+    this.connection = connection
+    this.prepare = prepare
   }
-  ;(client as unknown as { query: typeof replacement }).query = replacement
+
+  private rows(text: string, params: ReadonlyArray<unknown>, prepare: boolean, transformRows: TransformRows) {
+    const rows = measured(text, Effect.map(this.connection.query(text, params, prepare), (result) => result.rows))
+    return transformRows === undefined ? rows : Effect.map(rows, transformRows)
+  }
+
+  execute(text: string, params: ReadonlyArray<unknown>, transformRows: TransformRows) {
+    return this.rows(text, params, this.prepare && preparable(text, params), transformRows)
+  }
+  executeUnprepared(text: string, params: ReadonlyArray<unknown>, transformRows: TransformRows) {
+    return this.rows(text, params, false, transformRows)
+  }
+  executeRaw(text: string, params: ReadonlyArray<unknown>) {
+    return measured(text, this.connection.query(text, params, this.prepare && preparable(text, params)))
+  }
+  executeValues(text: string, params: ReadonlyArray<unknown>) {
+    return measured(text, this.connection.queryValues(text, params, this.prepare && preparable(text, params)))
+  }
+  executeValuesUnprepared(text: string, params: ReadonlyArray<unknown>) {
+    return measured(text, this.connection.queryValues(text, params, false))
+  }
+  executeStream(text: string, params: ReadonlyArray<unknown>, transformRows: TransformRows) {
+    const stream = this.connection.stream(text, params)
+    return transformRows === undefined
+      ? stream
+      : Stream.mapArray(stream, (rows) => transformRows(rows) as NonEmptyReadonlyArray<PgConnection.Row>)
+  }
 }
 
+/** A failure to obtain a connection counts as a `connect` error. */
+const countConnectError = (error: unknown) =>
+  Effect.sync(() => dbErrorsTotal.inc({ operation: "connect", error_type: errorTypeOf(error) }))
+
+/** PostgreSQL answers `ROLLBACK` to a `COMMIT` of an aborted transaction (as PgClient checks). */
+const commit = (connection: SqlConnection.Connection): Effect.Effect<void, SqlError.SqlError> =>
+  Effect.flatMap(connection.executeRaw("COMMIT", []), (result) =>
+    (result as PgConnection.Result).command === "ROLLBACK"
+      ? Effect.fail(
+        new SqlError.SqlError({
+          reason: new SqlError.UnknownError({
+            cause: new Error("COMMIT rolled back an aborted transaction"),
+            message: "PgClient: COMMIT rolled back an aborted transaction",
+            operation: "commit"
+          })
+        })
+      )
+      : Effect.void)
+
+/** The kind PgClient's compiler encodes as jsonb. */
+const PgJson = Statement.custom<Statement.Custom<"PgJson", unknown>>("PgJson")
+
 /**
- * Instruments a pool: connections checked out are `db_connections_active`; every client it creates
- * has its statements timed (and, with `prepare`, prepared: `makeStatementNames`); a failure to
- * obtain a connection counts as a `connect` error.
+ * `PgClient.make(config)` with every statement measured and prepared by `preparable`; connections
+ * checked out are `db_connections_active`. Statement spans keep the name `sql.execute` (only
+ * `db.system` is set: `db.namespace` / `server.address` would rename them).
  */
-export const instrumentPool = (pool: pg.Pool, options: { readonly prepare: boolean }): pg.Pool => {
-  const statements = options.prepare ? makeStatementNames() : undefined
-  pool.on("connect", (client) => instrumentClient(client, statements))
-  pool.on("acquire", () => dbConnectionsActive.inc())
-  pool.on("release", () => dbConnectionsActive.dec())
-  const connect = pool.connect.bind(pool) as (...args: Array<unknown>) => unknown
-  ;(pool as unknown as { connect: (...args: Array<unknown>) => unknown }).connect = (...args: Array<unknown>) => {
-    const callback = args[0]
-    if (typeof callback === "function") {
-      return connect((err: Error | undefined, client: unknown, done: unknown) => {
-        if (err) dbErrorsTotal.inc({ operation: "connect", error_type: errorTypeOf(err) })
-        ;(callback as (...a: Array<unknown>) => void)(err, client, done)
+export const makePgClient = (
+  config: PgClient.PgPoolConfig
+): Effect.Effect<PgClient.PgClient, SqlError.SqlError, Scope.Scope | Reactivity.Reactivity> =>
+  Effect.gen(function*() {
+    const pool = yield* PgPool.make(config)
+    const prepare = config.prepare ?? true
+    const active = Effect.acquireRelease(
+      Effect.sync(() => dbConnectionsActive.inc()),
+      () => Effect.sync(() => dbConnectionsActive.dec())
+    )
+    /** A checkout held until the scope closes (transactions, `reserve`, streams). */
+    const checkedOut = (acquire: Effect.Effect<PgConnection.PgConnection, SqlError.SqlError, Scope.Scope>) =>
+      acquire.pipe(
+        Effect.tapError(countConnectError),
+        Effect.tap(() => active),
+        Effect.map((connection): SqlConnection.Connection => new MeasuredConnection(connection, prepare))
+      )
+    /** A connection lent for one statement. */
+    const borrower: SqlConnection.Borrower = (f) =>
+      Effect.suspend(() => {
+        let lent = false
+        return pool.use((connection) =>
+          Effect.acquireUseRelease(
+            Effect.sync(() => {
+              lent = true
+              dbConnectionsActive.inc()
+            }),
+            () => f(new MeasuredConnection(connection, prepare)),
+            () => Effect.sync(() => dbConnectionsActive.dec())
+          )
+        ).pipe(Effect.tapError((error) => (lent ? Effect.void : countConnectError(error))))
       })
+
+    const client = yield* SqlClient.make({
+      acquirer: checkedOut(pool.get),
+      borrower,
+      transactionAcquirer: checkedOut(pool.reserve),
+      compiler: PgClient.makeCompiler(config.transformQueryNames, config.transformJson),
+      driver: "pg",
+      prepareTransactionControls: true,
+      commit,
+      releaseSavepoint: (name) => `RELEASE SAVEPOINT ${name}`,
+      spanAttributes: [...Object.entries(config.spanAttributes ?? {}), ["db.system", "postgresql"]]
+    })
+
+    const pgClient: Omit<PgClient.PgClient, keyof SqlClient.SqlClient> = {
+      [PgClient.TypeId]: PgClient.TypeId,
+      config,
+      json: (value: unknown) => Statement.fragment([PgJson(value)]),
+      listen: (channel) => Effect.flatMap(pool.reserve, (connection) => connection.listen(channel)),
+      notify: (channel, payload) =>
+        Effect.asVoid(Effect.scoped(Effect.flatMap(
+          pool.get,
+          (connection) => measured("SELECT pg_notify($1, $2)", connection.query("SELECT pg_notify($1, $2)", [channel, payload]))
+        )))
     }
-    const result = connect()
-    if (result instanceof Promise) {
-      result.catch((error: unknown) => dbErrorsTotal.inc({ operation: "connect", error_type: errorTypeOf(error) }))
-    }
-    return result
-  }
-  return pool
-}
+    return Object.assign(client, pgClient)
+  })

@@ -2,8 +2,8 @@
  * Plain-SQL migrations from `migrations/NNNN_name.sql`, applied in one transaction under a
  * PostgreSQL advisory lock, so instances starting together never race (issue: foundation §3).
  */
-import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import * as SqlClient from "effect/sql/SqlClient"
 import { readdir, readFile } from "node:fs/promises"
 import { join } from "node:path"
 
@@ -26,6 +26,81 @@ export const listMigrations = (dir: string) =>
     )
   )
 
+/** A dollar-quote opener (`$$`, `$body$`) at `at`, not inside an identifier (`a$b$`) or after a `$n`. */
+const dollarTagAt = (text: string, at: number): string | undefined => {
+  if (/[\w$]/.test(text[at - 1] ?? "")) return undefined
+  const tag = /\$(?:[A-Za-z_\u0080-\uffff][\w\u0080-\uffff]*)?\$/y
+  tag.lastIndex = at
+  return tag.exec(text)?.[0]
+}
+
+/**
+ * The statements of a migration file, in order. The driver speaks the extended protocol, which
+ * takes one statement per Parse ("cannot insert multiple commands into a prepared statement"),
+ * so a file is split on the `;` that are outside quotes ('…', E'…', "…", $tag$…$tag$) and
+ * comments (`--`, nested `/* *\/`). Comment-only pieces are dropped.
+ */
+export const splitStatements = (text: string): Array<string> => {
+  const statements: Array<string> = []
+  const n = text.length
+  let start = 0
+  let meaningful = false
+  let i = 0
+  const skipQuoted = (quote: string, backslashEscapes: boolean) => {
+    i++
+    while (i < n) {
+      const c = text[i]
+      if (backslashEscapes && c === "\\") i += 2
+      else if (c === quote && text[i + 1] === quote) i += 2
+      else if (c === quote) return void i++
+      else i++
+    }
+  }
+  while (i < n) {
+    const c = text[i]!
+    if (c === "-" && text[i + 1] === "-") {
+      const end = text.indexOf("\n", i)
+      i = end === -1 ? n : end + 1
+    } else if (c === "/" && text[i + 1] === "*") {
+      let depth = 1
+      i += 2
+      while (i < n && depth > 0) {
+        if (text.startsWith("/*", i)) {
+          depth++
+          i += 2
+        } else if (text.startsWith("*/", i)) {
+          depth--
+          i += 2
+        } else {
+          i++
+        }
+      }
+    } else if (c === "'") {
+      meaningful = true
+      const prefix = text[i - 1]
+      skipQuoted("'", (prefix === "E" || prefix === "e") && !/[\w$]/.test(text[i - 2] ?? ""))
+    } else if (c === "\"") {
+      meaningful = true
+      skipQuoted("\"", false)
+    } else if (c === "$" && dollarTagAt(text, i) !== undefined) {
+      meaningful = true
+      const tag = dollarTagAt(text, i)!
+      const end = text.indexOf(tag, i + tag.length)
+      i = end === -1 ? n : end + tag.length
+    } else if (c === ";") {
+      if (meaningful) statements.push(text.slice(start, i).trim())
+      start = i + 1
+      meaningful = false
+      i++
+    } else {
+      if (!/\s/.test(c)) meaningful = true
+      i++
+    }
+  }
+  if (meaningful) statements.push(text.slice(start).trim())
+  return statements
+}
+
 /** Applies the pending migrations; returns the ids applied now. */
 export const runMigrations = (dir: string) =>
   Effect.gen(function*() {
@@ -44,7 +119,7 @@ export const runMigrations = (dir: string) =>
       for (const migration of migrations) {
         if (done.has(migration.id)) continue
         const text = yield* Effect.promise(() => readFile(migration.path, "utf8"))
-        yield* sql.unsafe(text)
+        for (const statement of splitStatements(text)) yield* sql.unsafe(statement).unprepared
         yield* sql`INSERT INTO schema_migrations (id, name) VALUES (${migration.id}, ${migration.name})`
         applied.push(migration.id)
       }
@@ -52,6 +127,6 @@ export const runMigrations = (dir: string) =>
     }))
   }).pipe(
     Effect.tap((applied) => applied.length > 0 ? Effect.logInfo(`Applied migrations ${applied.join(", ")}`) : Effect.void),
-    Effect.orDieWith((error) => new Error(`Migration failed: ${String(error)}`)),
+    Effect.catch((error) => Effect.die(new Error(`Migration failed: ${String(error)}`))),
     Effect.withSpan("Db.migrate")
   )

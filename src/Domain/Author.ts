@@ -1,4 +1,4 @@
-import { Schema } from "effect"
+import { Schema, SchemaTransformation } from "effect"
 import { issue } from "../Http/Params.ts"
 
 /**
@@ -9,8 +9,8 @@ import { issue } from "../Http/Params.ts"
 export const Author = Schema.Struct({
   id: Schema.Int,
   name: Schema.String,
-  created_at: Schema.String.annotations({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
-}).annotations({ identifier: "Author" })
+  created_at: Schema.String.annotate({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
+}).annotate({ identifier: "Author" })
 
 export interface AuthorRow {
   readonly id: number
@@ -22,17 +22,23 @@ export interface AuthorRow {
  * CONTRACT §9: names are trimmed, then 1–255 Unicode code points; stored as given.
  * NUL cannot be stored in PostgreSQL text, so it is refused here rather than failing in SQL.
  */
-export const AuthorName = Schema.String.annotations({
-  message: () => issue("string_type", "Input should be a valid string")
+export const AuthorName = Schema.String.annotate({
+  message: issue("string_type", "Input should be a valid string"),
+  // What a client sends (OpenAPI documents the encoded side): the component is named here.
+  identifier: "AuthorName",
+  description: "1–255 characters after trimming"
 }).pipe(
-  Schema.compose(Schema.Trim),
-  Schema.filter((s) => {
+  Schema.decodeTo(Schema.String, SchemaTransformation.trim()),
+  (self) => self.check(Schema.makeFilter<string>((s) => {
     const length = [...s].length
     if (length < 1) return issue("string_too_short", "String should have at least 1 character")
     if (length > 255) return issue("string_too_long", "String should have at most 255 characters")
     if (s.includes("\u0000")) return issue("string_pattern_mismatch", "String must not contain NUL characters")
     return true
-  }, { identifier: "AuthorName", description: "1–255 characters after trimming", jsonSchema: { minLength: 1, maxLength: 255 } })
+  }, {
+    expected: "1–255 characters after trimming, without NUL",
+    toJsonSchema: () => ({ minLength: 1, maxLength: 255 })
+  }))
 )
 
 export const AuthorPayload = Schema.Struct({ name: AuthorName })

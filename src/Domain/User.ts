@@ -16,4 +16,4 @@ export interface Principal extends User {
   readonly expiresAt: number
 }
 
-export class CurrentUser extends Context.Tag("Auth/CurrentUser")<CurrentUser, Principal>() {}
+export class CurrentUser extends Context.Service<CurrentUser, Principal>()("Auth/CurrentUser") {}

@@ -2,7 +2,7 @@
  * Client address resolution: `X-Forwarded-For` is believed only when the direct peer is a
  * trusted proxy (CONTRACT §4, `TRUSTED_PROXIES`).
  */
-import { Either } from "effect"
+import { Result } from "effect"
 import { isIP } from "node:net"
 
 export interface Cidr {
@@ -48,15 +48,15 @@ export const parseCidr = (text: string): Cidr | undefined => {
   return { family: parsed.family, bits: parsed.bits, prefix }
 }
 
-export const parseCidrList = (raw: string): Either.Either<ReadonlyArray<Cidr>, string> => {
+export const parseCidrList = (raw: string): Result.Result<ReadonlyArray<Cidr>, string> => {
   const parts = raw.split(",").map((s) => s.trim()).filter((s) => s !== "")
   const out: Array<Cidr> = []
   for (const part of parts) {
     const cidr = parseCidr(part)
-    if (cidr === undefined) return Either.left(`has an invalid CIDR: ${JSON.stringify(part)}`)
+    if (cidr === undefined) return Result.fail(`has an invalid CIDR: ${JSON.stringify(part)}`)
     out.push(cidr)
   }
-  return Either.right(out)
+  return Result.succeed(out)
 }
 
 export const cidrContains = (cidr: Cidr, ip: string): boolean => {

@@ -1,10 +1,12 @@
 /**
  * Interactive documentation with no internet access (CONTRACT §7): Swagger UI at /docs (HttpApi
  * inlines its bundle), ReDoc at /redoc (the standalone bundle from the installed `redoc` package,
- * inlined with the spec), and the OpenAPI document at /openapi.json.
+ * inlined with the spec, read when the page is first asked for: STACK-NOTES pitfall 4). The
+ * OpenAPI document at /openapi.json is served by `HttpApiBuilder.layer` (App.ts).
  */
-import { HttpApiBuilder, HttpApiSwagger, HttpServerResponse, OpenApi } from "@effect/platform"
 import { Effect, Layer } from "effect"
+import { HttpRouter, HttpServerResponse } from "effect/http"
+import { HttpApiSwagger, OpenApi } from "effect/http-api"
 import { readFile } from "node:fs/promises"
 import { createRequire } from "node:module"
 import { Api } from "../Api.ts"
@@ -13,27 +15,26 @@ const require = createRequire(import.meta.url)
 
 const escapeScript = (text: string) => text.replace(/</g, "\\u003c")
 
-const RedocLive = HttpApiBuilder.Router.use((router) =>
-  Effect.gen(function*() {
-    const bundle = yield* Effect.cached(Effect.promise(() => readFile(require.resolve("redoc/bundles/redoc.standalone.js"), "utf8")))
-    const spec = JSON.stringify(OpenApi.fromApi(Api))
-    yield* router.get(
-      "/redoc",
-      Effect.map(bundle, (js) =>
-        HttpServerResponse.html(`<!DOCTYPE html>
+const redocPage = (js: string, spec: string) =>
+  HttpServerResponse.html(`<!DOCTYPE html>
 <html lang="en">
 <head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Author Directory Service — API reference</title>
 <style>body{margin:0;padding:0}</style></head>
 <body><div id="redoc"></div>
 <script>${js.replace(/<\/script/gi, "<\\/script")}</script>
 <script>Redoc.init(${escapeScript(spec)}, { hideDownloadButton: false }, document.getElementById("redoc"))</script>
-</body></html>`))
+</body></html>`)
+
+const RedocLive = HttpRouter.use((router) =>
+  Effect.gen(function*() {
+    const page = yield* Effect.cached(
+      Effect.map(
+        Effect.promise(() => readFile(require.resolve("redoc/bundles/redoc.standalone.js"), "utf8")),
+        (js) => redocPage(js, JSON.stringify(OpenApi.fromApi(Api)))
+      )
     )
+    yield* router.add("GET", "/redoc", page)
   })
 )
 
-export const DocsLive = Layer.mergeAll(
-  HttpApiSwagger.layer({ path: "/docs" }),
-  HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
-  RedocLive
-)
+export const DocsLive = Layer.mergeAll(HttpApiSwagger.layer(Api, { path: "/docs" }), RedocLive)

@@ -1,16 +1,17 @@
 /**
  * The Node HTTP server under the app, with the edges @effect/platform leaves open:
- * - Before the app's handler is attached (the port opens before migrations finish) and after it
- *   is detached at shutdown, a request would get no answer at all; it gets 503 instead.
+ * - Before the app's handler is attached and after it is detached at shutdown, a request would
+ *   get no answer at all (STACK-NOTES pitfall 1); it gets 503 instead — with the health report's
+ *   shape on the health endpoints (CONTRACT §7). `main.ts` opens the port last, so this is rare.
  * - WebSocket upgrades go to the service's own `/web` server (Ws/Server.ts), which needs the raw
  *   `ws` options the platform does not expose (frame size limit → 1009, no compression, one
  *   bounded send buffer per connection); the platform's upgrade handler never sees them.
  * - Graceful shutdown (CONTRACT §5, §9 Signals): stop accepting, close the WebSockets, let the
  *   requests in flight finish while every service is still up, then let the layers close.
  */
-import { NodeHttpServer } from "@effect/platform-node"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Context, Effect, Layer, type Scope } from "effect"
-import { createServer, type IncomingMessage, type Server } from "node:http"
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
 import { STARTING_REPORT } from "../Observability/Api.ts"
 
@@ -30,7 +31,7 @@ export interface NodeServerShape {
   readonly handleUpgrades: (handler: UpgradeHandler) => Effect.Effect<void, never, Scope.Scope>
 }
 
-export class NodeServer extends Context.Tag("Http/NodeServer")<NodeServer, NodeServerShape>() {}
+export class NodeServer extends Context.Service<NodeServer, NodeServerShape>()("Http/NodeServer") {}
 
 /** Answers an upgrade request with a plain HTTP error and closes the socket. */
 export const refuseUpgrade = (socket: Duplex, status: number, detail: string) => {
@@ -42,29 +43,36 @@ export const refuseUpgrade = (socket: Duplex, status: number, detail: string) =>
   )
 }
 
+const LIVE = JSON.stringify({ status: "ok" })
+const STARTING = JSON.stringify(STARTING_REPORT)
+const UNAVAILABLE = JSON.stringify({ detail: "Service unavailable" })
+
+/** CONTRACT §7, while starting: alive (`/livez` 200), not ready — `/health` and `/readyz` answer 503 in the health report's shape. */
+const startingAnswer = (url: string | undefined): readonly [number, string] => {
+  const path = url === undefined ? "" : url.split("?", 1)[0]
+  return path === "/livez" ? [200, LIVE] : path === "/health" || path === "/readyz" ? [503, STARTING] : [503, UNAVAILABLE]
+}
+
 export const makeNodeServer = (): NodeServerShape => {
   const server = createServer({ keepAliveTimeout: 65_000 })
   let inFlight = 0
   let upgrades: UpgradeHandler | undefined
   const idle = new Set<() => void>()
-  // Registered first, so it sees every request; it answers only when it is the sole listener.
-  server.on("request", (req, res) => {
+  // Registered first, so they see every request (`checkContinue` replaces `request` for
+  // `Expect: 100-continue` once the platform listens to it); they answer only when alone.
+  const track = (event: "request" | "checkContinue") => (req: IncomingMessage, res: ServerResponse) => {
     inFlight++
     res.once("close", () => {
       inFlight--
       if (inFlight === 0) for (const wake of idle) wake()
     })
-    if (server.listenerCount("request") > 1) return
-    // Still starting (CONTRACT §7): alive, not ready; the probes answer in their own shapes.
-    const path = (req.url ?? "").split("?")[0]
-    const [status, body] = path === "/livez"
-      ? [200, { status: "ok" }]
-      : path === "/health" || path === "/readyz"
-      ? [503, STARTING_REPORT]
-      : [503, { detail: "Service unavailable" }]
+    if (server.listenerCount(event) > 1) return
+    const [status, body] = startingAnswer(req.url)
     res.writeHead(status, { "content-type": "application/json", ...(status === 503 ? { "retry-after": "1", connection: "close" } : {}) })
-    res.end(JSON.stringify(body))
-  })
+    res.end(body)
+  }
+  server.on("request", track("request"))
+  server.on("checkContinue", track("checkContinue"))
   // Upgrades are dispatched here instead of to the listeners (the platform registers one).
   const emit = server.emit
   server.emit = function(this: Server, event: string | symbol, ...args: Array<unknown>) {
@@ -77,7 +85,7 @@ export const makeNodeServer = (): NodeServerShape => {
   } as Server["emit"]
 
   const drain = (timeoutMs: number) =>
-    Effect.async<void>((resume) => {
+    Effect.callback<void>((resume) => {
       server.close()
       server.closeIdleConnections()
       const closingSockets = upgrades?.shutdown() ?? Promise.resolve()
@@ -118,7 +126,7 @@ export const makeNodeServer = (): NodeServerShape => {
 
 /** The Node server (as `NodeServer`) and the platform's `HttpServer` on it. */
 export const nodeServerLayer = (options: { readonly port: number; readonly host: string }) =>
-  Layer.unwrapEffect(Effect.sync(() => {
+  Layer.unwrap(Effect.sync(() => {
     const node = makeNodeServer()
     return Layer.merge(
       Layer.succeed(NodeServer, node),
@@ -131,11 +139,11 @@ export const nodeServerLayer = (options: { readonly port: number; readonly host:
  * and services are still in place while the WebSockets close and the requests in flight complete.
  */
 export const drainOnShutdown = (timeoutMs: number) =>
-  Layer.scopedDiscard(Effect.gen(function*() {
+  Layer.effectDiscard(Effect.gen(function*() {
     const node = yield* NodeServer
     yield* Effect.addFinalizer(() =>
       Effect.logInfo("Shutting down: closing WebSockets, draining requests in flight").pipe(
-        Effect.zipRight(node.drain(timeoutMs))
+        Effect.andThen(node.drain(timeoutMs))
       )
     )
   }))

@@ -1,44 +1,55 @@
 /**
  * Request schemas whose failures read like FastAPI's: a message may carry its pydantic error
- * type as `type|message`, which the 422 mapper (Validation.ts) splits.
+ * type as `type|message`, which the 422 mapper (Validation.ts) splits. In Schema 4 the text is
+ * the `message` annotation of a check, or of the issue a transformation fails with; a consumer
+ * reads it with `SchemaIssue.makeFormatterStandardSchemaV1()(error.issue).issues` (each
+ * `{ path, message }`) and splits it with `splitIssue`.
  */
-import { ParseResult, Schema } from "effect"
+import { Effect, Schema, type SchemaAST, SchemaIssue, SchemaTransformation } from "effect"
 
 export const issue = (type: string, message: string) => `${type}|${message}`
 
+/** The `{type, msg}` of a `type|message` text, or undefined for a message of Effect's own. */
+export const splitIssue = (message: string): { readonly type: string; readonly msg: string } | undefined => {
+  const bar = message.indexOf("|")
+  if (bar > 0 && /^[a-z_]+$/.test(message.slice(0, bar))) return { type: message.slice(0, bar), msg: message.slice(bar + 1) }
+  return undefined
+}
+
+const INT_PARSING = issue("int_parsing", "Input should be a valid integer, unable to parse string as an integer")
+
 /** An integer in a query or path string ("abc", "1.5", "1e3" and unsafe integers are refused). */
-export const IntFromString = Schema.transformOrFail(Schema.String, Schema.Int, {
-  strict: true,
-  decode: (text, _, ast) => {
-    const trimmed = text.trim()
-    const value = Number(trimmed)
-    return /^[+-]?\d+$/.test(trimmed) && Number.isSafeInteger(value)
-      ? ParseResult.succeed(value)
-      : ParseResult.fail(
-        new ParseResult.Type(ast, text, issue("int_parsing", "Input should be a valid integer, unable to parse string as an integer"))
-      )
-  },
-  encode: (n) => ParseResult.succeed(String(n))
-}).annotations({ jsonSchema: { type: "integer" } })
+export const IntFromString: Schema.decodeTo<Schema.Int, Schema.String> = Schema.String.pipe(
+  Schema.decodeTo(
+    Schema.Int,
+    SchemaTransformation.transformEffect<number, string>({
+      decode: (text, options) => {
+        const trimmed = text.trim()
+        const value = Number(trimmed)
+        return /^[+-]?\d+$/.test(trimmed) && Number.isSafeInteger(value)
+          ? Effect.succeed(value)
+          : Effect.fail(new SchemaIssue.InvalidValue({ message: INT_PARSING }, text, options))
+      },
+      encode: (n) => Effect.succeed(String(n))
+    })
+  )
+)
 
-type NumberSchema<S extends Schema.Schema.Any> = S & Schema.Schema<number, Schema.Schema.Encoded<S>, Schema.Schema.Context<S>>
+/** Checks, as Schema 4 writes them: `IntFromString.check(atLeast(1), atMost(MAX_PAGE))`. */
+export const atLeast = (min: number): SchemaAST.Filter<number> =>
+  Schema.isGreaterThanOrEqualTo(min, { message: issue("greater_than_equal", `Input should be greater than or equal to ${min}`) })
 
-export const atLeast = (min: number) => <S extends Schema.Schema.Any>(self: NumberSchema<S>) =>
-  Schema.greaterThanOrEqualTo<S>(min, {
-    message: () => issue("greater_than_equal", `Input should be greater than or equal to ${min}`)
-  })(self)
-
-export const atMost = (max: number) => <S extends Schema.Schema.Any>(self: NumberSchema<S>) =>
-  Schema.lessThanOrEqualTo<S>(max, { message: () => issue("less_than_equal", `Input should be less than or equal to ${max}`) })(self)
+export const atMost = (max: number): SchemaAST.Filter<number> =>
+  Schema.isLessThanOrEqualTo(max, { message: issue("less_than_equal", `Input should be less than or equal to ${max}`) })
 
 /**
  * A free-text path or query value: bounded, and without NUL (PostgreSQL cannot compare it;
  * CONTRACT §9 "Control characters" — escapes that are not UTF-8 arrive as NUL: Http/UrlText.ts).
  */
-export const ParamText = Schema.String.pipe(
-  Schema.filter((s) => {
+export const ParamText = Schema.String.check(
+  Schema.makeFilter<string>((s) => {
     if ([...s].length > 1000) return issue("string_too_long", "String should have at most 1000 characters")
     if (s.includes("\u0000")) return issue("string_pattern_mismatch", "String must not contain NUL characters or bytes that are not UTF-8")
     return true
-  }, { jsonSchema: { maxLength: 1000 } })
+  }, { expected: "a string of at most 1000 characters without NUL", toJsonSchema: () => ({ maxLength: 1000 }) })
 )

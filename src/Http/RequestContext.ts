@@ -1,8 +1,10 @@
 /**
- * What the front door learns about a request (ids, client IP, the authenticated user) and the
- * inner layers read back: a fiber-local value, so no service requirement leaks into handlers.
+ * What the front door learns about a request — ids, client IP, the route, the authentication —
+ * as ONE immutable value in the request's context. RBAC, the rate limiter, the logger, the metrics
+ * and the audit record all read this value; nobody writes to it after the front door built it, so
+ * no service requirement and no shared mutable state leak into handlers.
  */
-import { type Exit, FiberRef } from "effect"
+import { Context, Effect, type Exit } from "effect"
 import type { Principal } from "../Domain/User.ts"
 import type { Unauthenticated } from "../Errors.ts"
 
@@ -13,16 +15,24 @@ export interface RequestContext {
   readonly startedAt: Date
   readonly ip: string
   readonly userAgent: string
-  /** Authentication, done at most once per request (the rate limiter keys by it). */
-  auth: Exit.Exit<Principal, Unauthenticated> | undefined
-  user: Principal | undefined
-  /** The route template that served the request (`/authors/{author_id}`), when one matched. */
-  route: string | undefined
+  /** The route template of the endpoint the request matched (`/authors/{author_id}`), if any. */
+  readonly route: string | undefined
+  /**
+   * Authentication, done once per request by the front door, before the app runs, whenever
+   * anything will ask for it (the rate limiter keys by it; a secured endpoint needs it).
+   * `undefined`: nothing asked, the request was not authenticated.
+   */
+  readonly auth: Exit.Exit<Principal, Unauthenticated> | undefined
+  /** The authenticated principal (`auth` succeeded). */
+  readonly user: Principal | undefined
 }
 
-export const currentRequest = FiberRef.unsafeMake<RequestContext | undefined>(undefined)
+/** The current request's facts; `undefined` outside an HTTP request. */
+export const currentRequest = Context.Reference<RequestContext | undefined>("Http/RequestContext", {
+  defaultValue: () => undefined
+})
 
-export const getRequestContext = FiberRef.get(currentRequest)
+export const getRequestContext: Effect.Effect<RequestContext | undefined> = Effect.service(currentRequest)
 
 const CORRELATION_ID = /^[A-Za-z0-9._-]{1,64}$/
 

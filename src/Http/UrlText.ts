@@ -4,13 +4,16 @@
  * a silent U+FFFD (URLSearchParams replaces what it cannot decode). Such a run of escapes is
  * rewritten to `%00` before routing, so the parameter's own schema (Http/Params.ts `ParamText`,
  * which refuses NUL) answers the 422 in its place, after authentication and the role check.
+ * A `%` that starts no escape is taken literally, as URLSearchParams takes it (`%25`): the
+ * router's decoder would otherwise give up on the whole value and pass its escapes through raw.
  */
 import { isUtf8 } from "node:buffer"
 
 const ESCAPE_RUN = /(?:%[0-9A-Fa-f]{2})+/g
+const STRAY_PERCENT = /%(?![0-9A-Fa-f]{2})/g
 
-/** The URL unchanged (the same string) when every run of escapes is UTF-8. */
+/** The URL unchanged (the same string) when every run of escapes is UTF-8 and every `%` escapes. */
 export const markInvalidUtf8 = (url: string): string =>
   url.includes("%")
-    ? url.replace(ESCAPE_RUN, (run) => isUtf8(Buffer.from(run.replaceAll("%", ""), "hex")) ? run : "%00")
+    ? url.replace(ESCAPE_RUN, (run) => isUtf8(Buffer.from(run.replaceAll("%", ""), "hex")) ? run : "%00").replace(STRAY_PERCENT, "%25")
     : url

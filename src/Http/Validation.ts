@@ -1,12 +1,14 @@
 /**
  * FastAPI-shaped validation errors (CONTRACT §3): `422 {detail: [{type, loc, msg, input}]}` for
- * every schema failure (HttpApi's own answer is a 400 that does not say which part failed),
- * malformed JSON and wrong content types. The part (`path`, `query`, `body`) comes from a table
- * of each endpoint's parameter names, built once from the API.
+ * every schema failure (HttpApi's own answer is an empty 400 that does not say which part failed),
+ * malformed JSON and wrong content types. HttpApi names the part that failed
+ * (`HttpApiSchemaError.kind`: Params, Query, Payload); the issue tree of its `SchemaError` gives
+ * the path inside it and the message, whose `type|message` convention comes from Http/Params.ts.
  */
-import { HttpApi, type HttpServerRequest } from "@effect/platform"
-import type { HttpApiDecodeError } from "@effect/platform/HttpApiError"
-import { Option, type ParseResult, type SchemaAST } from "effect"
+import { SchemaAST, SchemaIssue } from "effect"
+import type { HttpServerRequest } from "effect/http"
+import { HttpApi, type HttpApiError, type HttpApiGroup, HttpApiMiddleware } from "effect/http-api"
+import { splitIssue } from "./Params.ts"
 
 export interface ValidationIssue {
   readonly type: string
@@ -15,39 +17,25 @@ export interface ValidationIssue {
   readonly input: unknown
 }
 
-interface EndpointShape {
+export interface EndpointShape {
   readonly method: string
   /** The route template as OpenAPI writes it: `/authors/{author_id}`. */
   readonly template: string
   readonly pattern: RegExp
   readonly pathParams: ReadonlyArray<string>
-  readonly pathKeys: ReadonlySet<string>
-  readonly queryKeys: ReadonlySet<string>
   readonly hasPayload: boolean
+  /** Guarded by a security middleware (bearer authentication). */
+  readonly secured: boolean
 }
 
-const propertyNames = (ast: SchemaAST.AST): ReadonlyArray<string> => {
-  switch (ast._tag) {
-    case "TypeLiteral":
-      return ast.propertySignatures.map((p) => String(p.name))
-    case "Transformation":
-      return propertyNames(ast.from)
-    case "Refinement":
-      return propertyNames(ast.from)
-    case "Suspend":
-      return propertyNames(ast.f())
-    case "Union":
-      return ast.types.flatMap(propertyNames)
-    default:
-      return []
-  }
-}
-
-export const endpointShapes = (api: HttpApi.HttpApi.Any): ReadonlyArray<EndpointShape> => {
+/** Every endpoint of the API, built once at startup: route templates, path patterns, guards. */
+export const endpointShapes = <Id extends string, Groups extends HttpApiGroup.Constraint>(
+  api: HttpApi.HttpApi<Id, Groups>
+): ReadonlyArray<EndpointShape> => {
   const shapes: Array<EndpointShape> = []
-  HttpApi.reflect(api as HttpApi.HttpApi.AnyWithProps, {
+  HttpApi.reflect(api, {
     onGroup: () => {},
-    onEndpoint: ({ endpoint }) => {
+    onEndpoint: ({ endpoint, middleware }) => {
       const pathParams: Array<string> = []
       const source = endpoint.path.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/:(\w+)/g, (_, name: string) => {
         pathParams.push(name)
@@ -56,37 +44,111 @@ export const endpointShapes = (api: HttpApi.HttpApi.Any): ReadonlyArray<Endpoint
       shapes.push({
         method: endpoint.method,
         template: endpoint.path.replace(/:(\w+)/g, "{$1}"),
-        pattern: new RegExp(`^${source}/?$`),
+        // As the router matches: a trailing slash and the case of the path do not matter.
+        pattern: new RegExp(`^${source}/?$`, "i"),
         pathParams,
-        pathKeys: new Set(Option.match(endpoint.pathSchema, { onNone: () => [], onSome: (s) => propertyNames(s.ast) })),
-        queryKeys: new Set(Option.match(endpoint.urlParamsSchema, { onNone: () => [], onSome: (s) => propertyNames(s.ast) })),
-        hasPayload: Option.isSome(endpoint.payloadSchema)
+        hasPayload: endpoint.payload.size > 0,
+        secured: [...middleware].some((key) => HttpApiMiddleware.isSecurity(key))
       })
     }
   })
   return shapes
 }
 
-/**
- * A schema issue as FastAPI would name it: the `type|message` convention of Params.ts, else a
- * type guessed from the issue. `part` is where the value came from (`body` for a root failure).
- */
-export const describeIssue = (issue: ParseResult.ArrayFormatterIssue, part: string): { type: string; msg: string } => {
-  const bar = issue.message.indexOf("|")
-  if (bar > 0 && /^[a-z_]+$/.test(issue.message.slice(0, bar))) {
-    return { type: issue.message.slice(0, bar), msg: issue.message.slice(bar + 1) }
+export const findShape = (shapes: ReadonlyArray<EndpointShape>, method: string, pathname: string): EndpointShape | undefined => {
+  for (const shape of shapes) {
+    if (shape.method === method && shape.pattern.test(pathname)) return shape
   }
-  if (issue._tag === "Missing") return { type: "missing", msg: "Field required" }
-  if (issue._tag === "Unexpected") return { type: "extra_forbidden", msg: "Extra inputs are not permitted" }
-  if (issue._tag === "Type") {
+  return undefined
+}
+
+/** One failure of the issue tree: where (inside its part), the leaf that failed, its message. */
+export interface FlatIssue {
+  readonly path: ReadonlyArray<PropertyKey>
+  readonly tag: SchemaIssue.Leaf["_tag"] | "AnyOf"
+  /** The schema a value of the wrong type was checked against (InvalidType, empty AnyOf). */
+  readonly ast: SchemaAST.AST | undefined
+  readonly message: string
+}
+
+const standard = SchemaIssue.makeFormatterStandardSchemaV1()
+
+const annotatedMessage = (annotations: { readonly [key: string]: unknown } | undefined): string | undefined =>
+  typeof annotations?.["message"] === "string" ? annotations["message"] : undefined
+
+/** Flattens an issue tree as Effect's own formatters do, keeping each leaf's tag and schema. */
+export const flattenIssue = (issue: SchemaIssue.Issue): ReadonlyArray<FlatIssue> => {
+  const out: Array<FlatIssue> = []
+  const walk = (node: SchemaIssue.Issue, path: ReadonlyArray<PropertyKey>, override: string | undefined): void => {
+    switch (node._tag) {
+      case "Pointer":
+        return walk(node.issue, [...path, ...node.path], override)
+      case "Encoding":
+        return walk(node.issue, path, override)
+      case "Filter":
+        // A check without a message of its own is described by Effect ("Expected an integer, …").
+        return walk(node.issue, path, override ?? annotatedMessage(node.filter.annotations) ?? standard(node).issues[0]?.message)
+      case "Composite":
+        for (const inner of node.issues) walk(inner, path, override)
+        return
+      case "AnyOf":
+        if (node.issues.length > 0) {
+          for (const inner of node.issues) walk(inner, path, override)
+          return
+        }
+        out.push({ path, tag: "AnyOf", ast: node.ast, message: override ?? standard(node).issues[0]?.message ?? "Invalid input" })
+        return
+      default:
+        out.push({
+          path,
+          tag: node._tag,
+          ast: node._tag === "InvalidType" ? node.ast : undefined,
+          message: override ?? SchemaIssue.defaultLeafHook(node)
+        })
+    }
+  }
+  walk(issue, [], undefined)
+  // `optional` fields are `X | undefined`: the undefined alternative is noise for a client.
+  return out.filter((flat, _, all) =>
+    !(flat.ast?._tag === "Undefined" && all.some((other) => other !== flat && other.path.join("\0") === flat.path.join("\0")))
+  )
+}
+
+/** The one member of `X | null | undefined` a client meant (optional and nullable fields). */
+const meant = (ast: SchemaAST.AST): SchemaAST.AST => {
+  if (ast._tag !== "Union") return ast
+  const members = ast.types.filter((t) => t._tag !== "Null" && t._tag !== "Undefined")
+  return members.length === 1 ? meant(members[0]!) : ast
+}
+
+/**
+ * A schema issue as FastAPI would name it: the `type|message` convention of Params.ts, else a type
+ * named from the leaf. `part` is where the value came from (`body` for a root failure).
+ */
+export const describeIssue = (issue: FlatIssue, part: string): { type: string; msg: string } => {
+  const split = splitIssue(issue.message)
+  if (split !== undefined) return { type: split.type, msg: split.msg }
+  if (issue.tag === "MissingKey") return { type: "missing", msg: "Field required" }
+  if (issue.tag === "UnexpectedKey") return { type: "extra_forbidden", msg: "Extra inputs are not permitted" }
+  if ((issue.tag === "InvalidType" || issue.tag === "AnyOf") && issue.ast !== undefined) {
+    const target = meant(issue.ast)
+    const own = target === issue.ast ? undefined : annotatedMessage(target.annotations)
+    const ownSplit = own === undefined ? undefined : splitIssue(own)
+    if (ownSplit !== undefined) return { type: ownSplit.type, msg: ownSplit.msg }
     if (issue.path.length === 0 && part === "body") {
       return { type: "model_attributes_type", msg: "Input should be a valid dictionary or object to extract fields from" }
     }
-    if (/^Expected string/.test(issue.message)) return { type: "string_type", msg: "Input should be a valid string" }
-    if (/^Expected (\{|Struct)/.test(issue.message)) return { type: "dict_type", msg: "Input should be a valid dictionary" }
-    if (/^Expected (a finite number|number|an integer|Int)/.test(issue.message)) {
-      return { type: "int_type", msg: "Input should be a valid integer" }
+    switch (target._tag) {
+      case "String":
+        return { type: "string_type", msg: "Input should be a valid string" }
+      case "Objects":
+        return { type: "dict_type", msg: "Input should be a valid dictionary" }
+      case "Number":
+        return { type: "int_type", msg: "Input should be a valid integer" }
     }
+  }
+  if (/^Expected (a finite number|number|an integer|Int)\b/.test(issue.message)) {
+    return { type: "int_type", msg: "Input should be a valid integer" }
   }
   return { type: "value_error", msg: issue.message }
 }
@@ -112,24 +174,20 @@ export const requestView = (request: HttpServerRequest.HttpServerRequest, body: 
   return { method: request.method, pathname: url.pathname, query: url.searchParams, body }
 }
 
+const partOf = (kind: HttpApiError.HttpApiSchemaError["kind"]): string =>
+  kind === "Params" ? "path" : kind === "Query" ? "query" : kind === "Headers" ? "header" : "body"
+
 /** Turns HttpApi's decode error into the FastAPI issue list. */
 export const toValidationIssues = (
   shapes: ReadonlyArray<EndpointShape>,
-  error: HttpApiDecodeError,
+  error: HttpApiError.HttpApiSchemaError,
   request: RequestView
 ): ReadonlyArray<ValidationIssue> => {
-  const shape = shapes.find((s) => s.method === request.method && s.pattern.test(request.pathname))
-  // `optional`/`optionalWith` unions add an "Expected undefined" alternative: noise for a client.
-  return error.issues.filter((issue) => !issue.message.startsWith("Expected undefined")).map((issue) => {
+  const shape = findShape(shapes, request.method, request.pathname)
+  const part = partOf(error.kind)
+  return flattenIssue(error.cause.issue).map((issue) => {
     const head = issue.path[0]
     const key = typeof head === "string" ? head : undefined
-    const part = key !== undefined && shape?.pathKeys.has(key)
-      ? "path"
-      : key !== undefined && shape?.queryKeys.has(key)
-      ? "query"
-      : shape?.hasPayload === true
-      ? "body"
-      : "query"
     const { type, msg } = describeIssue(issue, part)
     let input: unknown = null
     if (part === "path" && shape !== undefined && key !== undefined) {
@@ -142,7 +200,7 @@ export const toValidationIssues = (
     } else if (part === "body") {
       input = pick(request.body, issue.path)
     }
-    if (issue._tag === "Missing") input = part === "body" ? pick(request.body, issue.path.slice(0, -1)) : null
+    if (issue.tag === "MissingKey") input = part === "body" ? pick(request.body, issue.path.slice(0, -1)) : null
     return { type, loc: [part, ...issue.path.map((p) => typeof p === "number" ? p : String(p))], msg, input }
   })
 }
@@ -169,44 +227,3 @@ export const contentTypeInvalid = (contentType: string): ReadonlyArray<Validatio
     input: contentType
   }
 ]
-
-const ValidationErrorSchema = {
-  type: "object",
-  properties: {
-    detail: {
-      type: "array",
-      items: {
-        type: "object",
-        required: ["type", "loc", "msg", "input"],
-        properties: {
-          type: { type: "string" },
-          loc: { type: "array", items: { anyOf: [{ type: "string" }, { type: "integer" }] } },
-          msg: { type: "string" },
-          input: {}
-        }
-      }
-    }
-  },
-  required: ["detail"]
-}
-
-/** OpenAPI: HttpApi documents validation failures as 400; this service answers them with 422. */
-export const openApi422 = <S extends Record<string, unknown>>(spec: S): S => {
-  const paths = spec["paths"] as Record<string, Record<string, { responses?: Record<string, unknown> }>>
-  for (const item of Object.values(paths)) {
-    for (const operation of Object.values(item)) {
-      const responses = operation.responses
-      if (responses?.["400"] !== undefined && !JSON.stringify(responses["400"]).includes("InvalidFilename")) {
-        delete responses["400"]
-        responses["422"] = {
-          description: "Validation error",
-          content: { "application/json": { schema: { $ref: "#/components/schemas/HTTPValidationError" } } }
-        }
-      }
-    }
-  }
-  const components = spec["components"] as { schemas: Record<string, unknown> }
-  components.schemas["HTTPValidationError"] = ValidationErrorSchema
-  return spec
-}
-

@@ -2,7 +2,7 @@
  * `/health` (INTERFACE §Health report, CONTRACT §7): every check runs in parallel, bounded by 1 s;
  * 503 with the same shape when any dependency is unhealthy.
  */
-import { SqlClient } from "@effect/sql"
+import { SqlClient } from "effect/sql"
 import { Context, Effect, Layer } from "effect"
 
 export type Status = "healthy" | "unhealthy"
@@ -17,7 +17,7 @@ export interface HealthReport {
 /** A dependency check: succeeds when healthy. */
 export type Probe = Effect.Effect<void, unknown>
 
-export class DatabaseProbe extends Context.Tag("Health/DatabaseProbe")<DatabaseProbe, Probe>() {
+export class DatabaseProbe extends Context.Service<DatabaseProbe, Probe>()("Health/DatabaseProbe") {
   static readonly Live = Layer.effect(
     DatabaseProbe,
     Effect.map(SqlClient.SqlClient, (sql) => Effect.asVoid(sql`SELECT 1`))
@@ -25,27 +25,29 @@ export class DatabaseProbe extends Context.Tag("Health/DatabaseProbe")<DatabaseP
 }
 
 /** The cache store (Redis); the in-process store is always healthy. */
-export class CacheProbe extends Context.Tag("Health/CacheProbe")<CacheProbe, Probe>() {
+export class CacheProbe extends Context.Service<CacheProbe, Probe>()("Health/CacheProbe") {
   static readonly InProcess = Layer.succeed(CacheProbe, Effect.void)
 }
 
 /** The WebSocket subsystem: its registry's store, and this instance's open connections. */
-export class WebSocketProbe extends Context.Tag("Health/WebSocketProbe")<WebSocketProbe, {
+export class WebSocketProbe extends Context.Service<WebSocketProbe, {
   readonly check: Probe
   readonly activeConnections: Effect.Effect<number>
-}>() {}
+}>()("Health/WebSocketProbe") {}
 
 const TIMEOUT = "1 second"
 
 const run = (probe: Probe): Effect.Effect<Status> =>
   probe.pipe(
-    Effect.timeoutFail({ duration: TIMEOUT, onTimeout: () => "timeout" }),
+    Effect.timeout(TIMEOUT),
     Effect.as<Status>("healthy"),
-    Effect.catchAllCause(() => Effect.succeed<Status>("unhealthy"))
+    Effect.catchCause(() => Effect.succeed<Status>("unhealthy"))
   )
 
-export class Health extends Effect.Service<Health>()("Observability/Health", {
-  effect: Effect.gen(function*() {
+export class Health extends Context.Service<Health, {
+  readonly check: Effect.Effect<HealthReport>
+}>()("Observability/Health") {
+  static readonly layer = Layer.effect(Health, Effect.gen(function*() {
     const database = yield* DatabaseProbe
     const cache = yield* CacheProbe
     const ws = yield* WebSocketProbe
@@ -57,6 +59,6 @@ export class Health extends Effect.Service<Health>()("Observability/Health", {
         websocket: { status: websocket, active_connections: active }
       }))
     )
-    return { check } as const
-  })
-}) {}
+    return Health.of({ check })
+  }))
+}

@@ -1,12 +1,15 @@
-import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
+import { HttpServerResponse } from "effect/http"
+import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
+import { METRICS_CONTENT_TYPE, Unhealthy } from "./Api.ts"
 import { Health } from "./Health.ts"
 import { registry } from "./Metrics.ts"
-import { Unhealthy } from "./Api.ts"
 
-export const SystemHttpLive = HttpApiBuilder.group(Api, "system", (handlers) =>
-  Effect.gen(function*() {
+export const SystemHttpLive = HttpApiBuilder.group(
+  Api,
+  "system",
+  Effect.fn(function*(handlers) {
     const health = yield* Health
     return handlers
       .handle("health", () =>
@@ -18,10 +21,10 @@ export const SystemHttpLive = HttpApiBuilder.group(Api, "system", (handlers) =>
       .handle("readyz", () =>
         Effect.flatMap(health.check, (report) =>
           report.database === "healthy" ? Effect.succeed(report) : Effect.fail(new Unhealthy({ report }))))
+      // Raw response: prom-client's text exactly as it renders it, with the exposition content type.
       .handle("metrics", () =>
         Effect.promise(() => registry.metrics()).pipe(
-          Effect.map((text) =>
-            HttpServerResponse.text(text, { contentType: "text/plain; version=0.0.4; charset=utf-8" })
-          )
+          Effect.map((text) => HttpServerResponse.text(text, { contentType: METRICS_CONTENT_TYPE }))
         ))
-  }))
+  })
+)

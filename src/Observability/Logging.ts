@@ -5,19 +5,19 @@
  * of defence, values under sensitive keys and anything shaped like a JWT or a bearer credential are
  * replaced by `[REDACTED]`: no token, password or secret reaches a log.
  */
-import { Cause, Context, Effect, FiberRef, FiberRefs, HashMap, Inspectable, Layer, List, Logger, LogLevel, Option, Tracer } from "effect"
-import { AppConfig } from "../Config.ts"
+import { Cause, type Fiber, Inspectable, Layer, Logger, type LogLevel, References } from "effect"
+import { AppConfig, type AppConfigShape } from "../Config.ts"
 import { currentRequest } from "../Http/RequestContext.ts"
 
-const levels = {
-  trace: LogLevel.Trace,
-  debug: LogLevel.Debug,
-  info: LogLevel.Info,
-  warning: LogLevel.Warning,
-  error: LogLevel.Error,
-  fatal: LogLevel.Fatal,
-  none: LogLevel.None
-} as const
+const levels: { readonly [K in AppConfigShape["logLevel"]]: LogLevel.LogLevel } = {
+  trace: "Trace",
+  debug: "Debug",
+  info: "Info",
+  warning: "Warn",
+  error: "Error",
+  fatal: "Fatal",
+  none: "None"
+}
 
 const SENSITIVE_KEY = /pass(word|wd)?|secret|token|authorization|api[_-]?key|cookie|credential/i
 const JWT = /eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*/g
@@ -35,60 +35,80 @@ export const scrub = (value: unknown, depth = 0): unknown => {
   return out
 }
 
-/** The request's correlation/user ids and the current span's trace ids, as annotations. */
-const contextAnnotations = (fiberRefs: FiberRefs.FiberRefs, annotations: HashMap.HashMap<string, unknown>) => {
-  let out = annotations
-  const context = FiberRefs.getOrDefault(fiberRefs, FiberRef.currentContext)
-  const span = Context.getOption(context, Tracer.ParentSpan)
-  if (Option.isSome(span)) {
-    out = HashMap.set(HashMap.set(out, "trace_id", span.value.traceId), "span_id", span.value.spanId)
+/**
+ * The line's annotations: the current span's trace ids, the request's correlation/request/user ids
+ * (an explicit annotation wins), then the fiber's log annotations — all scrubbed.
+ */
+const annotationsOf = (fiber: Fiber.Fiber<unknown, unknown>): Array<readonly [string, unknown]> => {
+  const out = new Map<string, unknown>()
+  const span = fiber.cache.span
+  if (span !== undefined) {
+    out.set("trace_id", span.traceId)
+    out.set("span_id", span.spanId)
   }
-  const request = FiberRefs.getOrDefault(fiberRefs, currentRequest)
+  const annotations = fiber.getRef(References.CurrentLogAnnotations)
+  const request = fiber.getRef(currentRequest)
   if (request !== undefined) {
-    if (!HashMap.has(out, "correlation_id")) out = HashMap.set(out, "correlation_id", request.correlationId)
-    if (!HashMap.has(out, "request_id")) out = HashMap.set(out, "request_id", request.requestId)
-    if (request.user !== undefined && !HashMap.has(out, "user_id")) out = HashMap.set(out, "user_id", request.user.id)
+    if (!("correlation_id" in annotations)) out.set("correlation_id", request.correlationId)
+    if (!("request_id" in annotations)) out.set("request_id", request.requestId)
+    if (request.user !== undefined && !("user_id" in annotations)) out.set("user_id", request.user.id)
   }
-  return HashMap.map(out, (v, k) => (SENSITIVE_KEY.test(k) ? "[REDACTED]" : scrub(v)))
+  for (const [k, v] of Object.entries(annotations)) out.set(k, v)
+  return Array.from(out, ([k, v]) => [k, SENSITIVE_KEY.test(k) ? "[REDACTED]" : scrub(v)] as const)
 }
-
-const enrich = <M, O>(logger: Logger.Logger<M, O>): Logger.Logger<M, O> =>
-  Logger.mapInputOptions(logger, (options) => ({ ...options, annotations: contextAnnotations(options.context, options.annotations) }))
 
 const messageText = (message: unknown): unknown => {
   const parts = Array.isArray(message) ? message : [message]
-  const rendered = parts.map((p) => (typeof p === "string" ? p : Inspectable.toJSON(p)))
+  // An Error serialises to `{}`: show its name and message instead.
+  const rendered = parts.map((p) => (typeof p === "string" ? p : p instanceof Error ? String(p) : Inspectable.toJson(p)))
   return rendered.length === 1 ? rendered[0] : rendered
 }
 
 /** One JSON object per line: timestamp, level, message, then the annotations (ids first). */
-export const jsonLinesLogger = (write: (line: string) => void) =>
-  enrich(Logger.make(({ annotations, cause, date, logLevel, message, spans }) => {
+export const jsonLinesLogger = (write: (line: string) => void): Logger.Logger<unknown, void> =>
+  Logger.make(({ cause, date, fiber, logLevel, message }) => {
     const record: Record<string, unknown> = {
       timestamp: date.toISOString(),
-      level: logLevel.label,
+      level: logLevel.toUpperCase(),
       message: scrub(messageText(message))
     }
-    for (const [k, v] of annotations) record[k] = v
-    if (List.isCons(spans)) {
+    for (const [k, v] of annotationsOf(fiber)) record[k] = v
+    const spans = fiber.getRef(References.CurrentLogSpans)
+    if (spans.length > 0) {
       const now = date.getTime()
-      record["spans"] = Object.fromEntries(Array.from(spans, (s) => [s.label, now - s.startTime]))
+      record["spans"] = Object.fromEntries(spans.map(([label, startTime]) => [label, now - startTime]))
     }
-    if (!Cause.isEmpty(cause)) record["cause"] = scrubText(Cause.pretty(cause, { renderErrorCause: true }))
+    if (cause.reasons.length > 0) record["cause"] = scrubText(Cause.pretty(cause))
     write(JSON.stringify(record))
-  }))
+  })
 
-const prettyLogger = enrich(Logger.prettyLoggerDefault)
+const render = (value: unknown): string => (typeof value === "string" ? value : JSON.stringify(value) ?? String(value))
 
-/** The logger for a format, writing to stdout (or `write`, for tests). */
-export const loggerLayer = (format: "json" | "pretty", write?: (line: string) => void) =>
-  Logger.replace(
-    Logger.defaultLogger,
-    format === "json"
-      ? jsonLinesLogger(write ?? ((line) => process.stdout.write(`${line}\n`)))
-      : Logger.mapInputOptions(prettyLogger, (o) => ({ ...o, message: scrub(o.message) }))
+/**
+ * Development lines: `time LEVEL message key=value …`, then the cause on its own lines. Same
+ * annotations and scrubbing as the JSON lines.
+ */
+export const prettyLinesLogger = (write: (line: string) => void): Logger.Logger<unknown, void> =>
+  Logger.make(({ cause, date, fiber, logLevel, message }) => {
+    const text = scrub(messageText(message))
+    let line = `[${date.toISOString()}] ${logLevel.toUpperCase().padEnd(5)} ${Array.isArray(text) ? text.map(render).join(" ") : render(text)}`
+    for (const [k, v] of annotationsOf(fiber)) line += ` ${k}=${render(v)}`
+    const now = date.getTime()
+    for (const [label, startTime] of fiber.getRef(References.CurrentLogSpans)) line += ` ${label}=${now - startTime}ms`
+    if (cause.reasons.length > 0) line += `\n${scrubText(Cause.pretty(cause))}`
+    write(line)
+  })
+
+const stdout = (line: string) => {
+  process.stdout.write(`${line}\n`)
+}
+
+/** The logger for a format, writing to stdout (or `write`, for tests); replaces Effect's default logger. */
+export const loggerLayer = (format: "json" | "pretty", write?: (line: string) => void): Layer.Layer<never> =>
+  Logger.layer([format === "json" ? jsonLinesLogger(write ?? stdout) : prettyLinesLogger(write ?? stdout)])
+
+export const LoggerLive: Layer.Layer<never, never, AppConfig> = Layer.unwrap(
+  AppConfig.useSync((config) =>
+    Layer.merge(loggerLayer(config.logFormat), Layer.succeed(References.MinimumLogLevel, levels[config.logLevel]))
   )
-
-export const LoggerLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
-  Layer.merge(loggerLayer(config.logFormat), Logger.minimumLogLevel(levels[config.logLevel]))
-))
+)

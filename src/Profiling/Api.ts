@@ -2,8 +2,8 @@
  * Profiling endpoints (INTERFACE §Endpoints, CONTRACT §7, §9): status, the list of reports, one
  * report as HTML, its deletion, and (beyond INTERFACE) a report taken now. No authentication.
  */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Wire } from "../Errors.ts"
 import { ParamText } from "../Http/Params.ts"
 
@@ -15,7 +15,7 @@ export const ProfilingStatus = Schema.Struct({
   /** CONTRACT §7: kept for compatibility; holds the runtime version (`node v20.x`). */
   python_version: Schema.String,
   command: Schema.String
-}).annotations({ identifier: "ProfilingStatus" })
+}).annotate({ identifier: "ProfilingStatus" })
 
 export const ReportDescriptor = Schema.Struct({
   filename: Schema.String,
@@ -23,54 +23,47 @@ export const ReportDescriptor = Schema.Struct({
   size_bytes: Schema.Int,
   /** Unix epoch seconds. */
   created_at: Schema.Int
-}).annotations({ identifier: "ReportDescriptor" })
+}).annotate({ identifier: "ReportDescriptor" })
 export type ReportDescriptor = typeof ReportDescriptor.Type
 
 export const ReportList = Schema.Struct({
   reports: Schema.Array(ReportDescriptor),
   total_count: Schema.Int
-}).annotations({ identifier: "ReportList" })
+}).annotate({ identifier: "ReportList" })
 
 export const CaptureRequest = Schema.Struct({
-  seconds: Schema.optional(Schema.Int.pipe(Schema.between(1, 60)))
-}).annotations({ identifier: "CaptureRequest" })
+  seconds: Schema.optional(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 60 })))
+}).annotate({ identifier: "CaptureRequest" })
 
 export const ReportDeleted = Schema.Struct({
   message: Schema.Literal("Report deleted"),
   filename: Schema.String
-}).annotations({ identifier: "ReportDeleted" })
+}).annotate({ identifier: "ReportDeleted" })
 
-const filename = HttpApiSchema.param("filename", ParamText)
+const FilenameParams = { filename: ParamText }
 
 export class ProfilingApi extends HttpApiGroup.make("profiling")
   .add(
-    HttpApiEndpoint.get("status", "/api/profiling/status")
-      .addSuccess(ProfilingStatus)
-      .annotate(OpenApi.Summary, "Profiler status")
-  )
-  .add(
-    HttpApiEndpoint.get("listReports", "/api/profiling/reports")
-      .addSuccess(ReportList)
-      .annotate(OpenApi.Summary, "Profiling reports, newest first")
-  )
-  .add(
-    HttpApiEndpoint.post("captureReport", "/api/profiling/reports")
-      .setPayload(CaptureRequest)
-      .addSuccess(ReportDescriptor, { status: 201 })
-      .annotate(OpenApi.Summary, "Profile the service now for `seconds` (1–60, default PROFILING_INTERVAL_SECONDS capped at 60)")
-  )
-  .add(
-    HttpApiEndpoint.get("getReport")`/api/profiling/reports/${filename}`
-      .addSuccess(HttpApiSchema.Text({ contentType: "text/html" }))
-      .addError(Wire.InvalidFilename)
-      .addError(Wire.ReportNotFound)
-      .annotate(OpenApi.Summary, "One report: a self-contained HTML page")
-  )
-  .add(
-    HttpApiEndpoint.del("deleteReport")`/api/profiling/reports/${filename}`
-      .addSuccess(ReportDeleted)
-      .addError(Wire.InvalidFilename)
-      .addError(Wire.ReportNotFound)
+    HttpApiEndpoint.get("status", "/api/profiling/status", { success: ProfilingStatus })
+      .annotate(OpenApi.Summary, "Profiler status"),
+    HttpApiEndpoint.get("listReports", "/api/profiling/reports", { success: ReportList })
+      .annotate(OpenApi.Summary, "Profiling reports, newest first"),
+    HttpApiEndpoint.post("captureReport", "/api/profiling/reports", {
+      payload: CaptureRequest,
+      success: ReportDescriptor.pipe(HttpApiSchema.status(201))
+    })
+      .annotate(OpenApi.Summary, "Profile the service now for `seconds` (1–60, default PROFILING_INTERVAL_SECONDS capped at 60)"),
+    HttpApiEndpoint.get("getReport", "/api/profiling/reports/:filename", {
+      params: FilenameParams,
+      success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/html" })),
+      error: [Wire.InvalidFilename, Wire.ReportNotFound]
+    })
+      .annotate(OpenApi.Summary, "One report: a self-contained HTML page"),
+    HttpApiEndpoint.delete("deleteReport", "/api/profiling/reports/:filename", {
+      params: FilenameParams,
+      success: ReportDeleted,
+      error: [Wire.InvalidFilename, Wire.ReportNotFound]
+    })
       .annotate(OpenApi.Summary, "Delete a report")
   )
   .annotate(OpenApi.Title, "Profiling")

@@ -5,7 +5,7 @@
  * Names from clients are checked strictly: the pattern, then the real path (symlinks followed)
  * must lie inside the directory.
  */
-import { Effect, Schedule } from "effect"
+import { Context, Effect, Layer, Schedule, Semaphore } from "effect"
 import type { Stats } from "node:fs"
 import { lstat, mkdir, readdir, readFile, realpath, stat, unlink, writeFile } from "node:fs/promises"
 import { Session } from "node:inspector/promises"
@@ -46,104 +46,107 @@ const sample = (seconds: number) =>
 const timestampName = (date: Date) =>
   `profile-${date.toISOString().replace(/[-:]/g, "").replace(".", "")}-${Math.random().toString(36).slice(2, 6)}.html`
 
-export class Profiler extends Effect.Service<Profiler>()("Profiling/Profiler", {
-  scoped: Effect.gen(function*() {
-    const config = yield* AppConfig
-    const directory = resolve(config.profilingOutputDir)
-    yield* Effect.promise(() => mkdir(directory, { recursive: true }))
-    const realDirectory = yield* Effect.promise(() => realpath(directory))
+const make = Effect.gen(function*() {
+  const config = yield* AppConfig
+  const directory = resolve(config.profilingOutputDir)
+  yield* Effect.promise(() => mkdir(directory, { recursive: true }))
+  const realDirectory = yield* Effect.promise(() => realpath(directory))
 
-    const describe = (filename: string, info: Stats): ReportDescriptor => ({
-      filename,
-      path: join(directory, filename),
-      size_bytes: info.size,
-      created_at: Math.floor(info.mtimeMs / 1000)
-    })
-
-    /** The checked real path of a report, or the client's error (CONTRACT §7). */
-    const locate = (filename: string): Effect.Effect<string, InvalidFilename | ReportNotFound> =>
-      Effect.gen(function*() {
-        if (!REPORT_NAME.test(filename)) return yield* Effect.fail(InvalidFilename.instance)
-        const candidate = join(directory, filename)
-        const real = yield* Effect.tryPromise({ try: () => realpath(candidate), catch: (e) => e }).pipe(
-          Effect.catchAll((error) =>
-            isMissing(error)
-              // A link whose target is gone cannot be shown to resolve inside: refuse it.
-              ? Effect.tryPromise(() => lstat(candidate)).pipe(
-                Effect.matchEffect({
-                  onFailure: () => Effect.fail(ReportNotFound.of(filename)),
-                  onSuccess: () => Effect.fail(InvalidFilename.instance)
-                })
-              )
-              : Effect.die(error)
-          )
-        )
-        if (!real.startsWith(realDirectory + sep)) return yield* Effect.fail(InvalidFilename.instance)
-        const info = yield* Effect.promise(() => stat(real))
-        if (!info.isFile()) return yield* Effect.fail(ReportNotFound.of(filename))
-        return real
-      })
-
-    /** Reports in the directory, newest first (names that fail the checks are left out). */
-    const list = Effect.gen(function*() {
-      const names = (yield* Effect.promise(() => readdir(directory))).filter((n) => REPORT_NAME.test(n))
-      const found = yield* Effect.forEach(names, (name) =>
-        locate(name).pipe(
-          Effect.flatMap((real) => Effect.promise(() => stat(real))),
-          Effect.map((info) => [describe(name, info)]),
-          Effect.orElseSucceed(() => [])
-        ), { concurrency: 8 })
-      return found.flat().sort((a, b) => b.created_at - a.created_at || b.filename.localeCompare(a.filename))
-    })
-
-    const read = (filename: string) =>
-      Effect.flatMap(locate(filename), (real) => Effect.promise(() => readFile(real, "utf8")))
-
-    /** Deletes the entry in the directory (a link, not its target). */
-    const remove = (filename: string) =>
-      Effect.zipRight(locate(filename), Effect.promise(() => unlink(join(directory, filename))))
-
-    const prune = Effect.gen(function*() {
-      const reports = yield* list
-      yield* Effect.forEach(reports.slice(KEEP_REPORTS), (r) =>
-        Effect.promise(() => unlink(join(directory, r.filename)).catch(() => undefined)), { discard: true })
-    })
-
-    const capture = (seconds: number) =>
-      Effect.gen(function*() {
-        const startedAt = new Date()
-        const profile = yield* sample(seconds)
-        const filename = timestampName(startedAt)
-        const html = renderReport(profile, { title: `CPU profile ${startedAt.toISOString()}`, startedAt, command: PROFILER_COMMAND })
-        const path = join(directory, filename)
-        yield* Effect.promise(() => writeFile(path, html, "utf8"))
-        yield* prune
-        return describe(filename, yield* Effect.promise(() => stat(path)))
-      }).pipe(Effect.withSpan("Profiler.capture", { attributes: { seconds } }))
-
-    // On-demand captures run one at a time: the endpoint is public (INTERFACE), so a burst of
-    // requests queues instead of stacking inspector sessions.
-    const onDemand = yield* Effect.makeSemaphore(1)
-    const captureNow = (seconds: number) => onDemand.withPermits(1)(capture(seconds))
-
-    const status = {
-      enabled: config.profilingEnabled,
-      profiler_installed: true,
-      output_directory: directory,
-      interval_seconds: config.profilingIntervalSeconds,
-      python_version: `node ${process.version}`,
-      command: PROFILER_COMMAND
-    }
-
-    if (config.profilingEnabled) {
-      // Continuous profiling: back to back, one report per interval; a failure is logged, never fatal.
-      yield* capture(config.profilingIntervalSeconds).pipe(
-        Effect.catchAllCause((cause) => Effect.logWarning("Profiling capture failed", cause)),
-        Effect.repeat(Schedule.forever),
-        Effect.forkScoped
-      )
-    }
-
-    return { status, list, read, remove, capture: captureNow, directory } as const
+  const describe = (filename: string, info: Stats): ReportDescriptor => ({
+    filename,
+    path: join(directory, filename),
+    size_bytes: info.size,
+    created_at: Math.floor(info.mtimeMs / 1000)
   })
-}) {}
+
+  /** The checked real path of a report, or the client's error (CONTRACT §7). */
+  const locate = (filename: string): Effect.Effect<string, InvalidFilename | ReportNotFound> =>
+    Effect.gen(function*() {
+      if (!REPORT_NAME.test(filename)) return yield* Effect.fail(InvalidFilename.instance)
+      const candidate = join(directory, filename)
+      const real = yield* Effect.tryPromise({ try: () => realpath(candidate), catch: (e) => e }).pipe(
+        Effect.catch((error) =>
+          isMissing(error)
+            // A link whose target is gone cannot be shown to resolve inside: refuse it.
+            ? Effect.tryPromise(() => lstat(candidate)).pipe(
+              Effect.matchEffect({
+                onFailure: () => Effect.fail(ReportNotFound.of(filename)),
+                onSuccess: () => Effect.fail(InvalidFilename.instance)
+              })
+            )
+            : Effect.die(error)
+        )
+      )
+      if (!real.startsWith(realDirectory + sep)) return yield* Effect.fail(InvalidFilename.instance)
+      const info = yield* Effect.promise(() => stat(real))
+      if (!info.isFile()) return yield* Effect.fail(ReportNotFound.of(filename))
+      return real
+    })
+
+  /** Reports in the directory, newest first (names that fail the checks are left out). */
+  const list = Effect.gen(function*() {
+    const names = (yield* Effect.promise(() => readdir(directory))).filter((n) => REPORT_NAME.test(n))
+    const found = yield* Effect.forEach(names, (name) =>
+      locate(name).pipe(
+        Effect.flatMap((real) => Effect.promise(() => stat(real))),
+        Effect.map((info) => [describe(name, info)]),
+        Effect.orElseSucceed(() => [])
+      ), { concurrency: 8 })
+    return found.flat().sort((a, b) => b.created_at - a.created_at || b.filename.localeCompare(a.filename))
+  })
+
+  const read = (filename: string) =>
+    Effect.flatMap(locate(filename), (real) => Effect.promise(() => readFile(real, "utf8")))
+
+  /** Deletes the entry in the directory (a link, not its target). */
+  const remove = (filename: string) =>
+    Effect.andThen(locate(filename), Effect.promise(() => unlink(join(directory, filename))))
+
+  const prune = Effect.gen(function*() {
+    const reports = yield* list
+    yield* Effect.forEach(reports.slice(KEEP_REPORTS), (r) =>
+      Effect.promise(() => unlink(join(directory, r.filename)).catch(() => undefined)), { discard: true })
+  })
+
+  const capture = (seconds: number) =>
+    Effect.gen(function*() {
+      const startedAt = new Date()
+      const profile = yield* sample(seconds)
+      const filename = timestampName(startedAt)
+      const html = renderReport(profile, { title: `CPU profile ${startedAt.toISOString()}`, startedAt, command: PROFILER_COMMAND })
+      const path = join(directory, filename)
+      yield* Effect.promise(() => writeFile(path, html, "utf8"))
+      yield* prune
+      return describe(filename, yield* Effect.promise(() => stat(path)))
+    }).pipe(Effect.withSpan("Profiler.capture", { attributes: { seconds } }))
+
+  // On-demand captures run one at a time: the endpoint is public (INTERFACE), so a burst of
+  // requests queues instead of stacking inspector sessions.
+  const onDemand = yield* Semaphore.make(1)
+  const captureNow = (seconds: number) => onDemand.withPermits(1)(capture(seconds))
+
+  const status = {
+    enabled: config.profilingEnabled,
+    profiler_installed: true,
+    output_directory: directory,
+    interval_seconds: config.profilingIntervalSeconds,
+    python_version: `node ${process.version}`,
+    command: PROFILER_COMMAND
+  }
+
+  if (config.profilingEnabled) {
+    // Continuous profiling: back to back, one report per interval; a failure is logged, never fatal.
+    yield* capture(config.profilingIntervalSeconds).pipe(
+      Effect.catchCause((cause) => Effect.logWarning("Profiling capture failed", cause)),
+      Effect.repeat(Schedule.forever),
+      Effect.forkScoped
+    )
+  }
+
+  return { status, list, read, remove, capture: captureNow, directory } as const
+})
+
+export class Profiler extends Context.Service<Profiler, Effect.Success<typeof make>>()("Profiling/Profiler") {
+  /** The continuous capture fiber is scoped to the layer (`Layer.effect` provides the Scope). */
+  static readonly layer = Layer.effect(Profiler, make)
+}

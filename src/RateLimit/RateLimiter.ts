@@ -25,9 +25,9 @@ export class RateLimiterUnavailable {
   }
 }
 
-export class RateLimiter extends Context.Tag("RateLimit/RateLimiter")<RateLimiter, {
+export class RateLimiter extends Context.Service<RateLimiter, {
   readonly hit: (key: string, limit: number, windowMs: number) => Effect.Effect<RateDecision, RateLimiterUnavailable>
-}>() {}
+}>()("RateLimit/RateLimiter") {}
 
 export const decision = (allowed: boolean, limit: number, count: number, oldest: number | undefined, now: number, windowMs: number): RateDecision => {
   const untilFree = oldest === undefined ? 0 : Math.max(0, oldest + windowMs - now)
@@ -51,10 +51,10 @@ export const withFailMode = (mode: FailMode, limitType: string, limit: number) =
   (hit: Effect.Effect<RateDecision, RateLimiterUnavailable>): Effect.Effect<Option.Option<RateDecision>> =>
     hit.pipe(
       Effect.map(Option.some),
-      Effect.catchAll((error) =>
+      Effect.catch((error) =>
         Effect.logWarning(`Rate limiter unavailable; failing ${mode}`).pipe(
           Effect.annotateLogs("reason", error.cause instanceof Error ? error.cause.message : String(error.cause)),
-          Effect.zipRight(Effect.sync(() => rateLimitStoreErrorsTotal.inc({ limit_type: limitType }))),
+          Effect.andThen(Effect.sync(() => rateLimitStoreErrorsTotal.inc({ limit_type: limitType }))),
           Effect.as(
             mode === "open"
               ? Option.none<RateDecision>()

@@ -7,12 +7,12 @@ import { Context, Effect, Layer, Redacted, type Scope } from "effect"
 import { Redis } from "ioredis"
 import { CacheProbe } from "../Observability/Health.ts"
 
-export class RedisClient extends Context.Tag("Store/RedisClient")<RedisClient, {
+export class RedisClient extends Context.Service<RedisClient, {
   readonly client: Redis
   readonly prefix: string
   /** A new connection with the same options (for SUBSCRIBE); closed with the scope. */
   readonly duplicate: Effect.Effect<Redis, never, Scope.Scope>
-}>() {}
+}>()("Store/RedisClient") {}
 
 export const makeRedis = (url: string) =>
   new Redis(url, {
@@ -29,12 +29,12 @@ export const makeRedis = (url: string) =>
 const closeRedis = (redis: Redis) => Effect.promise(() => redis.quit().catch(() => redis.disconnect()))
 
 export const redisLayer = (url: Redacted.Redacted<string>, prefix: string) =>
-  Layer.scoped(
+  Layer.effect(
     RedisClient,
     Effect.gen(function*() {
       const client = yield* Effect.acquireRelease(Effect.sync(() => makeRedis(Redacted.value(url))), closeRedis)
       client.on("error", () => {}) // reconnects on its own; failures surface on the commands
-      return {
+      return RedisClient.of({
         client,
         prefix,
         duplicate: Effect.acquireRelease(Effect.sync(() => {
@@ -42,7 +42,7 @@ export const redisLayer = (url: Redacted.Redacted<string>, prefix: string) =>
           dup.on("error", () => {})
           return dup
         }), closeRedis)
-      }
+      })
     })
   )
 
@@ -82,7 +82,7 @@ export class RedisTimeout extends Error {
  * of a W6 request's CPU.
  */
 export const redisCommand = <A>(command: string, run: () => Promise<A>, timeoutMs?: number): Effect.Effect<A, RedisError> =>
-  Effect.async<A, RedisError>((resume) => {
+  Effect.callback<A, RedisError>((resume) => {
     let settled = false
     const timer = timeoutMs === undefined ? undefined : setTimeout(() => {
       settled = true
@@ -107,9 +107,8 @@ export const redisCommand = <A>(command: string, run: () => Promise<A>, timeoutM
   }).pipe(
     Effect.withSpan(`redis ${command}`, {
       kind: "client",
-      captureStackTrace: false,
       attributes: { "db.system": "redis", "db.operation.name": command }
-    })
+    }, { captureStackTrace: false })
   )
 
 /**

@@ -1,9 +1,10 @@
 /**
  * `/asyncapi.json` (CONTRACT §7, beyond): an AsyncAPI 3.0 document of the `/web` WebSocket protocol,
- * generated from the very Effect Schemas the server decodes and encodes with (`JSONSchema`), so the
- * description cannot drift from the implementation. Public, not rate limited, not in OpenAPI.
+ * generated from the very Effect Schemas the server decodes and encodes with (their JSON Schema, all
+ * compiled together so that named schemas become shared `components.schemas`), so the description
+ * cannot drift from the implementation. Public, not rate limited, not in OpenAPI.
  */
-import { JSONSchema, type Schema } from "effect"
+import { JsonSchema, Schema, SchemaRepresentation } from "effect"
 import type { Package } from "./Packages.ts"
 import type { CloseCode } from "./Protocol.ts"
 
@@ -19,11 +20,11 @@ export interface StatusCode {
 export interface WsProtocolDescription {
   readonly title: string
   readonly version: string
-  readonly requestEnvelope: Schema.Schema.Any
-  readonly responseEnvelope: Schema.Schema.Any
-  readonly broadcast: Schema.Schema.Any
-  readonly authFrame: Schema.Schema.Any
-  readonly authOk: Schema.Schema.Any
+  readonly requestEnvelope: Schema.Top
+  readonly responseEnvelope: Schema.Top
+  readonly broadcast: Schema.Top
+  readonly authFrame: Schema.Top
+  readonly authOk: Schema.Top
   readonly packages: ReadonlyArray<PackageDescription>
   readonly statusCodes: ReadonlyArray<StatusCode>
   readonly closeCodes: ReadonlyArray<CloseCode>
@@ -33,12 +34,32 @@ export interface WsProtocolDescription {
 
 type Json = Record<string, unknown>
 
-const SCHEMAS = "#/components/schemas/"
+/**
+ * The JSON Schemas of `schemas` (the wire form, as `Schema.toJsonSchemaDocument` describes it), in
+ * one pass so that they share their definitions, with `$ref`s to `#/components/schemas/<identifier>`.
+ */
+const compile = (schemas: readonly [Schema.Top, ...Array<Schema.Top>]) => {
+  const [first, ...rest] = schemas.map((s) => Schema.toCodecJson(s).ast)
+  const representations = SchemaRepresentation.toRepresentations([first!, ...rest])
+  return JsonSchema.toMultiDocumentOpenApi3_1(SchemaRepresentation.toJsonSchemaMultiDocument(representations))
+}
 
 export const makeAsyncApi = (d: WsProtocolDescription): Json => {
-  const definitions: Record<string, JSONSchema.JsonSchema7> = {}
-  const schema = (s: Schema.Schema.Any): unknown =>
-    JSONSchema.fromAST(s.ast, { definitions, definitionPath: SCHEMAS, target: "jsonSchema2019-09" })
+  const roots: readonly [Schema.Top, ...Array<Schema.Top>] = [
+    d.requestEnvelope,
+    d.responseEnvelope,
+    d.broadcast,
+    d.authFrame,
+    d.authOk,
+    ...d.packages.flatMap((p) => [p.request, p.response])
+  ]
+  const compiled = compile(roots)
+  const definitions = compiled.definitions
+  const schema = (s: Schema.Top): JsonSchema.JsonSchema => {
+    const index = roots.indexOf(s)
+    if (index < 0) throw new Error("AsyncAPI: a schema outside the compiled set")
+    return compiled.schemas[index]!
+  }
 
   const message = (name: string, title: string, summary: string, payload: unknown, extra: Json = {}) => ({
     name,

@@ -4,14 +4,23 @@
  * package table the server runs; and `GET /web` without an upgrade, which answers 426. Public, not
  * rate limited, not in OpenAPI.
  */
-import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
+import { HttpRouter, HttpServerResponse } from "effect/http"
 import { makeAsyncApi } from "./AsyncApi.ts"
 import { appVersion } from "../Observability/Metrics.ts"
 import { Packages } from "./Packages.ts"
 import { PROTO_TEXT } from "./Protobuf.ts"
-import { AuthFrame, AuthOk, BroadcastEvents, BroadcastFrame, Close, RequestEnvelope, ResponseEnvelope, StatusCodes } from "./Protocol.ts"
-import { WS_PATH } from "./Server.ts"
+import {
+  AuthFrame,
+  AuthOk,
+  BroadcastEvents,
+  BroadcastFrame,
+  Close,
+  RequestEnvelope,
+  ResponseEnvelope,
+  StatusCodes,
+  WS_PATH
+} from "./Protocol.ts"
 
 export const PROTO_PATH = "/proto/websocket.proto"
 
@@ -31,14 +40,16 @@ export const asyncApiDocument = () =>
     protobufUrl: PROTO_PATH
   })
 
-export const WsHttpLive = HttpApiBuilder.Router.use((router) =>
+/** The three routes, on the app's `HttpRouter`; the AsyncAPI document is built once, here. */
+export const WsHttpLive = HttpRouter.use((router) =>
   Effect.gen(function*() {
     const asyncApi = JSON.stringify(asyncApiDocument())
-    yield* router.get(PROTO_PATH, Effect.succeed(HttpServerResponse.text(PROTO_TEXT, { contentType: "text/plain; charset=utf-8" })))
-    yield* router.get("/asyncapi.json", Effect.succeed(HttpServerResponse.text(asyncApi, { contentType: "application/json" })))
-    yield* router.get(
+    yield* router.add("GET", PROTO_PATH, HttpServerResponse.text(PROTO_TEXT, { contentType: "text/plain; charset=utf-8" }))
+    yield* router.add("GET", "/asyncapi.json", HttpServerResponse.text(asyncApi, { contentType: "application/json" }))
+    yield* router.add(
+      "GET",
       WS_PATH,
-      Effect.succeed(HttpServerResponse.unsafeJson({ detail: "WebSocket upgrade required" }, { status: 426, headers: { upgrade: "websocket" } }))
+      HttpServerResponse.jsonUnsafe({ detail: "WebSocket upgrade required" }, { status: 426, headers: { upgrade: "websocket" } })
     )
   })
 )

@@ -4,7 +4,7 @@
  * Processing a package is: data schema → permission → handler (the rate check comes before,
  * in the connection), and every outcome becomes a status_code through the one error table.
  */
-import { Effect, Either, Option, Schema } from "effect"
+import { Effect, Option, Result, Schema, SchemaGetter } from "effect"
 import { OperationRoles, hasRoles } from "../Auth/Rbac.ts"
 import { Cursor } from "../Authors/Api.ts"
 import { Authors } from "../Authors/Authors.ts"
@@ -36,19 +36,19 @@ export interface Package {
   readonly name: string
   readonly roles: ReadonlyArray<Role>
   readonly summary: string
-  readonly request: Schema.Schema.Any
-  readonly response: Schema.Schema.Any
+  readonly request: Schema.Top
+  readonly response: Schema.Top
   /** Schema → permission → handler; never fails (errors are replies). */
   readonly process: (data: unknown, user: User) => Effect.Effect<PackageReply, never, Authors>
 }
 
-interface PackageSpec<A, I> {
+interface PackageSpec<A> {
   readonly pkgId: number
   readonly name: string
   readonly roles: ReadonlyArray<Role>
   readonly summary: string
-  readonly request: Schema.Schema<A, I>
-  readonly response: Schema.Schema.Any
+  readonly request: Schema.Codec<A, unknown>
+  readonly response: Schema.Top
   /** The `msg` of a schema failure, from the first failing field of `data` (CONTRACT §9). */
   readonly invalidMessage: (field: string | undefined) => string
   readonly handle: (data: A) => Effect.Effect<{ readonly data: unknown; readonly meta: PageMeta | null }, ClientError, Authors>
@@ -57,8 +57,8 @@ interface PackageSpec<A, I> {
 const PERMISSION_DENIED = reply(WsStatus.PERMISSION_DENIED, { msg: "Permission denied" })
 const DATABASE_ERROR = reply(WsStatus.ERROR, { msg: "Database error occurred" })
 
-const definePackage = <A, I>(spec: PackageSpec<A, I>): Package => {
-  const decode = Schema.decodeUnknownEither(spec.request, { errors: "all" })
+const definePackage = <A>(spec: PackageSpec<A>): Package => {
+  const decode = Schema.decodeUnknownResult(spec.request, { errors: "all" })
   return {
     pkgId: spec.pkgId,
     name: spec.name,
@@ -68,20 +68,20 @@ const definePackage = <A, I>(spec: PackageSpec<A, I>): Package => {
     response: spec.response,
     process: (data, user) => {
       const decoded = decode(data)
-      if (Either.isLeft(decoded)) {
-        const errors = errorItems(decoded.left, ["data"])
+      if (Result.isFailure(decoded)) {
+        const errors = errorItems(decoded.failure.issue, ["data"])
         const field = errors[0]?.loc[1]
         return Effect.succeed(
           reply(WsStatus.INVALID_DATA, { msg: spec.invalidMessage(typeof field === "string" ? field : undefined), errors })
         )
       }
       if (!hasRoles(user, spec.roles)) return Effect.succeed(PERMISSION_DENIED)
-      return spec.handle(decoded.right).pipe(
+      return spec.handle(decoded.success).pipe(
         Effect.map(({ data, meta }): PackageReply => ({ status: WsStatus.OK, data, meta, httpStatus: 200 })),
-        Effect.catchAll((error) =>
+        Effect.catch((error) =>
           Effect.succeed(reply(errorStatus[error._tag].ws, { msg: error.detail }, errorStatus[error._tag].http))
         ),
-        Effect.catchAllDefect((defect) => Effect.as(Effect.logError(`${spec.name} failed`, defect), DATABASE_ERROR))
+        Effect.catchDefect((defect) => Effect.as(Effect.logError(`${spec.name} failed`, defect), DATABASE_ERROR))
       )
     }
   }
@@ -89,29 +89,31 @@ const definePackage = <A, I>(spec: PackageSpec<A, I>): Package => {
 
 /** Package filters: `name` and its alias `search_term` are case-insensitive substrings (CONTRACT §9). */
 const Filters = Schema.Struct({
-  id: Schema.optionalWith(Schema.Int, { nullable: true }),
-  name: Schema.optionalWith(ParamText, { nullable: true }),
-  search_term: Schema.optionalWith(ParamText, { nullable: true })
+  id: Schema.optional(Schema.NullOr(Schema.Int)),
+  name: Schema.optional(Schema.NullOr(ParamText)),
+  search_term: Schema.optional(Schema.NullOr(ParamText))
 })
 type Filters = typeof Filters.Type
 
-const toFilters = (filters: Filters | undefined): AuthorFilters => ({
-  id: filters?.id,
-  search: filters?.name ?? filters?.search_term
+const toFilters = (filters: Filters | null | undefined): AuthorFilters => ({
+  id: filters?.id ?? undefined,
+  search: filters?.name ?? filters?.search_term ?? undefined
 })
 
-const PerPage = Schema.Int.pipe(
-  atLeast(1),
-  Schema.transform(Schema.Int, { strict: true, decode: (n) => Math.min(n, AUTHORS_MAX_PER_PAGE), encode: (n) => n })
-).annotations({ description: `Clamped to ${AUTHORS_MAX_PER_PAGE}` })
+const PerPage = Schema.Int.check(atLeast(1)).annotate({ description: `Clamped to ${AUTHORS_MAX_PER_PAGE}` }).pipe(
+  Schema.decodeTo(Schema.Int, {
+    decode: SchemaGetter.transform((n: number) => Math.min(n, AUTHORS_MAX_PER_PAGE)),
+    encode: SchemaGetter.transform((n: number) => n)
+  })
+)
 
-const GetAuthorsData = Schema.Struct({ filters: Schema.optionalWith(Filters, { nullable: true }) })
+const GetAuthorsData = Schema.Struct({ filters: Schema.optional(Schema.NullOr(Filters)) })
 
 const GetPaginatedAuthorsData = Schema.Struct({
-  page: Schema.Int.pipe(atLeast(1), atMost(MAX_PAGE)),
+  page: Schema.Int.check(atLeast(1), atMost(MAX_PAGE)),
   per_page: PerPage,
-  filters: Schema.optionalWith(Filters, { nullable: true }),
-  cursor: Schema.optionalWith(Cursor, { nullable: true })
+  filters: Schema.optional(Schema.NullOr(Filters)),
+  cursor: Schema.optional(Schema.NullOr(Cursor))
 })
 
 const PAGINATION_FIELDS = new Set(["page", "per_page", "cursor"])
@@ -146,7 +148,7 @@ export const Packages: ReadonlyMap<number, Package> = new Map([
           : "Invalid request data",
       handle: (data) =>
         Effect.flatMap(Authors, (authors) =>
-          authors.paginate(toFilters(data.filters), { page: data.page, perPage: data.per_page, cursor: Option.fromNullable(data.cursor) })).pipe(
+          authors.paginate(toFilters(data.filters), { page: data.page, perPage: data.per_page, cursor: Option.fromNullishOr(data.cursor) })).pipe(
             Effect.map((page) => ({ data: page.items, meta: page.meta }))
           )
     }),

@@ -3,19 +3,24 @@
  * codes, close codes and the framing rules that decide between a `status_code 2` answer and a
  * 1003 close. These schemas are what the server checks and what `/asyncapi.json` publishes.
  */
-import { Either, ParseResult, Schema } from "effect"
+import { Result, Schema, SchemaAST, SchemaIssue } from "effect"
 import { Author, PageMeta } from "../Domain/Author.ts"
 import { WsStatus } from "../Errors.ts"
 import { depthExceeds, MAX_JSON_DEPTH, tooDeepMessage } from "../Http/JsonDepth.ts"
 import { issue } from "../Http/Params.ts"
-import { describeIssue } from "../Http/Validation.ts"
+
+/** The endpoint's path on the HTTP port. */
+export const WS_PATH = "/web"
 
 /** A broadcast answers no request: its req_id is all zeros (INTERFACE §Events). */
 export const BROADCAST_REQ_ID = "00000000-0000-0000-0000-000000000000"
 
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/
 
-export const Uuid = Schema.String.pipe(Schema.pattern(UUID)).annotations({ format: "uuid" })
+export const Uuid = Schema.String.check(Schema.isPattern(UUID, {
+  expected: "a UUID",
+  toJsonSchema: () => ({ pattern: UUID.source, format: "uuid" })
+}))
 
 /** `data_json` of a protobuf frame that is not JSON: reported under `data` like any other bad `data`. */
 export class InvalidJson {
@@ -25,27 +30,27 @@ export class InvalidJson {
   }
 }
 
-const Data = Schema.Record({ key: Schema.String, value: Schema.Unknown }).annotations({
-  message: () => issue("dict_type", "Input should be a valid dictionary")
+const Data = Schema.Record(Schema.String, Schema.Unknown).annotate({
+  message: issue("dict_type", "Input should be a valid dictionary")
 })
 
+/** `method` and `data` may be absent or null: then "" and `{}` (`checkEnvelope`). */
 export const RequestEnvelope = Schema.Struct({
   pkg_id: Schema.Int,
   req_id: Uuid,
-  method: Schema.optionalWith(Schema.String.annotations({ message: () => issue("string_type", "Input should be a valid string") }), {
-    default: () => "",
-    nullable: true
-  }),
-  data: Schema.optionalWith(Data, { default: () => ({}), nullable: true })
-}).annotations({ identifier: "RequestEnvelope", description: "Every client message (JSON text frame, or a protobuf Request)." })
+  method: Schema.optional(
+    Schema.NullOr(Schema.String.annotate({ message: issue("string_type", "Input should be a valid string") }))
+  ).annotateKey({ default: "" }),
+  data: Schema.optional(Schema.NullOr(Data)).annotateKey({ default: {} })
+}).annotate({ identifier: "RequestEnvelope", description: "Every client message (JSON text frame, or a protobuf Request)." })
 
 export const ResponseEnvelope = Schema.Struct({
   pkg_id: Schema.Int,
   req_id: Uuid,
-  status_code: Schema.Literal(0, 1, 2, 3),
+  status_code: Schema.Literals([0, 1, 2, 3]),
   data: Schema.Unknown,
   meta: Schema.NullOr(PageMeta)
-}).annotations({ identifier: "ResponseEnvelope" })
+}).annotate({ identifier: "ResponseEnvelope" })
 
 export const BroadcastEvents = ["author.created", "author.updated", "author.deleted"] as const
 
@@ -53,18 +58,18 @@ export const BroadcastFrame = Schema.Struct({
   pkg_id: Schema.Literal(0),
   req_id: Schema.Literal(BROADCAST_REQ_ID),
   data: Schema.Struct({
-    event: Schema.Literal(...BroadcastEvents),
-    timestamp: Schema.String.annotations({ description: "ISO 8601, when the change was announced" }),
+    event: Schema.Literals(BroadcastEvents),
+    timestamp: Schema.String.annotate({ description: "ISO 8601, when the change was announced" }),
     author: Author
   })
-}).annotations({ identifier: "Broadcast" })
+}).annotate({ identifier: "Broadcast" })
 
 export const AuthFrame = Schema.Struct({
   type: Schema.Literal("auth"),
-  token: Schema.String.annotations({ description: "`Bearer <jwt>` or the bare JWT" })
-}).annotations({ identifier: "AuthFrame" })
+  token: Schema.String.annotate({ description: "`Bearer <jwt>` or the bare JWT" })
+}).annotate({ identifier: "AuthFrame" })
 
-export const AuthOk = Schema.Struct({ type: Schema.Literal("auth_ok") }).annotations({ identifier: "AuthOk" })
+export const AuthOk = Schema.Struct({ type: Schema.Literal("auth_ok") }).annotate({ identifier: "AuthOk" })
 export const AUTH_OK_TEXT = JSON.stringify({ type: "auth_ok" })
 
 export interface CloseCode {
@@ -126,16 +131,113 @@ export interface ErrorItem {
   readonly type: string
 }
 
+/** An `errors` item from its message: the `type|message` convention of Http/Params.ts, else `value_error`. */
+const fromMessage = (loc: ReadonlyArray<string | number>, message: string): ErrorItem => {
+  const bar = message.indexOf("|")
+  return bar > 0 && /^[a-z_]+$/.test(message.slice(0, bar))
+    ? { loc, msg: message.slice(bar + 1), type: message.slice(0, bar) }
+    : { loc, msg: message, type: "value_error" }
+}
+
+const annotatedMessage = (annotations: { readonly message?: unknown } | undefined): string | undefined =>
+  typeof annotations?.message === "string" ? annotations.message : undefined
+
+/** The one member of `X | null | undefined` a client meant (optional and nullable fields). */
+const meant = (ast: SchemaAST.AST): SchemaAST.AST => {
+  if (ast._tag !== "Union") return ast
+  const members = ast.types.filter((t) => t._tag !== "Null" && t._tag !== "Undefined")
+  return members.length === 1 ? meant(members[0]!) : ast
+}
+
+/** A value of the wrong type, named as FastAPI names it (CONTRACT §5 `errors`). */
+const wrongType = (loc: ReadonlyArray<string | number>, ast: SchemaAST.AST, fallback: string): ErrorItem => {
+  const message = annotatedMessage(ast.annotations)
+  if (message !== undefined) return fromMessage(loc, message)
+  const target = meant(ast)
+  const own = target === ast ? undefined : annotatedMessage(target.annotations)
+  if (own !== undefined) return fromMessage(loc, own)
+  switch (target._tag) {
+    case "String":
+      return { loc, msg: "Input should be a valid string", type: "string_type" }
+    case "Number":
+      return { loc, msg: "Input should be a valid integer", type: "int_type" }
+    case "Objects":
+      return { loc, msg: "Input should be a valid dictionary", type: "dict_type" }
+    default:
+      return { loc, msg: fallback, type: "value_error" }
+  }
+}
+
+const isIntFilter = (filter: SchemaAST.Filter<unknown>) => {
+  const representation = filter.annotations?.["representation"]
+  return typeof representation === "object" && representation !== null && "id" in representation &&
+    representation.id === "effect/schema/isInt"
+}
+
+/**
+ * Walks an issue tree to its leaves. `override` is the message of an enclosing filter (it names
+ * every failure below it); `fallback` is what an enclosing filter expects, used when nothing
+ * below carries a message of its own (a filter returning `issue(type, message)`).
+ */
+const collect = (
+  issue: SchemaIssue.Issue,
+  loc: ReadonlyArray<string | number>,
+  out: Array<ErrorItem>,
+  override: string | undefined,
+  fallback: string | undefined
+): void => {
+  switch (issue._tag) {
+    case "Pointer":
+      return collect(issue.issue, [...loc, ...issue.path.map((p) => (typeof p === "number" ? p : String(p)))], out, override, fallback)
+    case "Encoding":
+      return collect(issue.issue, loc, out, override, fallback)
+    case "Filter": {
+      const message = override ?? annotatedMessage(issue.filter.annotations)
+      if (message !== undefined) return collect(issue.issue, loc, out, message, undefined)
+      if (isIntFilter(issue.filter)) {
+        out.push({ loc, msg: "Input should be a valid integer", type: "int_type" })
+        return
+      }
+      const expected = issue.filter.annotations?.expected
+      return collect(issue.issue, loc, out, undefined, typeof expected === "string" ? `Expected ${expected}` : fallback)
+    }
+    case "Composite":
+      for (const inner of issue.issues) collect(inner, loc, out, override, fallback)
+      return
+    case "AnyOf":
+      if (issue.issues.length > 0) {
+        for (const inner of issue.issues) collect(inner, loc, out, override, fallback)
+        return
+      }
+      out.push(override !== undefined ? fromMessage(loc, override) : wrongType(loc, issue.ast, format(issue)))
+      return
+    case "MissingKey":
+      out.push({ loc, msg: "Field required", type: "missing" })
+      return
+    case "UnexpectedKey":
+      out.push({ loc, msg: "Extra inputs are not permitted", type: "extra_forbidden" })
+      return
+    case "InvalidType":
+      out.push(override !== undefined ? fromMessage(loc, override) : wrongType(loc, issue.ast, format(issue)))
+      return
+    case "InvalidValue":
+    case "Forbidden":
+    case "OneOf": {
+      const annotations = issue._tag === "OneOf" ? issue.ast.annotations : issue.annotations
+      out.push(fromMessage(loc, override ?? annotatedMessage(annotations) ?? fallback ?? format(issue)))
+      return
+    }
+  }
+}
+
+const format = SchemaIssue.makeFormatterDefault()
+
 /** A schema failure as `errors` items, `loc` from the envelope's root (`["data", "page"]`). */
-export const errorItems = (error: ParseResult.ParseError, prefix: ReadonlyArray<string>): ReadonlyArray<ErrorItem> =>
-  ParseResult.ArrayFormatter.formatErrorSync(error)
-    // `optional`/`nullable` alternatives that did not match anyway: noise for a client.
-    .filter((issue) => !/^Expected (undefined|null),/.test(issue.message))
-    .map((issue) => {
-      const { msg, type } = describeIssue(issue, "data")
-      const loc = [...prefix, ...issue.path.map((p) => (typeof p === "number" ? p : String(p)))]
-      return issue._tag === "Missing" ? { loc, msg: "Field required", type: "missing" } : { loc, msg, type }
-    })
+export const errorItems = (issue: SchemaIssue.Issue, prefix: ReadonlyArray<string>): ReadonlyArray<ErrorItem> => {
+  const out: Array<ErrorItem> = []
+  collect(issue, prefix, out, undefined, undefined)
+  return out
+}
 
 // ---------------------------------------------------------------------------------------------
 // Framing
@@ -177,7 +279,7 @@ export const parseJsonFrame = (text: string): Frame => {
   }
 }
 
-const decodeEnvelope = Schema.decodeUnknownEither(RequestEnvelope, { errors: "all" })
+const decodeEnvelope = Schema.decodeUnknownResult(RequestEnvelope, { errors: "all" })
 
 export interface Envelope {
   readonly method: string
@@ -185,9 +287,13 @@ export interface Envelope {
 }
 
 /** `method` and `data` of a request frame, or the `errors` of CONTRACT §5 for `status_code 2`. */
-export const checkEnvelope = (fields: Readonly<Record<string, unknown>>): Either.Either<Envelope, ReadonlyArray<ErrorItem>> =>
-  fields["data"] instanceof InvalidJson
-    ? Either.left([{ loc: ["data"], msg: "data_json is not valid JSON", type: "json_invalid" }])
-    : depthExceeds(fields, MAX_JSON_DEPTH + 1)
-    ? Either.left([{ loc: [], msg: tooDeepMessage, type: "value_error" }])
-    : Either.mapLeft(decodeEnvelope(fields), (error) => errorItems(error, []))
+export const checkEnvelope = (fields: Readonly<Record<string, unknown>>): Result.Result<Envelope, ReadonlyArray<ErrorItem>> => {
+  if (fields["data"] instanceof InvalidJson) {
+    return Result.fail([{ loc: ["data"], msg: "data_json is not valid JSON", type: "json_invalid" }])
+  }
+  if (depthExceeds(fields, MAX_JSON_DEPTH + 1)) return Result.fail([{ loc: [], msg: tooDeepMessage, type: "value_error" }])
+  const decoded = decodeEnvelope(fields)
+  return Result.isFailure(decoded)
+    ? Result.fail(errorItems(decoded.failure.issue, []))
+    : Result.succeed({ method: decoded.success.method ?? "", data: decoded.success.data ?? {} })
+}

@@ -59,7 +59,7 @@ const enableExpiredEvents = (client: Redis) =>
     yield* redisCommand("CONFIG SET", () => client.config("SET", "notify-keyspace-events", `${flags}Ex`))
     return true
   }).pipe(
-    Effect.catchAll((error) =>
+    Effect.catch((error) =>
       Effect.as(
         Effect.logWarning(
           "Redis key-expiry events are off and could not be enabled (set notify-keyspace-events to include Ex); " +
@@ -102,7 +102,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
       }
     })
     yield* redisCommand("SUBSCRIBE", () => subscriber.subscribe(broadcastChannel, ...(keyEvents ? [expiredChannel] : []))).pipe(
-      Effect.catchAll((error) => Effect.logWarning("Redis SUBSCRIBE failed; ioredis resubscribes when it reconnects", error.cause))
+      Effect.catch((error) => Effect.logWarning("Redis SUBSCRIBE failed; ioredis resubscribes when it reconnects", error.cause))
     )
 
     const renew = Effect.suspend(() => {
@@ -113,7 +113,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         for (const [m, key] of held) pipeline.zadd(key, until, m).pexpire(key, options.slotTtlMs)
         return pipeline.exec()
       }).pipe(Effect.asVoid)
-    }).pipe(Effect.catchAll((error) => Effect.logWarning("WebSocket slot leases not renewed", error.cause)))
+    }).pipe(Effect.catch((error) => Effect.logWarning("WebSocket slot leases not renewed", error.cause)))
     yield* Effect.forkScoped(Effect.repeat(renew, Schedule.spaced(Math.max(100, Math.floor(options.slotTtlMs / 3)))))
 
     const release = (userId: string, connectionId: string) =>
@@ -121,7 +121,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         const m = member(connectionId)
         if (!held.delete(m)) return Effect.void
         return redisCommand("ZREM", () => client.zrem(slotsKey(userId), m)).pipe(
-          Effect.catchAll((error) => Effect.logWarning("WebSocket slot not released; its lease will expire", error.cause))
+          Effect.catch((error) => Effect.logWarning("WebSocket slot not released; its lease will expire", error.cause))
         )
       })
 
@@ -146,10 +146,10 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           // Undecided (Redis unreachable): the slot is held here and renewed into Redis once it is
           // back; the caller releases it if it refuses the connection (RATE_LIMIT_FAIL_MODE=closed).
           const undecided = (cause: unknown) =>
-            Effect.zipRight(Effect.sync(() => held.set(m, key)), Effect.fail(new RegistryUnavailable(cause)))
+            Effect.andThen(Effect.sync(() => held.set(m, key)), Effect.fail(new RegistryUnavailable(cause)))
           if (isDisconnected(client)) return yield* undecided(new Error(`Redis ${client.status}`))
           const admitted = yield* redisCommand("EVALSHA acquire_slot", () => acquireSlot(key, Date.now(), options.slotTtlMs, max, m), 1000).pipe(
-            Effect.catchAll((error) => undecided(error.cause))
+            Effect.catch((error) => undecided(error.cause))
           )
           if (admitted === 1) held.set(m, key)
           return admitted === 1
@@ -162,7 +162,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           return redisCommand("SET (session)", () => client.set(`${sessionPrefix}${connectionId}`, "1", "PX", ttl)).pipe(
             Effect.asVoid,
             // Redis unreachable: the session still ends, on this process's timer.
-            Effect.catchAll(() => Effect.sync(() => timers.start(connectionId, expiresAtMs)))
+            Effect.catch(() => Effect.sync(() => timers.start(connectionId, expiresAtMs)))
           )
         }),
       endSession: (connectionId) =>
@@ -175,8 +175,8 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         redisCommand("PUBLISH", () => client.publish(broadcastChannel, JSON.stringify(message))).pipe(
           Effect.asVoid,
           // Redis unreachable: this instance's clients still hear of the change.
-          Effect.catchAll((error) =>
-            Effect.zipRight(
+          Effect.catch((error) =>
+            Effect.andThen(
               Effect.logWarning("Broadcast not published to other instances (Redis unavailable)", error.cause),
               Effect.sync(() => listeners.broadcast(message))
             )
@@ -192,7 +192,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     })
   })
 
-export const RedisRegistryLive = Layer.scoped(
+export const RedisRegistryLive = Layer.effect(
   ConnectionRegistry,
   Effect.flatMap(AppConfig, (config) => makeRedisRegistry({ slotTtlMs: config.wsSlotTtlSeconds * 1000 }))
 )

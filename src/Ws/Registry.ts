@@ -29,7 +29,7 @@ export class RegistryUnavailable {
   }
 }
 
-export class ConnectionRegistry extends Context.Tag("Ws/ConnectionRegistry")<ConnectionRegistry, {
+export interface ConnectionRegistryShape {
   /**
    * Claims one of the user's `max` slots (across all instances); false when all are taken. Fails
    * when the store cannot decide: the slot is then held until `release`.
@@ -47,7 +47,9 @@ export class ConnectionRegistry extends Context.Tag("Ws/ConnectionRegistry")<Con
   readonly check: Effect.Effect<void, unknown>
   /** Slots held by this instance: its open connections. */
   readonly localConnections: Effect.Effect<number>
-}>() {}
+}
+
+export class ConnectionRegistry extends Context.Service<ConnectionRegistry, ConnectionRegistryShape>()("Ws/ConnectionRegistry") {}
 
 /** `setTimeout` caps delays at 2^31-1 ms; longer sessions are re-armed. */
 const MAX_TIMER_MS = 2_147_483_647
@@ -138,13 +140,14 @@ export const makeMemoryRegistry = Effect.gen(function*() {
   })
 })
 
-export const MemoryRegistryLive = Layer.scoped(ConnectionRegistry, makeMemoryRegistry)
+export const MemoryRegistryLive = Layer.effect(ConnectionRegistry, makeMemoryRegistry)
 
 /** Author changes become broadcasts (the `Authors` service announces; the registry delivers). */
 export const AuthorEventsLive = Layer.effect(
   AuthorEvents,
   Effect.map(ConnectionRegistry, (registry) => ({
-    publish: (event: AuthorEvent) => registry.broadcast({ event: event.event, timestamp: new Date().toISOString(), author: event.author })
+    publish: (event: AuthorEvent) =>
+      registry.broadcast({ event: event.event, timestamp: new Date().toISOString(), author: event.author })
   }))
 )
 

@@ -1,28 +1,32 @@
 /**
  * Named prepared statements (Db/Instrumentation.ts, DATABASE_PREPARED_STATEMENTS) on a real
  * PostgreSQL: a parameterised statement is prepared once per connection and reused; statements
- * without parameters are not prepared; a plan invalidated by a schema change is run again
- * unprepared, so the caller never sees the error; and with the setting off nothing is prepared.
+ * without parameters are not prepared; each connection holds a bounded set; a plan invalidated by
+ * a schema change is run again unprepared, so the caller never sees the error; and with the
+ * setting off nothing is prepared.
  * (Embedded PGlite never prepares — its connections share one session: every embedded suite
  * would fail with "prepared statement already exists" otherwise.)
  */
-import { SqlClient } from "@effect/sql"
 import { Effect, Redacted } from "effect"
+import { SqlClient } from "effect/sql"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { pgClientLayer } from "../../src/Db/Database.ts"
-import { makeStatementNames } from "../../src/Db/Instrumentation.ts"
+import { PREPARED_STATEMENTS_MAX, PREPARED_TEXT_MAX, preparable } from "../../src/Db/Instrumentation.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
-describe("statement names", () => {
-  it("one name per distinct text, none past the bound or for long texts, none once invalidated", () => {
-    const names = makeStatementNames(2, 40)
-    expect(names.nameOf("SELECT $1")).toBe("ads_1")
-    expect(names.nameOf("SELECT $1")).toBe("ads_1")
-    expect(names.nameOf("SELECT $1, $2")).toBe("ads_2")
-    expect(names.nameOf("SELECT $1, $2, $3")).toBeUndefined()
-    expect(makeStatementNames(10, 40).nameOf(`SELECT ${"$1, ".repeat(20)}1`)).toBeUndefined()
-    names.invalidated("SELECT $1")
-    expect(names.nameOf("SELECT $1")).toBeUndefined()
+// The names, their reuse, the per-connection bound and invalidation are PgClient 4's own
+// prepared-statement cache (its size is PREPARED_STATEMENTS_MAX): they are checked on a real
+// server below. What is ours is the policy of which statements are named.
+describe("statements prepared", () => {
+  it("only parameterised ones, none for long texts", () => {
+    expect(preparable("SELECT $1", [1])).toBe(true)
+    expect(preparable("SELECT $1, $2", [1, 2])).toBe(true)
+    expect(preparable("SELECT 1", [])).toBe(false)
+    const atBound = `SELECT $1${" ".repeat(PREPARED_TEXT_MAX - "SELECT $1".length)}`
+    expect(atBound).toHaveLength(PREPARED_TEXT_MAX)
+    expect(preparable(atBound, [1])).toBe(true)
+    expect(preparable(`${atBound} `, [1])).toBe(false)
+    expect(preparable(`SELECT ${"$1, ".repeat(1000)}1`, [1])).toBe(false)
   })
 })
 
@@ -52,8 +56,29 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("prepared statements on PostgreS
     const texts = statements.map((s) => s.statement)
     expect(texts).toContain("SELECT name FROM authors WHERE name = $1")
     expect(texts.filter((t) => t === "SELECT name FROM authors WHERE name = $1")).toHaveLength(1)
-    expect(statements.every((s) => s.name.startsWith("ads_"))).toBe(true)
+    expect(statements.every((s) => /^effect_[0-9a-f]{16}_\d+$/.test(s.name))).toBe(true) // PgClient's names
     expect(texts).not.toContain("SELECT name, statement FROM pg_prepared_statements ORDER BY name") // no parameters
+  })
+
+  it("one connection holds at most PREPARED_STATEMENTS_MAX statements; the least recently used is closed", async () => {
+    const extra = 5
+    const [statements, rows] = await onOneConnection(true, Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      // Each text differs (an unsafe fragment), so each is a new statement.
+      const texts = Array.from({ length: PREPARED_STATEMENTS_MAX + extra }, (_, i) =>
+        sql<{ n: number }>`SELECT ${i}::int AS n /* ${sql.unsafe(String(i))} */`)
+      for (const statement of texts) yield* statement
+      // One more, which also carries the pending Close of the last eviction.
+      const last = yield* sql<{ n: number; label: string }>`SELECT ${1}::int AS n, ${"bound 1"}::text AS label`
+      return [yield* prepared, last] as const
+    }))
+    expect(rows).toEqual([{ n: 1, label: "bound 1" }])
+    // A Close waits for the next statement: the set may exceed the bound by the one in flight.
+    expect(statements.length).toBeLessThanOrEqual(PREPARED_STATEMENTS_MAX + 1)
+    expect(statements.length).toBeGreaterThanOrEqual(PREPARED_STATEMENTS_MAX - 1)
+    const texts = statements.map((s) => s.statement)
+    expect(texts.some((t) => t.includes("/* 0 */"))).toBe(false) // the oldest were closed
+    expect(texts.some((t) => t.includes(`/* ${PREPARED_STATEMENTS_MAX + extra - 1} */`))).toBe(true)
   })
 
   it("a plan invalidated by a schema change is run again unprepared: the caller gets its rows", async () => {

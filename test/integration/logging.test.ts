@@ -2,7 +2,6 @@
  * CONTRACT §8: one JSON line per event with level, message, correlation id and trace id (and the
  * user id once known); no password or token ever appears in a log line.
  */
-import { LogLevel } from "effect"
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -23,7 +22,7 @@ describe("structured logs", () => {
     writeFileSync(usersFile, JSON.stringify([{ username: "logger", password: PASSWORD, roles: ["get-authors"], id: USER_ID }]))
     app = await startTestApp({
       config: { authUsersFile: usersFile },
-      logLevel: LogLevel.Debug,
+      logLevel: "Debug",
       logger: loggerLayer("json", (line) => lines.push(line))
     })
   })

@@ -3,7 +3,8 @@
  * in-process sliding window and the Redis Lua script, driven by the same TestClock.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Effect, Layer, Redacted, TestClock } from "effect"
+import { Context, Effect, Layer, Redacted } from "effect"
+import { TestClock } from "effect/testing"
 import { randomUUID } from "node:crypto"
 import { MemoryRateLimiterLive, RateLimiter } from "../../src/RateLimit/RateLimiter.ts"
 import { RedisRateLimiterLive } from "../../src/RateLimit/RedisRateLimiter.ts"

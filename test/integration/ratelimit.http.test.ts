@@ -4,7 +4,7 @@
  * metric — in process and on Redis — plus Redis concurrency, two instances sharing one budget,
  * and a Redis outage in each RATE_LIMIT_FAIL_MODE (a TCP proxy in front of the shared Redis).
  */
-import { Either, Option, Redacted } from "effect"
+import { Option, Redacted, Result } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
@@ -31,7 +31,7 @@ const stores = [
 describe.each(stores)("HTTP rate limit ($name)", ({ config }) => {
   let app: TestApp
   beforeAll(async () => {
-    const trusted = Either.getOrThrow(parseCidrList("10.0.0.0/8"))
+    const trusted = Result.getOrThrow(parseCidrList("10.0.0.0/8"))
     app = await startTestApp({ config: { ...small, trustedProxies: trusted, ...(config === "redis" ? redisConfig() : {}) } })
   })
   afterAll(() => app.close())
@@ -97,7 +97,7 @@ describe.each(stores)("HTTP rate limit ($name)", ({ config }) => {
 
 describe("X-Forwarded-For from a trusted proxy", () => {
   it("each forwarded client has its own budget", async () => {
-    const app = await startTestApp({ config: { ...small, trustedProxies: Either.getOrThrow(parseCidrList("127.0.0.1/32")) } })
+    const app = await startTestApp({ config: { ...small, trustedProxies: Result.getOrThrow(parseCidrList("127.0.0.1/32")) } })
     try {
       const hit = (ip: string) => request(app, "POST", "/login", { body: { username: "nobody", password: "x" }, headers: { "x-forwarded-for": ip } })
       for (let i = 0; i < 7; i++) expect((await hit("198.51.100.1")).status).toBe(401)

@@ -11,7 +11,7 @@ import { hasExpiredEvents, makeRedisRegistry, RedisRegistryLive } from "../../sr
 import { type BroadcastMessage, ConnectionRegistry, MemoryRegistryLive } from "../../src/Ws/Registry.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
-type Registry = Context.Tag.Service<ConnectionRegistry>
+type Registry = Context.Service.Shape<typeof ConnectionRegistry>
 
 /** Builds `count` registries sharing one store (one for the in-process implementation). */
 type Instances = (count: number) => Effect.Effect<ReadonlyArray<Registry>, never, Scope.Scope>
@@ -40,7 +40,7 @@ const listenTo = (registry: Registry) =>
       }
     })
     const until = (done: () => boolean) =>
-      Effect.async<void>((resume) => {
+      Effect.callback<void>((resume) => {
         const check = () => (done() ? resume(Effect.void) : waiters.push(check))
         check()
       })
@@ -138,7 +138,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       const prefix = `test-registry-${randomUUID()}:`
       return yield* Effect.forEach(Array.from({ length: count }), () =>
         Effect.map(
-          Layer.build(Layer.scoped(ConnectionRegistry, makeRedisRegistry({ slotTtlMs })).pipe(Layer.provide(redis(prefix)))),
+          Layer.build(Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs })).pipe(Layer.provide(redis(prefix)))),
           Context.get(ConnectionRegistry)
         ))
     })
@@ -150,12 +150,12 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       const prefix = `test-registry-${randomUUID()}:`
       const user = `u-${randomUUID()}`
       const survivor = Context.get(
-        yield* Layer.build(Layer.scoped(ConnectionRegistry, makeRedisRegistry({ slotTtlMs: 600 })).pipe(Layer.provide(redis(prefix)))),
+        yield* Layer.build(Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs: 600 })).pipe(Layer.provide(redis(prefix)))),
         ConnectionRegistry
       )
       // The "crashed" instance: its connection is cut before its scope can release anything.
       const context = yield* Layer.build(
-        Layer.scoped(ConnectionRegistry, makeRedisRegistry({ slotTtlMs: 600 })).pipe(Layer.provideMerge(redis(prefix)))
+        Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs: 600 })).pipe(Layer.provideMerge(redis(prefix)))
       )
       const crashed = { registry: Context.get(context, ConnectionRegistry), client: Context.get(context, RedisClient).client }
       expect(yield* crashed.registry.acquire(user, "c1", 2)).toBe(true)
@@ -178,7 +178,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       const prefix = `test-registry-${randomUUID()}:`
       const build = () =>
         Effect.map(
-          Layer.build(Layer.scoped(ConnectionRegistry, makeRedisRegistry({ slotTtlMs: 300 })).pipe(Layer.provide(redis(prefix)))),
+          Layer.build(Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs: 300 })).pipe(Layer.provide(redis(prefix)))),
           Context.get(ConnectionRegistry)
         )
       const holder = yield* build()

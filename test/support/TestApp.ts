@@ -3,14 +3,14 @@
  * of the PGlite template, or a fresh database on `TEST_DATABASE_URL`), its own DATA_DIR, the
  * built-in identity provider unless overridden.
  */
-import { HttpServer } from "@effect/platform"
-import { Context, Effect, Exit, Layer, Logger, LogLevel, Option, Redacted, Scope } from "effect"
+import { Context, Effect, Exit, Layer, type LogLevel, Option, Redacted, References, Scope } from "effect"
+import { HttpServer } from "effect/http"
 import { cpSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
 import { importJWK, SignJWT, type JWK } from "jose"
-import { AppLive, makeAppLive } from "../../src/App.ts"
+import { makeServedAppLive } from "../../src/App.ts"
 import { BUILTIN_ISSUER } from "../../src/Auth/BuiltinProvider.ts"
 import { AppConfig, type AppConfigShape } from "../../src/Config.ts"
 import { drainOnShutdown, nodeServerLayer } from "../../src/Http/NodeServer.ts"
@@ -62,7 +62,7 @@ export interface TestAppOptions {
   /** "embedded" (default) or "postgres" (needs TEST_DATABASE_URL). */
   readonly database?: "embedded" | "postgres"
   readonly config?: Partial<AppConfigShape>
-  /** Extra layers replacing parts of the app (they are provided over AppLive). */
+  /** The minimum level logged ("Warn" unless given). */
   readonly logLevel?: LogLevel.LogLevel
   /** Replaces the tracing layer chosen from the configuration (e.g. an in-memory exporter). */
   readonly tracing?: Layer.Layer<never, never, AppConfig>
@@ -87,17 +87,17 @@ export const startTestApp = async (options: TestAppOptions = {}): Promise<TestAp
     profilingOutputDir: join(dataDir, "profiling"),
     ...options.config
   }
+  // As main.ts wires it: the port opens once the app is up, drainOnShutdown wraps it all.
   const layer = drainOnShutdown(8_000).pipe(
-    Layer.provideMerge(options.tracing === undefined ? AppLive : makeAppLive(options.tracing)),
-    Layer.provideMerge(nodeServerLayer({ port: 0, host: "127.0.0.1" })),
+    Layer.provideMerge(makeServedAppLive(nodeServerLayer({ port: 0, host: "127.0.0.1" }), options.tracing)),
     Layer.provide(AppConfig.layerWith(config)),
-    Layer.provide(Logger.minimumLogLevel(options.logLevel ?? LogLevel.Warning)),
+    Layer.provide(Layer.succeed(References.MinimumLogLevel, options.logLevel ?? "Warn")),
     Layer.provide(options.logger ?? Layer.empty)
   )
   const scope = Effect.runSync(Scope.make())
   const context = await Effect.runPromise(Layer.buildWithScope(layer, scope))
   const address = Context.get(context, HttpServer.HttpServer).address
-  if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
+  if (address._tag === "UnixPathAddress") throw new Error("expected a TCP address")
   const url = `http://127.0.0.1:${address.port}`
   return {
     url,

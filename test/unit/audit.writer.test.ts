@@ -3,9 +3,9 @@
  * (the batch is never discarded), overflow is counted, closing the scope flushes, batches are
  * bounded; plus request_data capture and the inclusive date parser.
  */
-import { SqlError } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Layer, Scope } from "effect"
+import { Effect, Exit, Fiber, Layer, Scope } from "effect"
+import { SqlError } from "effect/sql"
 import type { AuditEntry } from "../../src/AuditLogs/AuditLog.ts"
 import { outcomeOf } from "../../src/AuditLogs/AuditLog.ts"
 import { parseIsoDate } from "../../src/AuditLogs/Api.ts"
@@ -32,8 +32,28 @@ const entry = (n: number): AuditEntry => ({
   error_message: null
 })
 
-/** A PostgreSQL error as the driver reports it (SQLSTATE in `code`). */
-const pgError = (code: string, message: string) => new SqlError.SqlError({ cause: Object.assign(new Error(message), { code }), message })
+/**
+ * A PostgreSQL error as @effect/sql-pg reports it: the reason its SQLSTATE classifies to
+ * (internal/sqlError.ts `classifySqlState`), whose cause is an Error carrying the server's
+ * fields (SQLSTATE in `code`).
+ */
+const pgError = (code: string, message: string) => {
+  const props = { cause: Object.assign(new Error(message), { code }), message, operation: "query" }
+  const reason = code.startsWith("08")
+    ? new SqlError.ConnectionError(props)
+    : code.startsWith("23")
+    ? new SqlError.ConstraintError(props)
+    : code.startsWith("42")
+    ? new SqlError.SqlSyntaxError(props)
+    : code === "40001"
+    ? new SqlError.SerializationError(props)
+    : new SqlError.UnknownError(props)
+  return new SqlError.SqlError({ reason })
+}
+
+/** No SQLSTATE at all: the driver could not reach the server. */
+const connectionError = (message: string) =>
+  new SqlError.SqlError({ reason: new SqlError.ConnectionError({ cause: new Error(message), message, operation: "connect" }) })
 
 /**
  * A repository that stores by entry id (like ON CONFLICT DO NOTHING), fails while `down`, and
@@ -42,11 +62,11 @@ const pgError = (code: string, message: string) => new SqlError.SqlError({ cause
  */
 const scriptedRepo = (refuses: (entry: AuditEntry) => boolean = () => false) => {
   const state = { down: false, attempts: 0, batches: [] as Array<number>, stored: new Map<string, AuditEntry>() }
-  const layer = Layer.succeed(AuditRepo, AuditRepo.make({
+  const layer = Layer.succeed(AuditRepo, AuditRepo.of({
     insertBatch: (batch: ReadonlyArray<StoredEntry>) =>
       Effect.suspend(() => {
         state.attempts++
-        if (state.down) return Effect.fail(new SqlError.SqlError({ cause: new Error("connection refused"), message: "down" }))
+        if (state.down) return Effect.fail(connectionError("connection refused"))
         if (batch.some(({ entry }) => refuses(entry))) return Effect.fail(pgError("54000", "index row size 3104 exceeds btree version 4 maximum 2704"))
         state.batches.push(batch.length)
         for (const { entryId, entry } of batch) state.stored.set(entryId, entry)
@@ -71,7 +91,7 @@ describe("audit writer (in-process buffer)", () => {
       const { state, layer } = scriptedRepo()
       state.down = true
       const scope = yield* Scope.make()
-      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.extend(scope), Effect.provide(layer))
+      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.provide(scope), Effect.provide(layer))
       for (let i = 0; i < 1200; i++) yield* audit.record(entry(i))
       yield* waitUntil(() => state.attempts >= 3)
       expect(state.stored.size).toBe(0)
@@ -86,14 +106,14 @@ describe("audit writer (in-process buffer)", () => {
       const { state, layer } = scriptedRepo()
       state.down = true
       const scope = yield* Scope.make()
-      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.extend(scope), Effect.provide(layer))
+      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.provide(scope), Effect.provide(layer))
       for (let i = 0; i < 700; i++) yield* audit.record(entry(i))
       yield* waitUntil(() => state.attempts >= 1)
       const attempts = state.attempts
-      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
+      const closing = yield* Effect.forkChild(Scope.close(scope, Exit.void))
       yield* waitUntil(() => state.attempts > attempts + 1) // the flush is retrying against the "down" database
       state.down = false
-      yield* closing.await
+      yield* Fiber.await(closing)
       expect(state.stored.size).toBe(700)
     }))
 
@@ -104,7 +124,7 @@ describe("audit writer (in-process buffer)", () => {
       const before = yield* Effect.promise(() => droppedCount())
       const scope = yield* Scope.make()
       const audit = yield* makeBufferedAuditLog({ ...defaultWriterOptions, bufferMax: 10, flushTimeout: "100 millis" }).pipe(
-        Scope.extend(scope),
+        Scope.provide(scope),
         Effect.provide(layer)
       )
       yield* audit.record(entry(0))
@@ -124,7 +144,7 @@ describe("audit writer: records the database refuses (CONTRACT §6)", () => {
       // Refuses any record whose resource is long: the minimal form (128 bytes) is taken.
       const { state, layer } = scriptedRepo((e) => e.resource.length > 200)
       const scope = yield* Scope.make()
-      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.extend(scope), Effect.provide(layer))
+      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.provide(scope), Effect.provide(layer))
       const poison = { ...entry(0), resource: "/" + "x".repeat(3000) }
       yield* audit.record(poison)
       for (let i = 1; i <= 20; i++) yield* audit.record(entry(i))
@@ -140,7 +160,7 @@ describe("audit writer: records the database refuses (CONTRACT §6)", () => {
       const { state, layer } = scriptedRepo((e) => e.user_id === "cursed")
       const before = yield* Effect.promise(() => droppedCount("refused"))
       const scope = yield* Scope.make()
-      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.extend(scope), Effect.provide(layer))
+      const audit = yield* makeBufferedAuditLog(defaultWriterOptions).pipe(Scope.provide(scope), Effect.provide(layer))
       yield* audit.record({ ...entry(0), user_id: "cursed" })
       for (let i = 1; i <= 5; i++) yield* audit.record(entry(i))
       yield* waitUntil(() => state.stored.size === 5)
@@ -152,7 +172,7 @@ describe("audit writer: records the database refuses (CONTRACT §6)", () => {
   it("SQLSTATEs: connection, shutdown, resources and serialization are outages; data and limits are the record's", () => {
     for (const code of ["08006", "08001", "57P01", "53300", "40001", "XX000"]) expect(isOutage(pgError(code, "x")), code).toBe(true)
     for (const code of ["54000", "22021", "22P05", "23502", "23514", "42804"]) expect(isOutage(pgError(code, "x")), code).toBe(false)
-    expect(isOutage(new SqlError.SqlError({ cause: new Error("ECONNREFUSED"), message: "down" }))).toBe(true)
+    expect(isOutage(connectionError("ECONNREFUSED"))).toBe(true)
   })
 })
 

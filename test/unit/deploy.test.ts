@@ -9,7 +9,7 @@
 import { spawnSync } from "node:child_process"
 import { existsSync, readFileSync } from "node:fs"
 import { describe, expect, it } from "vitest"
-import { parse } from "yaml" // present through redoc (a pinned dependency)
+import { parse } from "yaml"
 import { registry } from "../../src/Observability/Metrics.ts"
 
 const INTERFACE_METRICS = [

@@ -5,7 +5,7 @@
 import { ConfigProvider, Effect, Option } from "effect"
 import { readFileSync } from "node:fs"
 import { describe, expect, it } from "vitest"
-import { parse } from "yaml" // present through redoc (a pinned dependency)
+import { parse } from "yaml"
 import { appConfig } from "../../src/Config.ts"
 
 type Json = Record<string, unknown>
@@ -90,7 +90,7 @@ describe(".env.example", () => {
   })
 
   it("shows the defaults the service really uses (development)", async () => {
-    const defaults = await Effect.runPromise(appConfig.pipe(Effect.withConfigProvider(ConfigProvider.fromMap(new Map()))))
+    const defaults = await Effect.runPromise(appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: {} }))))
     const expected: Record<string, string> = {
       PORT: String(defaults.port),
       HOST: defaults.host,

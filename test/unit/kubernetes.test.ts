@@ -14,7 +14,7 @@ import { HorizontalPodAutoscaler } from "kubernetes-models/autoscaling/v2"
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1"
 import { ConfigMap, Secret, Service } from "kubernetes-models/v1"
 import { describe, expect, it } from "vitest"
-import { parseAllDocuments } from "yaml" // present through redoc (a pinned dependency)
+import { parseAllDocuments } from "yaml"
 import { appConfig } from "../../src/Config.ts"
 
 const DIR = "deploy/kubernetes"
@@ -100,7 +100,7 @@ describe("deploy/kubernetes manifests", () => {
   })
 
   it("runs 2 replicas of author-directory-service:latest on port 8000 named http, the service's PORT default", async () => {
-    const defaults = await Effect.runPromise(appConfig.pipe(Effect.withConfigProvider(ConfigProvider.fromMap(new Map()))))
+    const defaults = await Effect.runPromise(appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: {} }))))
     expect(defaults.port).toBe(8000)
     expect(at(deployment, "spec", "replicas")).toBe(2)
     expect(container["image"]).toBe("author-directory-service:latest")

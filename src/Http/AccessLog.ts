@@ -1,0 +1,45 @@
+/**
+ * Front door: the request's metrics (CONTRACT §7, labelled by route template, never the raw
+ * path) and its access log line (CONTRACT §8: one line per request with its ids). Scrapes and
+ * probes would drown the rest, so the unlimited paths log at debug; the line is built only when
+ * its level is on (it is the only per-request allocation of the logger).
+ */
+import { Effect, LogLevel, References } from "effect"
+import { httpSeries } from "../Observability/Metrics.ts"
+import type { RequestContext } from "./RequestContext.ts"
+
+export interface Observation {
+  /** Ends the in-progress gauge (runs however the request ends, interruption included). */
+  readonly leave: Effect.Effect<void>
+  /** Counts the answered request and writes its log line; the request's duration in ms. */
+  readonly finish: (status: number, ctx: RequestContext) => Effect.Effect<number>
+}
+
+export const observe = (method: string, endpoint: string, quiet: boolean): Observation => {
+  const started = performance.now()
+  const series = httpSeries(method, endpoint)
+  series.inProgress.inc()
+  const level: LogLevel.Severity = quiet ? "Debug" : "Info"
+  return {
+    leave: Effect.sync(() => series.inProgress.dec()),
+    finish: (status, ctx) =>
+      Effect.withFiber((fiber) => {
+        const seconds = (performance.now() - started) / 1000
+        series.total(status).inc()
+        series.duration.observe(seconds)
+        const durationMs = Math.round(seconds * 1000)
+        if (!LogLevel.isGreaterThanOrEqualTo(level, fiber.getRef(References.MinimumLogLevel))) return Effect.succeed(durationMs)
+        return Effect.as(Effect.logWithLevel(level)("HTTP request").pipe(
+          Effect.annotateLogs({
+            correlation_id: ctx.correlationId,
+            request_id: ctx.requestId,
+            method,
+            endpoint,
+            status_code: status,
+            duration_ms: durationMs,
+            ...(ctx.user !== undefined ? { user_id: ctx.user.id } : {})
+          })
+        ), durationMs)
+      })
+  }
+}

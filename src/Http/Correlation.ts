@@ -1,0 +1,42 @@
+/**
+ * Front door: the request's facts, learned once when it arrives — request id, correlation id
+ * (CONTRACT §3), client IP (CONTRACT §4, trusted proxies), route template — and, when anything
+ * will ask for it, its authentication (once per request: the rate limiter keys by it and the
+ * security middleware reads it). The result is the one immutable `RequestContext`.
+ */
+import { Effect, Exit, Option } from "effect"
+import type { HttpServerRequest } from "effect/http"
+import { randomUUID } from "node:crypto"
+import { authenticateHeader } from "../Auth/Authentication.ts"
+import type { TokenVerifier } from "../Auth/TokenVerifier.ts"
+import { type Cidr, clientIp } from "./ClientIp.ts"
+import { correlationIdFrom, type RequestContext } from "./RequestContext.ts"
+
+export const makeCorrelation = (trustedProxies: ReadonlyArray<Cidr>, verifier: TokenVerifier["Service"]) => {
+  /** The facts known before anything is checked. */
+  const begin = (request: HttpServerRequest.HttpServerRequest, route: string | undefined): RequestContext => ({
+    requestId: randomUUID(),
+    correlationId: correlationIdFrom(request.headers["x-correlation-id"]),
+    startedAt: new Date(),
+    ip: clientIp(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"], trustedProxies),
+    userAgent: request.headers["user-agent"] ?? "",
+    route,
+    auth: undefined,
+    user: undefined
+  })
+
+  /** The same facts with the request's authentication (the token is verified here, once). */
+  const authenticate = (ctx: RequestContext, request: HttpServerRequest.HttpServerRequest): Effect.Effect<RequestContext> =>
+    ctx.auth !== undefined
+      ? Effect.succeed(ctx)
+      : Effect.map(Effect.exit(authenticateHeader(verifier, request.headers["authorization"])), (auth) => ({
+        ...ctx,
+        auth,
+        user: Exit.isSuccess(auth) ? auth.value : undefined
+      }))
+
+  return { begin, authenticate } as const
+}
+
+/** Every response carries the ids (CONTRACT §3: errors and 429 included). */
+export const idHeaders = (ctx: RequestContext) => ({ "x-correlation-id": ctx.correlationId, "x-request-id": ctx.requestId })

@@ -1,0 +1,102 @@
+/**
+ * Front door: every failure becomes a JSON response (CONTRACT §3 "every error body is JSON with
+ * `detail`"): HttpApi's decode failures → the FastAPI 422 (Validation.ts), malformed JSON →
+ * `json_invalid`, a wrong content type → 422, an unknown route → 404 `{detail: "Not Found"}`, a
+ * failing health check → 503 with the health report, and only true bugs → 500
+ * `{detail: "Internal server error"}`, logged, leaking nothing.
+ */
+import { Cause, Effect } from "effect"
+import { HttpMethod, type HttpServerRequest, HttpServerResponse } from "effect/http"
+import { HttpApiError } from "effect/http-api"
+import { errorStatus, InternalError, isClientError, RouteNotFound } from "../Errors.ts"
+import { Unhealthy } from "../Observability/Api.ts"
+import { textDepthExceeds, tooDeepMessage } from "./JsonDepth.ts"
+import {
+  contentTypeInvalid,
+  type EndpointShape,
+  jsonInvalid,
+  requestView,
+  toValidationIssues,
+  type ValidationIssue
+} from "./Validation.ts"
+
+export const json = (status: number, body: unknown) => HttpServerResponse.jsonUnsafe(body, { status })
+
+export const detail = (status: number, text: string) => json(status, { detail: text })
+
+export const validationResponse = (issues: ReadonlyArray<ValidationIssue>) => json(422, { detail: issues })
+
+const isJsonContentType = (contentType: string | undefined) =>
+  contentType === undefined || contentType.toLowerCase().includes("application/json")
+
+/** The body as JSON text, or "" when it is not a JSON body (or cannot be read). */
+const jsonText = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<string> =>
+  HttpMethod.hasBody(request.method) && isJsonContentType(request.headers["content-type"])
+    ? Effect.orElseSucceed(request.text, () => "")
+    : Effect.succeed("")
+
+const parseJson = (text: string): { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly message: string } => {
+  try {
+    return { ok: true, value: JSON.parse(text) }
+  } catch (error) {
+    return { ok: false, message: error instanceof Error ? error.message : String(error) }
+  }
+}
+
+const errorOf = (cause: Cause.Cause<unknown>): unknown => {
+  for (const reason of cause.reasons) {
+    if (reason._tag === "Fail") return reason.error
+    if (reason._tag === "Die") return reason.defect
+  }
+  return Cause.squash(cause)
+}
+
+export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
+  /** Maps anything the app failed with to a response; only true bugs become a 500. */
+  const fromCause = (request: HttpServerRequest.HttpServerRequest, cause: Cause.Cause<unknown>) =>
+    Effect.gen(function*() {
+      const error = errorOf(cause)
+      const schemaError = HttpApiError.HttpApiSchemaError.is(error) ? error : undefined
+      const decodeFailed = schemaError !== undefined && schemaError.kind !== "Body" && schemaError.kind !== "ResponseHeaders"
+      if (decodeFailed || Cause.hasDies(cause)) {
+        const text = yield* jsonText(request)
+        // Checked before the issues are rendered: such a value is refused, never echoed.
+        if (textDepthExceeds(text)) {
+          return validationResponse([{ type: "value_error", loc: ["body"], msg: tooDeepMessage, input: null }])
+        }
+        if (decodeFailed) {
+          let body: unknown = null
+          if (schemaError.kind === "Payload") {
+            const parsed = parseJson(text)
+            if (!parsed.ok) return validationResponse(jsonInvalid(parsed.message))
+            body = parsed.value
+          }
+          return validationResponse(toValidationIssues(shapes, schemaError, requestView(request, body)))
+        }
+      }
+      // INTERFACE §GET /health: 503 with the health report's own shape, not `{detail}`.
+      if (error instanceof Unhealthy) return json(503, error.report)
+      if (isClientError(error)) return detail(errorStatus[error._tag].http, error.detail)
+      if (typeof error === "object" && error !== null && "_tag" in error && error._tag === "HttpServerError" && "reason" in error) {
+        const reason = error.reason as { readonly _tag: string; readonly cause?: unknown }
+        if (reason._tag === "RouteNotFound") return detail(404, RouteNotFound.instance.detail)
+        // The upload broke off or was not readable as text.
+        if (reason._tag === "RequestParseError") {
+          return validationResponse(jsonInvalid(reason.cause instanceof Error ? reason.cause.message : "Invalid JSON"))
+        }
+      }
+      yield* Effect.logError("Unhandled error", cause)
+      return detail(500, InternalError.instance.detail)
+    })
+
+  /**
+   * HttpApi answers a body in a content type the endpoint does not take with its own 415; every
+   * request body is JSON (CONTRACT §3), so that is the 422 FastAPI gives for a wrong content type.
+   */
+  const fromResponse = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
+    response.status === 415
+      ? validationResponse(contentTypeInvalid(request.headers["content-type"] ?? ""))
+      : response
+
+  return { fromCause, fromResponse } as const
+}

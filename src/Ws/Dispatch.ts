@@ -1,0 +1,146 @@
+/**
+ * One frame of an open connection (CONTRACT §5 Message order, Bad frames, Message rate limit):
+ * decode (unusable → 1003) → rate check → envelope and data schema → permission → handler
+ * (Packages.ts) → audit record → reply. An auth frame re-authenticates (Handshake.ts).
+ */
+import { Effect, Option } from "effect"
+import type { AuditLog, AuditOutcome } from "../AuditLogs/AuditLog.ts"
+import { captureRequestData } from "../AuditLogs/RequestData.ts"
+import type { Authors } from "../Authors/Authors.ts"
+import type { AppConfigShape } from "../Config.ts"
+import type { Principal } from "../Domain/User.ts"
+import { WsStatus } from "../Errors.ts"
+import { rateLimitHitsTotal, wsMessageProcessingDuration } from "../Observability/Metrics.ts"
+import { type RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
+import { type Connection, type Format, frameBytes, frameText, type InboundFrame } from "./Connection.ts"
+import { type PackageReply, Packages, reply } from "./Packages.ts"
+import { encodeResponse, parseProtobufFrame } from "./Protobuf.ts"
+import { checkEnvelope, Close, type Frame, parseJsonFrame, WS_PATH } from "./Protocol.ts"
+
+const MESSAGE_WINDOW_MS = 60_000
+
+const INTERNAL_ERROR = reply(WsStatus.ERROR, { msg: "Internal server error" })
+
+/** What a frame is, in the connection's format. */
+export const decodeFrame = (format: Format, frame: InboundFrame): Frame => {
+  if (frame.isBinary) return format === "protobuf" ? parseProtobufFrame(frameBytes(frame)) : { _tag: "Invalid" }
+  const decoded = parseJsonFrame(frameText(frame))
+  // In protobuf format only auth frames may be text (CONTRACT §9).
+  return format === "protobuf" && decoded._tag !== "Auth" ? { _tag: "Invalid" } : decoded
+}
+
+/** A response (or broadcast) envelope in the connection's format. */
+export const encodeReply = (
+  format: Format,
+  pkgId: number,
+  reqId: string,
+  r: Pick<PackageReply, "status" | "data" | "meta">
+): string | Uint8Array =>
+  format === "json"
+    ? JSON.stringify({ pkg_id: pkgId, req_id: reqId, status_code: r.status, data: r.data, meta: r.meta })
+    : encodeResponse({ pkg_id: pkgId, req_id: reqId, status_code: r.status, data: r.data, meta: r.meta })
+
+const outcomeOf = (status: WsStatus): AuditOutcome =>
+  status === WsStatus.OK ? "success" : status === WsStatus.PERMISSION_DENIED ? "permission_denied" : "error"
+
+const messageOf = (data: unknown): string | null =>
+  typeof data === "object" && data !== null && "msg" in data && typeof data.msg === "string" ? data.msg : null
+
+export interface DispatchDeps {
+  readonly config: AppConfigShape
+  readonly limiter: RateLimiter["Service"]
+  readonly audit: AuditLog["Service"]
+  /** An auth frame on an open connection. */
+  readonly reauthenticate: (conn: Connection, token: unknown) => Effect.Effect<void>
+}
+
+/** Handles one inbound frame of an open connection; never fails. */
+export const makeDispatch = (deps: DispatchDeps) => {
+  const { audit, config, limiter } = deps
+  /** When messages of a connection were refused for rate, in the trailing window (flood detection). */
+  const refusals = new WeakMap<Connection, Array<number>>()
+
+  /** Rate check (CONTRACT §5): undefined when admitted, else the seconds to wait. */
+  const messageRate = (user: Principal) =>
+    limiter.hit(`ws:msg:user:${user.id}`, config.wsMessageRateLimit, MESSAGE_WINDOW_MS).pipe(
+      withFailMode(config.rateLimitFailMode, "websocket_message", config.wsMessageRateLimit),
+      Effect.map((d) => (Option.isSome(d) && !d.value.allowed ? d.value.retryAfterSeconds : undefined))
+    )
+
+  /** CONTRACT §9: a client refused `WS_MESSAGE_RATE_LIMIT` times in the trailing 60 s is flooding. */
+  const flooding = (conn: Connection) => {
+    const now = Date.now()
+    let refused = refusals.get(conn)
+    if (refused === undefined) refusals.set(conn, refused = [])
+    refused.push(now)
+    while (refused.length > 0 && refused[0]! <= now - MESSAGE_WINDOW_MS) refused.shift()
+    return refused.length >= config.wsMessageRateLimit
+  }
+
+  /** Envelope and data schema → permission → handler; a defect is answered like HTTP's 500. */
+  const process = (frame: Extract<Frame, { _tag: "Request" }>, user: Principal) =>
+    Effect.suspend(() => {
+      const envelope = checkEnvelope(frame.fields)
+      if (envelope._tag === "Failure") {
+        return Effect.succeed(reply(WsStatus.INVALID_DATA, { msg: "Invalid request data", errors: envelope.failure }))
+      }
+      const pkg = Packages.get(frame.pkgId)
+      return pkg === undefined
+        ? Effect.succeed(reply(WsStatus.INVALID_DATA, { msg: `Unknown pkg_id ${frame.pkgId}` }))
+        : pkg.process(envelope.success.data, user)
+    }).pipe(
+      Effect.catchDefect((defect) => Effect.as(Effect.logError("WebSocket message failed", defect), INTERNAL_ERROR))
+    )
+
+  const request = (conn: Connection, user: Principal, frame: Extract<Frame, { _tag: "Request" }>) =>
+    Effect.withSpan(
+      Effect.gen(function*() {
+        const startedAt = new Date()
+        const started = performance.now()
+        const pkg = Packages.get(frame.pkgId)
+        let result: PackageReply
+        const retryAfter = yield* messageRate(user)
+        if (retryAfter !== undefined) {
+          if (flooding(conn)) return conn.close(Close.MessageRateLimit)
+          rateLimitHitsTotal.inc({ limit_type: "websocket_message" })
+          result = reply(WsStatus.ERROR, { msg: "Rate limit exceeded", retry_after: retryAfter }, 429)
+        } else {
+          result = yield* process(frame, user)
+        }
+        const seconds = (performance.now() - started) / 1000
+        wsMessageProcessingDuration.observe({ pkg_id: pkg === undefined ? "unknown" : String(pkg.pkgId) }, seconds)
+        const data = frame.fields["data"]
+        yield* audit.record({
+          timestamp: startedAt,
+          user_id: user.id,
+          username: user.username,
+          user_roles: user.roles,
+          action_type: `WS:${pkg?.name ?? "UNKNOWN"}`,
+          resource: `ws:${WS_PATH}`,
+          outcome: outcomeOf(result.status),
+          ip_address: conn.ip,
+          user_agent: conn.userAgent,
+          request_id: frame.reqId,
+          correlation_id: conn.correlationId,
+          response_status: result.httpStatus,
+          duration_ms: Math.round(seconds * 1000),
+          request_data: captureRequestData(undefined, typeof data === "object" ? data : undefined),
+          error_message: result.status === WsStatus.OK ? null : messageOf(result.data)
+        })
+        conn.send(encodeReply(conn.format, frame.pkgId, frame.reqId, result))
+      }).pipe(Effect.annotateLogs({ request_id: frame.reqId })),
+      "ws.message",
+      { kind: "server", captureStackTrace: false, attributes: { pkg_id: frame.pkgId, "ws.req_id": frame.reqId, "user.id": user.id } }
+    )
+
+  return {
+    /** One frame, in order with the others of its connection. */
+    handle: (conn: Connection, inbound: InboundFrame): Effect.Effect<void, never, Authors> => {
+      const frame = decodeFrame(conn.format, inbound)
+      const user = conn.user()
+      if (frame._tag === "Invalid" || user === undefined) return Effect.sync(() => conn.close(Close.InvalidFormat))
+      if (frame._tag === "Auth") return deps.reauthenticate(conn, frame.token)
+      return request(conn, user, frame)
+    }
+  }
+}
