@@ -41,8 +41,8 @@ export const defaultWriterOptions: WriterOptions = {
   bufferMax: 100_000,
   streamMax: 1_000_000,
   claimIdle: "30 seconds",
-  // CONTRACT §5 Shutdown: exit within 10 s, flush included.
-  flushTimeout: "8 seconds"
+  // CONTRACT §5/§9: exit within 10 s of SIGTERM, flush included: main.ts drains HTTP for 5 s first.
+  flushTimeout: "3500 millis"
 }
 
 /** Capped exponential backoff, forever: a batch waits for the database, it is never discarded. */
@@ -147,11 +147,11 @@ const makeBuffer = (options: WriterOptions) =>
     }))
     const fiber = yield* Effect.forkDetach(loop)
     /** Stops the fiber and writes what it held and what is queued (the batch in flight may be written twice: idempotent). */
-    const flush = Effect.gen(function*() {
+    const flush = (timeout: Duration.Input) => Effect.gen(function*() {
       yield* Fiber.interrupt(fiber)
       // `Queue.clear`, not `takeAll`: that one waits for at least one record.
       const rest = [...inFlight, ...(yield* Queue.clear(queue))]
-      const left = yield* flushWithin(insert, rest, options.flushTimeout)
+      const left = yield* flushWithin(insert, rest, timeout)
       yield* countDropped(left, "shutdown")
     })
     return { offer, flush } as const
@@ -164,7 +164,7 @@ const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), e
 export const makeBufferedAuditLog = (options: WriterOptions = defaultWriterOptions) =>
   Effect.gen(function*() {
     const buffer = yield* makeBuffer(options)
-    yield* Effect.addFinalizer(() => buffer.flush)
+    yield* Effect.addFinalizer(() => buffer.flush(options.flushTimeout))
     return AuditLog.of({ record: (entry) => buffer.offer(newEntry(entry)) })
   })
 
@@ -173,11 +173,13 @@ export const makeBufferedAuditLog = (options: WriterOptions = defaultWriterOptio
 
 type StreamEntry = { readonly id: string; readonly stored: StoredEntry | undefined }
 
-/** A record on its way to the stream, and how to resume the request that waits for it. */
-type PendingAppend = { readonly stored: StoredEntry; readonly resume: (done: Effect.Effect<void>) => void }
+/** A record on its way to the stream, and how to let the request that waits for it go on. */
+type PendingAppend = { readonly stored: StoredEntry; readonly resume: () => void }
 
 /** A batch of XADDs Redis has not answered by then goes to the in-process buffer. */
 const APPEND_TIMEOUT_MS = 2000
+/** The longest a request waits for its record's XADD (loopback Redis answers in well under 1 ms). */
+const REQUEST_WAIT_MS = 100
 
 const encodeEntry = (stored: StoredEntry) => JSON.stringify({ ...stored.entry, timestamp: stored.entry.timestamp.toISOString() })
 
@@ -298,7 +300,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
       )
       return failed.pipe(
         Effect.flatMap((records) => Effect.forEach(records, ({ stored }) => buffer.offer(stored), { discard: true })),
-        Effect.ensuring(Effect.sync(() => batch.forEach(({ resume }) => resume(Effect.void))))
+        Effect.ensuring(Effect.sync(() => batch.forEach(({ resume }) => resume())))
       )
     }
     const appender = yield* Effect.forkDetach(Effect.forever(Effect.gen(function*() {
@@ -313,15 +315,18 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
       yield* Fiber.interrupt(appender)
       const left = [...appending, ...(yield* Queue.clear(appends))]
       yield* Effect.forEach(left, ({ stored }) => buffer.offer(stored), { discard: true })
-      left.forEach(({ resume }) => resume(Effect.void))
+      left.forEach(({ resume }) => resume())
     })
 
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         yield* stopAppender
         yield* Fiber.interrupt(fiber)
-        // Whatever this instance holds or is still queued in the stream goes in now; what does not
-        // fit in the time stays in the stream for the next consumer (nothing is lost).
+        // One deadline for both (CONTRACT §9: exit within 10 s in every state). The in-process
+        // buffer first: its records exist nowhere else. Then whatever this instance holds or is
+        // still queued in the stream; what does not fit stays in the stream for the next consumer.
+        const deadline = Date.now() + Duration.toMillis(Duration.fromInputUnsafe(options.flushTimeout))
+        yield* buffer.flush(options.flushTimeout)
         const drain = Effect.gen(function*() {
           for (const id of ["0", ">"] as const) {
             while (true) {
@@ -332,10 +337,9 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
           }
         })
         yield* drain.pipe(
-          Effect.timeoutOption(options.flushTimeout),
+          Effect.timeoutOption(Math.max(0, deadline - Date.now())),
           Effect.catch((error) => Effect.logWarning("Audit stream not drained at shutdown; entries stay pending", error))
         )
-        yield* buffer.flush
       })
     )
 
@@ -346,7 +350,18 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
           : closed
           ? buffer.offer(newEntry(entry))
           : Effect.callback<void>((resume) => {
-            Queue.offerUnsafe(appends, { stored: newEntry(entry), resume })
+            // The request waits for its XADD (so an answered request has a durable record) but
+            // never longer than REQUEST_WAIT_MS: a Redis that accepts and does not answer must not
+            // slow requests (CONTRACT §6); the record still goes to the stream or the buffer.
+            let waiting = true
+            const go = () => {
+              if (!waiting) return
+              waiting = false
+              clearTimeout(timer)
+              resume(Effect.void)
+            }
+            const timer = setTimeout(go, REQUEST_WAIT_MS)
+            Queue.offerUnsafe(appends, { stored: newEntry(entry), resume: go })
           })
     })
   })

@@ -1,6 +1,6 @@
 /**
- * A loopback TCP proxy a test can cut and restore, to simulate an outage of PostgreSQL or Redis
- * without stopping the shared server other tests use.
+ * A loopback TCP proxy a test can cut, blackhole and restore, to simulate an outage of PostgreSQL or
+ * Redis without stopping the shared server other tests use.
  */
 import { createServer, type Server, type Socket, connect } from "node:net"
 
@@ -8,15 +8,33 @@ export interface TcpProxy {
   readonly port: number
   /** Refuses new connections and drops open ones. */
   readonly cut: () => Promise<void>
-  /** Accepts connections again on the same port. */
+  /** Accepts connections (open and new) but forwards nothing either way: a half-open peer. */
+  readonly blackhole: () => void
+  /** Accepts connections again on the same port and forwards again. */
   readonly restore: () => Promise<void>
   readonly close: () => Promise<void>
 }
 
 export const startTcpProxy = async (targetHost: string, targetPort: number): Promise<TcpProxy> => {
   const sockets = new Set<Socket>()
+  const pairs = new Set<readonly [Socket, Socket]>()
+  let blackholed = false
+  const swallow = (socket: Socket) => {
+    socket.unpipe()
+    socket.removeAllListeners("data")
+    socket.on("data", () => {})
+    socket.resume()
+  }
   const handle = (client: Socket) => {
+    if (blackholed) {
+      sockets.add(client)
+      client.on("error", () => client.destroy())
+      swallow(client)
+      return
+    }
     const upstream = connect(targetPort, targetHost)
+    const pair = [client, upstream] as const
+    pairs.add(pair)
     sockets.add(client)
     sockets.add(upstream)
     const drop = () => {
@@ -24,6 +42,7 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
       upstream.destroy()
       sockets.delete(client)
       sockets.delete(upstream)
+      pairs.delete(pair)
     }
     client.on("error", drop).on("close", drop)
     upstream.on("error", drop).on("close", drop)
@@ -48,7 +67,16 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
   return {
     port,
     cut: () => stop(server),
+    blackhole: () => {
+      blackholed = true
+      for (const [client, upstream] of pairs) {
+        swallow(client)
+        swallow(upstream)
+      }
+    },
     restore: async () => {
+      blackholed = false
+      await stop(server)
       server = createServer(handle)
       await listen(server, port)
     },
