@@ -11,7 +11,8 @@
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Context, Effect, Layer, type Scope } from "effect"
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
+import { randomBytes } from "node:crypto"
+import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
 import { STARTING_REPORT } from "../Observability/Api.ts"
 
@@ -33,14 +34,33 @@ export interface NodeServerShape {
 
 export class NodeServer extends Context.Service<NodeServer, NodeServerShape>()("Http/NodeServer") {}
 
-/** Answers an upgrade request with a plain HTTP error and closes the socket. */
+/** Answers on the raw socket with a JSON `{detail}` error and closes it (a refused upgrade, a request the parser refused). */
 export const refuseUpgrade = (socket: Duplex, status: number, detail: string) => {
   const body = JSON.stringify({ detail })
-  const reason = status === 404 ? "Not Found" : status === 503 ? "Service Unavailable" : "Bad Request"
   socket.end(
-    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
-      `Connection: close\r\n\r\n${body}`
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Bad Request"}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\n` +
+      `X-Correlation-ID: ${randomBytes(4).toString("hex")}\r\nConnection: close\r\n\r\n${body}`
   )
+}
+
+/**
+ * A request Node's HTTP parser refuses (control or non-ASCII bytes in the target or a header, a
+ * header section over 16 KiB, Content-Length with Transfer-Encoding, a malformed chunk) never
+ * reaches the app; Node would answer a bare 400 with no body. CONTRACT §3: every error body is JSON
+ * with `detail`.
+ */
+const answerClientError = (error: NodeJS.ErrnoException, socket: Duplex) => {
+  if (error.code === "ECONNRESET" || !socket.writable) {
+    socket.destroy()
+    return
+  }
+  const [status, detail] = error.code === "HPE_HEADER_OVERFLOW"
+    ? [431, "Request header fields too large"]
+    : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+    ? [408, "Request timeout"]
+    : [400, "Bad request"]
+  refuseUpgrade(socket, status, detail)
 }
 
 const LIVE = JSON.stringify({ status: "ok" })
@@ -73,6 +93,7 @@ export const makeNodeServer = (): NodeServerShape => {
   }
   server.on("request", track("request"))
   server.on("checkContinue", track("checkContinue"))
+  server.on("clientError", answerClientError)
   // Upgrades are dispatched here instead of to the listeners (the platform registers one).
   const emit = server.emit
   server.emit = function(this: Server, event: string | symbol, ...args: Array<unknown>) {
