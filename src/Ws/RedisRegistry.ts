@@ -8,13 +8,21 @@
  * - Broadcasts: PUBLISH on one channel; every instance (this one included) SUBSCRIBEs and
  *   delivers to its own connections.
  * - Sessions: one key per connection with the session's expiry (PX); Redis's key-expiry event
- *   (`notify-keyspace-events Ex`, enabled at startup when permitted) closes the connection on the
- *   instance that holds it. Where the events cannot be enabled, sessions fall back to this
- *   process's timers (the same instance holds the connection, so the outcome is the same).
+ *   (`notify-keyspace-events Ex`) closes the connection on the instance that holds it. That
+ *   instance also keeps a timer of its own per session, the backstop: `SESSION_BACKSTOP_MS` after
+ *   the session's end it asks Redis for the key (PTTL) and closes the connection unless Redis holds
+ *   a later end — and at once when Redis is unreachable. So no connection outlives its session
+ *   whatever Redis does (restarted without the setting, events not permitted, down), and an
+ *   extension made on either side (a re-auth frame moves the key and the timer) is honoured.
+ * - Recovery: on every (re)connection of either connection (a Redis restart forgets a
+ *   `CONFIG SET` and every key), this instance re-enables the key-expiry events (when CONFIG is
+ *   permitted), subscribes its channels again (ioredis resubscribes only the channels whose
+ *   SUBSCRIBE was acknowledged before the drop), and writes its slot leases and session keys back,
+ *   so broadcasts, expiry events and the per-user limit work again at once.
  *
  * Every key and channel carries REDIS_KEY_PREFIX.
  */
-import { Effect, Layer, Schedule } from "effect"
+import { Effect, FiberSet, Layer, Queue, Schedule } from "effect"
 import type { Redis } from "ioredis"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
@@ -50,26 +58,29 @@ export interface RedisRegistryOptions {
 /** `notify-keyspace-events` includes expired-key events ("E" + "x", or "A" which contains "x"). */
 export const hasExpiredEvents = (flags: string) => flags.includes("E") && (flags.includes("x") || flags.includes("A"))
 
-/** Turns on expired-key events if needed; false when they are off and CONFIG is not permitted. */
+/**
+ * How long after a session's end this instance's own timer steps in when Redis's expiry event has
+ * not closed the connection (the events come from Redis's expiry cycle, ten times a second).
+ */
+export const SESSION_BACKSTOP_MS = 250
+
+/** Deadline of the registry's own commands that a handshake or a timer waits on. */
+const COMMAND_TIMEOUT_MS = 1000
+
+type ExpiredEvents = "on" | "enabled" | "unavailable"
+
+/**
+ * Turns on expired-key events if needed: "on" (they were), "enabled" (CONFIG SET done), or
+ * "unavailable" (they are off and CONFIG is not permitted, or Redis did not answer).
+ */
 const enableExpiredEvents = (client: Redis) =>
   Effect.gen(function*() {
-    const reply = yield* redisCommand("CONFIG GET", () => client.config("GET", "notify-keyspace-events"))
+    const reply = yield* redisCommand("CONFIG GET", () => client.config("GET", "notify-keyspace-events"), COMMAND_TIMEOUT_MS * 2)
     const flags = Array.isArray(reply) && typeof reply[1] === "string" ? reply[1] : ""
-    if (hasExpiredEvents(flags)) return true
-    yield* redisCommand("CONFIG SET", () => client.config("SET", "notify-keyspace-events", `${flags}Ex`))
-    return true
-  }).pipe(
-    Effect.catch((error) =>
-      Effect.as(
-        Effect.logWarning(
-          "Redis key-expiry events are off and could not be enabled (set notify-keyspace-events to include Ex); " +
-            "WebSocket sessions expire on this instance's timers instead",
-          error.cause
-        ),
-        false
-      )
-    )
-  )
+    if (hasExpiredEvents(flags)) return "on" as ExpiredEvents
+    yield* redisCommand("CONFIG SET", () => client.config("SET", "notify-keyspace-events", `${flags}Ex`), COMMAND_TIMEOUT_MS * 2)
+    return "enabled" as ExpiredEvents
+  }).pipe(Effect.catch((error) => Effect.succeed({ state: "unavailable" as ExpiredEvents, cause: error.cause })))
 
 export const makeRedisRegistry = (options: RedisRegistryOptions) =>
   Effect.gen(function*() {
@@ -78,16 +89,59 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     const instance = `${hostname()}:${process.pid}:${randomBytes(4).toString("hex")}`
     const slotsKey = (userId: string) => `${prefix}ws:slots:${userId}`
     const sessionPrefix = `${prefix}ws:session:${instance}:`
+    const sessionKey = (connectionId: string) => `${sessionPrefix}${connectionId}`
     const broadcastChannel = `${prefix}ws:broadcast`
     const expiredChannel = `__keyevent@${client.options.db ?? 0}__:expired`
+    const fibers = yield* FiberSet.make()
+    const run = yield* FiberSet.runtime(fibers)<never>()
 
     const listeners = makeListeners()
-    const timers = makeSessionTimers(listeners.expired)
     /** member → slots key, for renewal and for release at shutdown. */
     const held = new Map<string, string>()
     const member = (connectionId: string) => `${instance}:${connectionId}`
+    /** This instance's sessions: connection id → end (epoch ms), as the last start or extension set it. */
+    const sessions = new Map<string, number>()
+    /** Whether Redis is believed to send expiry events: the backstop then waits for them a little. */
+    let keyEvents = false
 
-    const keyEvents = yield* enableExpiredEvents(client)
+    /** The session is over: the connection closes (once). */
+    const expire = (connectionId: string) => {
+      if (!sessions.delete(connectionId)) return
+      timers.cancel(connectionId)
+      listeners.expired(connectionId)
+    }
+    const putSession = (connectionId: string, endMs: number) =>
+      Effect.suspend(() =>
+        isDisconnected(client) ? Effect.void : redisCommand(
+          "SET (session)",
+          () => client.set(sessionKey(connectionId), "1", "PX", Math.max(1, Math.ceil(endMs - Date.now()))),
+          COMMAND_TIMEOUT_MS
+        ).pipe(Effect.asVoid, Effect.ignore) // the backstop timer ends the session anyway
+      )
+    const arm = (connectionId: string, endMs: number) => timers.start(connectionId, endMs + (keyEvents ? SESSION_BACKSTOP_MS : 0))
+
+    /**
+     * The backstop: the session's end (and the slack for Redis's event) has passed and the
+     * connection is still here. Redis decides while it answers — a key with time left is a later
+     * end (the timer follows it), no key means the session is over; unreachable, it is over.
+     */
+    const backstop = (connectionId: string) =>
+      run(Effect.gen(function*() {
+        const end = sessions.get(connectionId)
+        if (end === undefined) return
+        const ttl = isDisconnected(client) ? -2 : yield* redisCommand(
+          "PTTL (session)",
+          () => client.pttl(sessionKey(connectionId)),
+          COMMAND_TIMEOUT_MS
+        ).pipe(Effect.orElseSucceed(() => -2))
+        if (sessions.get(connectionId) !== end) return // ended or extended meanwhile
+        if (ttl > 0) {
+          sessions.set(connectionId, Date.now() + ttl)
+          return arm(connectionId, Date.now() + ttl)
+        }
+        expire(connectionId)
+      }))
+    const timers = makeSessionTimers(backstop)
 
     const subscriber = yield* duplicate
     subscriber.on("message", (channel: string, message: string) => {
@@ -98,11 +152,16 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           // not ours: the channel is prefixed, but anyone may publish on it
         }
       } else if (channel === expiredChannel && message.startsWith(sessionPrefix)) {
-        listeners.expired(message.slice(sessionPrefix.length))
+        const connectionId = message.slice(sessionPrefix.length)
+        const end = sessions.get(connectionId)
+        // A key older than this instance's end (an extension whose SET did not reach Redis): put
+        // the later end back rather than close a session that is not over.
+        if (end !== undefined && end - Date.now() > SESSION_BACKSTOP_MS) run(putSession(connectionId, end))
+        else expire(connectionId)
       }
     })
-    yield* redisCommand("SUBSCRIBE", () => subscriber.subscribe(broadcastChannel, ...(keyEvents ? [expiredChannel] : []))).pipe(
-      Effect.catch((error) => Effect.logWarning("Redis SUBSCRIBE failed; ioredis resubscribes when it reconnects", error.cause))
+    const subscribe = redisCommand("SUBSCRIBE", () => subscriber.subscribe(broadcastChannel, expiredChannel), COMMAND_TIMEOUT_MS * 2).pipe(
+      Effect.catch((error) => Effect.logWarning("Redis SUBSCRIBE failed; retried when the connection is back", error.cause))
     )
 
     const renew = Effect.suspend(() => {
@@ -114,6 +173,65 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         return pipeline.exec()
       }).pipe(Effect.asVoid)
     }).pipe(Effect.catch((error) => Effect.logWarning("WebSocket slot leases not renewed", error.cause)))
+
+    /** Session keys back into Redis (a restarted Redis has none): its events end them again. */
+    const restoreSessions = Effect.suspend(() => {
+      const now = Date.now()
+      const live = [...sessions].filter(([, end]) => end > now)
+      if (live.length === 0 || isDisconnected(client)) return Effect.void
+      return redisCommand("SET (restore sessions)", () => {
+        const pipeline = client.pipeline()
+        for (const [id, end] of live) pipeline.set(sessionKey(id), "1", "PX", Math.max(1, Math.ceil(end - now)))
+        return pipeline.exec()
+      }, COMMAND_TIMEOUT_MS * 2).pipe(Effect.asVoid, Effect.catch((error) => Effect.logWarning("WebSocket session keys not restored", error.cause)))
+    })
+
+    /** Key-expiry events on (when permitted); the warning and the recovery are logged once per change. */
+    const ensureExpiredEvents = (first: boolean) =>
+      Effect.gen(function*() {
+        const result = yield* enableExpiredEvents(client)
+        const state = typeof result === "string" ? result : result.state
+        const was = keyEvents
+        keyEvents = state !== "unavailable"
+        if (typeof result !== "string" && (first || was)) {
+          yield* Effect.logWarning(
+            "Redis key-expiry events are off and could not be enabled (set notify-keyspace-events to include Ex); " +
+              "WebSocket sessions expire on this instance's timers instead",
+            result.cause
+          )
+        } else if (state === "enabled" && !first) {
+          yield* Effect.logInfo("Redis key-expiry events enabled again (notify-keyspace-events was reset)")
+        }
+      })
+
+    /** Everything a Redis restart takes away, put back; run on every (re)connection. */
+    const recover = Effect.gen(function*() {
+      yield* ensureExpiredEvents(false)
+      if (subscriber.status === "ready") yield* subscribe
+      yield* renew
+      yield* restoreSessions
+    })
+
+    yield* ensureExpiredEvents(true)
+    yield* subscribe
+
+    // Either connection ready again (the first time included): one recovery pass per burst.
+    const reconnected = yield* Queue.dropping<void>(1)
+    const signal = () => {
+      Queue.offerUnsafe(reconnected, undefined)
+    }
+    yield* Effect.acquireRelease(
+      Effect.sync(() => {
+        client.on("ready", signal)
+        subscriber.on("ready", signal)
+      }),
+      () =>
+        Effect.sync(() => {
+          client.off("ready", signal)
+          subscriber.off("ready", signal)
+        })
+    )
+    yield* Effect.forkScoped(Effect.forever(Effect.andThen(Queue.take(reconnected), recover)))
     yield* Effect.forkScoped(Effect.repeat(renew, Schedule.spaced(Math.max(100, Math.floor(options.slotTtlMs / 3)))))
 
     const release = (userId: string, connectionId: string) =>
@@ -128,6 +246,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     yield* Effect.addFinalizer(() =>
       Effect.suspend(() => {
         timers.clear()
+        sessions.clear()
         if (held.size === 0) return Effect.void
         return redisCommand("ZREM (shutdown)", () => {
           const pipeline = client.pipeline()
@@ -155,21 +274,18 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           return admitted === 1
         }),
       release,
+      // The timer first: whatever becomes of the SET, the session ends.
       startSession: (connectionId, expiresAtMs) =>
         Effect.suspend(() => {
-          if (!keyEvents) return Effect.sync(() => timers.start(connectionId, expiresAtMs))
-          const ttl = Math.max(1, Math.ceil(expiresAtMs - Date.now()))
-          return redisCommand("SET (session)", () => client.set(`${sessionPrefix}${connectionId}`, "1", "PX", ttl)).pipe(
-            Effect.asVoid,
-            // Redis unreachable: the session still ends, on this process's timer.
-            Effect.catch(() => Effect.sync(() => timers.start(connectionId, expiresAtMs)))
-          )
+          sessions.set(connectionId, expiresAtMs)
+          arm(connectionId, expiresAtMs)
+          return putSession(connectionId, expiresAtMs)
         }),
       endSession: (connectionId) =>
         Effect.suspend(() => {
           timers.cancel(connectionId)
-          if (!keyEvents) return Effect.void
-          return redisCommand("DEL (session)", () => client.del(`${sessionPrefix}${connectionId}`)).pipe(Effect.ignore)
+          if (!sessions.delete(connectionId) || isDisconnected(client)) return Effect.void
+          return redisCommand("DEL (session)", () => client.del(sessionKey(connectionId)), COMMAND_TIMEOUT_MS).pipe(Effect.ignore)
         }),
       broadcast: (message) =>
         redisCommand("PUBLISH", () => client.publish(broadcastChannel, JSON.stringify(message))).pipe(
