@@ -100,8 +100,12 @@ const SpanNamesLive = Layer.succeed(HttpMiddleware.SpanNameGenerator, (() => {
   }
 })())
 
-/** Serves the routes and the `/web` WebSocket. */
-const routes = HttpRouter.toHttpEffect(RoutesLive)
+/**
+ * Serves the routes and the `/web` WebSocket. A path parameter may be longer than the router's
+ * default 100 characters, so a long report name or author id reaches its schema and gets its 400 /
+ * 422 (CONTRACT §3, §7) instead of a 404; the line itself stays bounded by Node's 16 KiB header limit.
+ */
+const routes = HttpRouter.toHttpEffect(RoutesLive).pipe(Effect.provideService(HttpRouter.RouterConfig, { maxParamLength: 4096 }))
 
 /**
  * A server middleware, even one that does nothing, makes the platform open the request's server

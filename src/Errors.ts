@@ -39,6 +39,11 @@ export class InvalidFilename extends Schema.TaggedError<InvalidFilename>()("Inva
 export class ReportNotFound extends Schema.TaggedError<ReportNotFound>()("ReportNotFound", fields) {
   static readonly of = (filename: string) => new ReportNotFound({ detail: `Report ${filename} not found` })
 }
+/** `POST /api/profiling/reports` refused (CONTRACT §9 "Profiling when disabled"). */
+export class CaptureRefused extends Schema.TaggedError<CaptureRefused>()("CaptureRefused", fields) {
+  static readonly disabled = new CaptureRefused({ detail: "Profiling is disabled" })
+  static readonly running = new CaptureRefused({ detail: "A capture is already running" })
+}
 export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", fields) {
   static readonly instance = new RateLimited({ detail: "Rate limit exceeded" })
 }
@@ -63,6 +68,7 @@ export type ClientError =
   | AuditLogNotFound
   | InvalidFilename
   | ReportNotFound
+  | CaptureRefused
   | RateLimited
   | PayloadTooLarge
   | RouteNotFound
@@ -84,6 +90,7 @@ export const errorStatus: { readonly [K in ClientError["_tag"]]: { readonly http
   AuditLogNotFound: { http: 404, ws: WsStatus.INVALID_DATA },
   InvalidFilename: { http: 400, ws: WsStatus.INVALID_DATA },
   ReportNotFound: { http: 404, ws: WsStatus.INVALID_DATA },
+  CaptureRefused: { http: 409, ws: WsStatus.ERROR },
   RateLimited: { http: 429, ws: WsStatus.ERROR },
   PayloadTooLarge: { http: 413, ws: WsStatus.INVALID_DATA },
   RouteNotFound: { http: 404, ws: WsStatus.INVALID_DATA },
@@ -118,6 +125,7 @@ export const Wire = {
   AuditLogNotFound: wire(AuditLogNotFound, "AuditLogNotFound"),
   InvalidFilename: wire(InvalidFilename, "InvalidFilename"),
   ReportNotFound: wire(ReportNotFound, "ReportNotFound"),
+  CaptureRefused: wire(CaptureRefused, "CaptureRefused"),
   RateLimited: wire(RateLimited, "RateLimited"),
   PayloadTooLarge: wire(PayloadTooLarge, "PayloadTooLarge"),
   RouteNotFound: wire(RouteNotFound, "RouteNotFound"),

@@ -1,6 +1,7 @@
 /**
  * Profiling endpoints (INTERFACE §Endpoints, CONTRACT §7, §9): status, the list of reports, one
- * report as HTML, its deletion, and (beyond INTERFACE) a report taken now. No authentication.
+ * report as HTML, its deletion, and (beyond INTERFACE) a report taken now (only while enabled, one
+ * at a time). No authentication.
  */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
@@ -50,9 +51,15 @@ export class ProfilingApi extends HttpApiGroup.make("profiling")
       .annotate(OpenApi.Summary, "Profiling reports, newest first"),
     HttpApiEndpoint.post("captureReport", "/api/profiling/reports", {
       payload: CaptureRequest,
-      success: ReportDescriptor.pipe(HttpApiSchema.status(201))
+      success: ReportDescriptor.pipe(HttpApiSchema.status(201)),
+      error: Wire.CaptureRefused
     })
-      .annotate(OpenApi.Summary, "Profile the service now for `seconds` (1–60, default PROFILING_INTERVAL_SECONDS capped at 60)"),
+      .annotate(OpenApi.Summary, "Profile the service now for `seconds` (1–60, default PROFILING_INTERVAL_SECONDS capped at 60)")
+      .annotate(
+        OpenApi.Description,
+        "One capture samples at a time. A request waits for the interval capture that is sampling (at most `interval_seconds`), then samples. " +
+          "409 `Profiling is disabled` when `PROFILING_ENABLED=false`; 409 `A capture is already running` while another on-demand capture runs or waits."
+      ),
     HttpApiEndpoint.get("getReport", "/api/profiling/reports/:filename", {
       params: FilenameParams,
       success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/html" })),

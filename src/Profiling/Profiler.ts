@@ -1,22 +1,26 @@
 /**
  * The service profiles its own CPU with the V8 inspector (`node:inspector`, Profiler domain;
  * CONTRACT §7, §9): when `PROFILING_ENABLED`, one report per `PROFILING_INTERVAL_SECONDS`, the newest
- * 20 kept; on demand at any time. Reports are self-contained HTML files in `PROFILING_OUTPUT_DIR`.
- * Names from clients are checked strictly: the pattern, then the real path (symlinks followed)
- * must lie inside the directory.
+ * 20 kept; on demand (`POST`) only while enabled. One capture samples at a time: an on-demand one
+ * waits for the interval capture that is sampling (at most one interval) and is refused with 409
+ * while another on-demand one runs or waits. Reports are self-contained HTML files in
+ * `PROFILING_OUTPUT_DIR`. Names from clients are checked strictly: the pattern and length, then the
+ * real path (symlinks followed) must lie inside the directory.
  */
-import { Context, Effect, Layer, Schedule, Semaphore } from "effect"
+import { Context, Effect, Layer, Option, Schedule, Semaphore } from "effect"
 import type { Stats } from "node:fs"
 import { lstat, mkdir, readdir, readFile, realpath, stat, unlink, writeFile } from "node:fs/promises"
 import { Session } from "node:inspector/promises"
 import { join, resolve, sep } from "node:path"
 import { AppConfig } from "../Config.ts"
-import { InvalidFilename, ReportNotFound } from "../Errors.ts"
+import { CaptureRefused, InvalidFilename, ReportNotFound } from "../Errors.ts"
 import type { ReportDescriptor } from "./Api.ts"
 import { type CpuProfile, renderReport } from "./Report.ts"
 
 export const REPORT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]*\.html$/
 export const KEEP_REPORTS = 20
+/** A longer name cannot exist in the directory (NAME_MAX, in bytes; the pattern allows ASCII only). */
+const NAME_MAX = 255
 const SAMPLING_INTERVAL_MICROS = 1000
 export const PROFILER_COMMAND = "node:inspector Profiler, 1 ms sampling"
 
@@ -62,7 +66,7 @@ const make = Effect.gen(function*() {
   /** The checked real path of a report, or the client's error (CONTRACT §7). */
   const locate = (filename: string): Effect.Effect<string, InvalidFilename | ReportNotFound> =>
     Effect.gen(function*() {
-      if (!REPORT_NAME.test(filename)) return yield* Effect.fail(InvalidFilename.instance)
+      if (filename.length > NAME_MAX || !REPORT_NAME.test(filename)) return yield* Effect.fail(InvalidFilename.instance)
       const candidate = join(directory, filename)
       const real = yield* Effect.tryPromise({ try: () => realpath(candidate), catch: (e) => e }).pipe(
         Effect.catch((error) =>
@@ -120,10 +124,17 @@ const make = Effect.gen(function*() {
       return describe(filename, yield* Effect.promise(() => stat(path)))
     }).pipe(Effect.withSpan("Profiler.capture", { attributes: { seconds } }))
 
-  // On-demand captures run one at a time: the endpoint is public (INTERFACE), so a burst of
-  // requests queues instead of stacking inspector sessions.
+  // One capture samples at a time (CONTRACT §9). The endpoint is public (INTERFACE): an on-demand
+  // capture waits (FIFO) for the interval capture that is sampling, and a second on-demand one
+  // while the first runs or waits is refused, so nothing queues without bound.
+  const sampling = yield* Semaphore.make(1)
   const onDemand = yield* Semaphore.make(1)
-  const captureNow = (seconds: number) => onDemand.withPermits(1)(capture(seconds))
+  const captureNow = (seconds: number) =>
+    config.profilingEnabled
+      ? onDemand.withPermitsIfAvailable(1)(sampling.withPermit(capture(seconds))).pipe(
+        Effect.flatMap(Option.match({ onNone: () => Effect.fail(CaptureRefused.running), onSome: Effect.succeed }))
+      )
+      : Effect.fail(CaptureRefused.disabled)
 
   const status = {
     enabled: config.profilingEnabled,
@@ -136,7 +147,7 @@ const make = Effect.gen(function*() {
 
   if (config.profilingEnabled) {
     // Continuous profiling: back to back, one report per interval; a failure is logged, never fatal.
-    yield* capture(config.profilingIntervalSeconds).pipe(
+    yield* sampling.withPermit(capture(config.profilingIntervalSeconds)).pipe(
       Effect.catchCause((cause) => Effect.logWarning("Profiling capture failed", cause)),
       Effect.repeat(Schedule.forever),
       Effect.forkScoped

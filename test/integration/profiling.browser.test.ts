@@ -19,7 +19,7 @@ describe.runIf(existsSync(CHROMIUM))("a profiling report in headless Chromium", 
   let app: TestApp
   let browser: Browser
   beforeAll(async () => {
-    app = await startTestApp()
+    app = await startTestApp({ config: { profilingEnabled: true, profilingIntervalSeconds: 1 } })
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]

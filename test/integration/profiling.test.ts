@@ -1,7 +1,8 @@
 /**
  * Profiling (INTERFACE §Endpoints, CONTRACT §7, §9): status, on-demand and continuous reports,
- * listing, serving and deleting with strict filename checks (traversal, encoded or raw, and
- * symlinks escaping the directory), and a report that opens in headless Chromium.
+ * listing, serving and deleting with strict filename checks (traversal, encoded or raw, names over
+ * 255 bytes, and symlinks escaping the directory); captures refused while disabled, and one capture
+ * sampling at a time (a second on-demand one is refused, the interval one is waited for).
  */
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, symlinkSync, utimesSync, writeFileSync } from "node:fs"
 import { request as httpRequest } from "node:http"
@@ -44,6 +45,20 @@ const rawRequest = (app: TestApp, method: string, path: string) =>
     req.end()
   })
 
+/** Writes a report by hand (the disabled service takes none). */
+const writeReport = (directory: string, name: string, body = "<!DOCTYPE html><title>by hand</title>") => {
+  mkdirSync(directory, { recursive: true })
+  writeFileSync(join(directory, name), body)
+}
+
+/** The sampling window of a report: its start and its duration (the page's subtitle). */
+const windowOf = (html: string) => {
+  const match = /<p class="sub">(\S+) · ([\d.]+) ms/.exec(html)
+  if (match === null) throw new Error("no sampling window in the report")
+  const start = Date.parse(match[1]!)
+  return { start, end: start + Number(match[2]) }
+}
+
 const firstSelfRow = (html: string) => {
   const table = html.slice(html.indexOf(`id="by-self"`))
   return /<td class="fn">([^<]*)<\/td><td class="loc">([^<]*)<\/td>/.exec(table)
@@ -75,29 +90,19 @@ describe("profiling endpoints", () => {
     })
   })
 
-  it("takes a report on demand that ranks the busy function first, lists it, serves it as HTML", async () => {
-    const descriptor = await captureBusyReport(app)
-    expect(descriptor.filename).toMatch(/^profile-[0-9TZ]+-[a-z0-9]+\.html$/)
-    expect(descriptor).toMatchObject({ path: join(dir(), descriptor.filename) })
-    expect(descriptor.size_bytes).toBeGreaterThan(0)
-    expect(Math.abs(descriptor.created_at - Date.now() / 1000)).toBeLessThan(120)
+  it("refuses a capture while disabled with 409; listing, download and delete keep working", async () => {
+    writeReport(dir(), "kept.html")
+    const res = await request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } })
+    expect(res).toMatchObject({ status: 409, body: { detail: "Profiling is disabled" } })
+    expect(readdirSync(dir())).toEqual(["kept.html"])
 
-    const listed = await request(app, "GET", "/api/profiling/reports")
-    expect(listed.status).toBe(200)
-    expect(listed.body).toEqual({ reports: [descriptor], total_count: 1 })
-
-    const res = await fetch(`${app.url}/api/profiling/reports/${descriptor.filename}`)
-    expect(res.status).toBe(200)
-    expect(res.headers.get("content-type")).toMatch(/^text\/html/)
-    const html = await res.text()
-    expect(Buffer.byteLength(html)).toBe(descriptor.size_bytes)
-    const top = firstSelfRow(html)
-    expect(top?.[1]).toBe("burnCpuForProfilerTest")
-    expect(top?.[2]).toMatch(/Burn\.ts:\d+$/)
-    expect(html).toContain("<svg id=\"flame\"")
-    // Self-contained: no external scripts, styles, images or fonts.
-    expect(html).not.toMatch(/\b(src|href)=["']?(https?:)?\/\//i)
-    expect(html).not.toMatch(/@import|url\(\s*["']?https?:/i)
+    const listed = (await request(app, "GET", "/api/profiling/reports")).body as { reports: Array<Descriptor> }
+    expect(listed.reports.map((r) => r.filename)).toEqual(["kept.html"])
+    const served = await rawRequest(app, "GET", "/api/profiling/reports/kept.html")
+    expect(served).toEqual({ status: 200, body: "<!DOCTYPE html><title>by hand</title>" })
+    const del = await request(app, "DELETE", "/api/profiling/reports/kept.html")
+    expect(del).toMatchObject({ status: 200, body: { message: "Report deleted", filename: "kept.html" } })
+    expect(readdirSync(dir())).toEqual([])
   })
 
   it("validates the capture duration (1–60 s)", async () => {
@@ -150,36 +155,33 @@ describe("profiling endpoints", () => {
     expect(existsSync(join(outside, "secret.html"))).toBe(true)
   })
 
+  it("refuses names over 255 bytes with 400, never a 500", async () => {
+    // Such a name reaches the service (App.ts raises the router's parameter limit), which refuses it
+    // before the file system does (ENAMETOOLONG).
+    for (const length of [256, 300]) {
+      const name = "a".repeat(length - ".html".length) + ".html"
+      for (const method of ["GET", "DELETE"] as const) {
+        const res = await request(app, method, `/api/profiling/reports/${name}`)
+        expect({ method, length, status: res.status, body: res.body }).toEqual({ method, length, status: 400, body: { detail: "Invalid filename" } })
+      }
+    }
+    // 255 bytes is a valid name: absent, so 404.
+    const longest = "a".repeat(250) + ".html"
+    expect(await request(app, "GET", `/api/profiling/reports/${longest}`)).toMatchObject({ status: 404, body: { detail: `Report ${longest} not found` } })
+  })
+
   it("serves a symlink that resolves inside the directory", async () => {
-    const [report] = ((await request(app, "GET", "/api/profiling/reports")).body as { reports: Array<Descriptor> }).reports
-    symlinkSync(join(dir(), report!.filename), join(dir(), "latest.html"))
+    writeReport(dir(), "report-1.html", "<!DOCTYPE html><title>report one</title>")
+    symlinkSync(join(dir(), "report-1.html"), join(dir(), "latest.html"))
     const res = await rawRequest(app, "GET", "/api/profiling/reports/latest.html")
     expect(res.status).toBe(200)
-    expect(res.body).toContain("burnCpuForProfilerTest")
+    expect(res.body).toContain("report one")
   })
 
   it("deletes a report: 200 {message, filename}, then 404", async () => {
-    const [report] = ((await request(app, "GET", "/api/profiling/reports")).body as { reports: Array<Descriptor> }).reports
-    const del = await request(app, "DELETE", `/api/profiling/reports/${report!.filename}`)
-    expect(del).toMatchObject({ status: 200, body: { message: "Report deleted", filename: report!.filename } })
-    expect((await request(app, "GET", `/api/profiling/reports/${report!.filename}`)).status).toBe(404)
-  })
-
-  it(`keeps the newest ${KEEP_REPORTS} reports`, async () => {
-    const old = Date.now() / 1000 - 3600
-    for (let i = 0; i < KEEP_REPORTS + 3; i++) {
-      const file = join(dir(), `old-${String(i).padStart(2, "0")}.html`)
-      writeFileSync(file, "<!DOCTYPE html><title>old</title>")
-      utimesSync(file, old + i, old + i)
-    }
-    const fresh = (await request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } })).body as Descriptor
-    const listed = (await request(app, "GET", "/api/profiling/reports")).body as { reports: Array<Descriptor>; total_count: number }
-    expect(listed.total_count).toBe(KEEP_REPORTS)
-    expect(listed.reports[0]!.filename).toBe(fresh.filename)
-    // The oldest went first.
-    const names = readdirSync(dir())
-    expect(names).not.toContain("old-00.html")
-    expect(names).toContain(`old-${String(KEEP_REPORTS + 2).padStart(2, "0")}.html`)
+    const del = await request(app, "DELETE", "/api/profiling/reports/report-1.html")
+    expect(del).toMatchObject({ status: 200, body: { message: "Report deleted", filename: "report-1.html" } })
+    expect((await request(app, "GET", "/api/profiling/reports/report-1.html")).status).toBe(404)
   })
 
   it("is described in the OpenAPI document", async () => {
@@ -187,15 +189,21 @@ describe("profiling endpoints", () => {
     expect(Object.keys(doc.paths["/api/profiling/reports"]!)).toEqual(expect.arrayContaining(["get", "post"]))
     expect(Object.keys(doc.paths["/api/profiling/reports/{filename}"]!)).toEqual(expect.arrayContaining(["get", "delete"]))
     expect(doc.paths["/api/profiling/status"]).toBeDefined()
+    const post = doc.paths["/api/profiling/reports"]!["post"] as { description: string; responses: Record<string, unknown> }
+    expect(Object.keys(post.responses)).toEqual(expect.arrayContaining(["201", "409"]))
+    expect(post.description).toContain("A capture is already running")
+    expect(post.description).toContain("Profiling is disabled")
   })
 })
 
-describe("continuous profiling", () => {
+describe("captures while enabled", () => {
   let app: TestApp
   beforeAll(async () => {
     app = await startTestApp({ config: { profilingEnabled: true, profilingIntervalSeconds: 1 } })
   })
   afterAll(() => app?.close())
+
+  const dir = () => join(app.dataDir, "profiling")
 
   it("writes one report per interval while enabled", async () => {
     const deadline = Date.now() + 20_000
@@ -207,4 +215,76 @@ describe("continuous profiling", () => {
     expect(count).toBeGreaterThanOrEqual(2)
     expect((await request(app, "GET", "/api/profiling/status")).body).toMatchObject({ enabled: true, interval_seconds: 1 })
   })
+
+  it("takes a report on demand that ranks the busy function first, lists it, serves it as HTML", async () => {
+    const descriptor = await captureBusyReport(app)
+    expect(descriptor.filename).toMatch(/^profile-[0-9TZ]+-[a-z0-9]+\.html$/)
+    expect(descriptor).toMatchObject({ path: join(dir(), descriptor.filename) })
+    expect(descriptor.size_bytes).toBeGreaterThan(0)
+    expect(Math.abs(descriptor.created_at - Date.now() / 1000)).toBeLessThan(120)
+
+    const listed = await request(app, "GET", "/api/profiling/reports")
+    expect(listed.status).toBe(200)
+    expect((listed.body as { reports: Array<Descriptor> }).reports).toContainEqual(descriptor)
+
+    const res = await fetch(`${app.url}/api/profiling/reports/${descriptor.filename}`)
+    expect(res.status).toBe(200)
+    expect(res.headers.get("content-type")).toMatch(/^text\/html/)
+    const html = await res.text()
+    expect(Buffer.byteLength(html)).toBe(descriptor.size_bytes)
+    const top = firstSelfRow(html)
+    expect(top?.[1]).toBe("burnCpuForProfilerTest")
+    expect(top?.[2]).toMatch(/Burn\.ts:\d+$/)
+    expect(html).toContain("<svg id=\"flame\"")
+    // Self-contained: no external scripts, styles, images or fonts.
+    expect(html).not.toMatch(/\b(src|href)=["']?(https?:)?\/\//i)
+    expect(html).not.toMatch(/@import|url\(\s*["']?https?:/i)
+  })
+
+  it("refuses a second on-demand capture with 409 while one runs, then accepts the next", async () => {
+    // The first samples for 3 s (after waiting for the interval capture); the second is sent while
+    // the first is pending. Whichever the service takes first, the other is refused at once.
+    const first = request(app, "POST", "/api/profiling/reports", { body: { seconds: 3 } })
+    const second = request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } })
+    const refused = await Promise.race([first, second])
+    expect(refused).toMatchObject({ status: 409, body: { detail: "A capture is already running" } })
+    expect((await Promise.all([first, second])).map((r) => r.status).sort()).toEqual([201, 409])
+    const next = await request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } })
+    expect(next.status).toBe(201)
+  })
+
+  it("waits for the interval capture: no two reports sample at the same time", async () => {
+    const onDemand = await request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } })
+    expect(onDemand.status).toBe(201)
+    // The on-demand report and the interval reports written before it (newest first).
+    const { reports } = (await request(app, "GET", "/api/profiling/reports")).body as { reports: Array<Descriptor> }
+    const recent = reports.slice(reports.findIndex((r) => r.filename === (onDemand.body as Descriptor).filename)).slice(0, 4)
+    expect(recent.length).toBe(4)
+    const windows = await Promise.all(recent.map(async (r) => windowOf((await rawRequest(app, "GET", `/api/profiling/reports/${r.filename}`)).body)))
+    windows.sort((a, b) => a.start - b.start)
+    for (let i = 1; i < windows.length; i++) {
+      expect(windows[i]!.start, `report ${i} starts after report ${i - 1} ends`).toBeGreaterThanOrEqual(windows[i - 1]!.end)
+    }
+  })
+
+  it(`keeps the newest ${KEEP_REPORTS} reports`, async () => {
+    const old = Date.now() / 1000 - 3600
+    for (let i = 0; i < KEEP_REPORTS + 3; i++) {
+      const file = join(dir(), `old-${String(i).padStart(2, "0")}.html`)
+      writeFileSync(file, "<!DOCTYPE html><title>old</title>")
+      utimesSync(file, old + i, old + i)
+    }
+    const fresh = (await request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } })).body as Descriptor
+    const listed = (await request(app, "GET", "/api/profiling/reports")).body as { reports: Array<Descriptor>; total_count: number }
+    // An interval report may be written (not yet pruned) after the capture: it sorts first.
+    const newer = listed.reports.findIndex((r) => r.filename === fresh.filename)
+    expect(newer).toBeGreaterThanOrEqual(0)
+    expect(listed.total_count).toBeGreaterThanOrEqual(KEEP_REPORTS)
+    expect(listed.total_count).toBeLessThanOrEqual(KEEP_REPORTS + newer)
+    // The oldest went first: the old reports left are the newest of them.
+    const left = readdirSync(dir()).filter((n) => n.startsWith("old-")).sort()
+    expect(left).not.toContain("old-00.html")
+    expect(left).toEqual(Array.from({ length: left.length }, (_, i) => `old-${String(KEEP_REPORTS + 3 - left.length + i).padStart(2, "0")}.html`))
+  })
+
 })
