@@ -23,12 +23,16 @@ export interface AppConfigShape {
   readonly oidcIssuerUrl: Option.Option<string>
   readonly oidcClientId: string
   readonly oidcClientSecret: Option.Option<Redacted.Redacted<string>>
+  /** `OIDC_AUDIENCE` as set (`none` included); what is checked is `tokenAudience` below. */
   readonly oidcAudience: Option.Option<string>
   readonly authUsersFile: string
   readonly rateLimitEnabled: boolean
   readonly rateLimitPerMinute: number
   readonly rateLimitBurst: number
   readonly rateLimitFailMode: "open" | "closed"
+  /** Beyond CONTRACT §2 (§4 "Failed logins"): failures per username in the window before logins are refused; 0 = off. */
+  readonly loginMaxFailures: number
+  readonly loginFailureWindowSeconds: number
   readonly trustedProxies: ReadonlyArray<Cidr>
   readonly wsMaxConnectionsPerUser: number
   readonly wsMessageRateLimit: number
@@ -128,6 +132,8 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     rateLimitPerMinute: yield* positiveInt("RATE_LIMIT_PER_MINUTE", 60),
     rateLimitBurst: yield* nonNegativeInt("RATE_LIMIT_BURST", 10),
     rateLimitFailMode: yield* Config.Literals(["open", "closed"], "RATE_LIMIT_FAIL_MODE").pipe(Config.withDefault("open")),
+    loginMaxFailures: yield* nonNegativeInt("LOGIN_MAX_FAILURES", 10),
+    loginFailureWindowSeconds: yield* positiveInt("LOGIN_FAILURE_WINDOW_SECONDS", 900),
     trustedProxies: yield* fromParser("TRUSTED_PROXIES", "", parseCidrList),
     wsMaxConnectionsPerUser: yield* positiveInt("WS_MAX_CONNECTIONS_PER_USER", 5),
     wsMessageRateLimit: yield* positiveInt("WS_MESSAGE_RATE_LIMIT", 100),
@@ -145,6 +151,18 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     otelServiceName: yield* Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("author-directory-service"))
   } satisfies AppConfigShape
 })
+
+/**
+ * The audience access tokens must carry (CONTRACT §2, §9): `OIDC_AUDIENCE`; unset, `OIDC_CLIENT_ID`
+ * in production and no check in development; `none` (any case) switches the check off.
+ */
+export const tokenAudience = (
+  config: Pick<AppConfigShape, "appEnv" | "oidcAudience" | "oidcClientId">
+): string | undefined =>
+  Option.match(Option.map(config.oidcAudience, (a) => a.trim()), {
+    onNone: () => (config.appEnv === "production" ? config.oidcClientId : undefined),
+    onSome: (audience) => (audience.toLowerCase() === "none" ? undefined : audience)
+  })
 
 export class AppConfig extends Context.Service<AppConfig, AppConfigShape>()("App/Config") {
   /** Reads the environment (or the current ConfigProvider). */

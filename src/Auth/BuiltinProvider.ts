@@ -3,12 +3,12 @@
  * with a key persisted in `DATA_DIR`, Keycloak's lifetimes (300 s / 1800 s) and claim shapes.
  * It refuses to run with `APP_ENV=production` (CONTRACT §1).
  */
-import { Effect, Layer, Schema } from "effect"
+import { Effect, Layer, Option, Schema } from "effect"
 import { exportJWK, generateKeyPair, importJWK, type JWK, jwtVerify, SignJWT, type CryptoKey } from "jose"
 import { createHash, randomUUID } from "node:crypto"
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs"
 import { join } from "node:path"
-import { AppConfig } from "../Config.ts"
+import { AppConfig, tokenAudience } from "../Config.ts"
 import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.ts"
 import { IdentityProvider, type TokenResponse } from "./IdentityProvider.ts"
 import { isScryptHash, safeEqual, verifyPassword } from "./Passwords.ts"
@@ -90,8 +90,15 @@ export const BuiltinAuthLive = Layer.unwrap(Effect.gen(function*() {
   }
   const users = yield* Effect.try({ try: () => loadUsers(config.authUsersFile), catch: (e) => e as Error }).pipe(Effect.orDie)
   const key = yield* Effect.promise(() => loadOrCreateKey(config.dataDir))
-  const audience = config.oidcAudience._tag === "Some" ? config.oidcAudience.value : config.oidcClientId
-  const verifier = makeTokenVerifier({ key: key.publicKey, issuer: BUILTIN_ISSUER, audience, clientId: config.oidcClientId })
+  // Its tokens name OIDC_AUDIENCE (else the client id), and it checks that audience unless
+  // OIDC_AUDIENCE=none (CONTRACT §2).
+  const audience = tokenAudience(config) ?? config.oidcClientId
+  const verifier = makeTokenVerifier({
+    key: key.publicKey,
+    issuer: BUILTIN_ISSUER,
+    audience: Option.isNone(config.oidcAudience) ? audience : tokenAudience(config),
+    clientId: config.oidcClientId
+  })
   const byName = new Map(users.map((u) => [u.username, u]))
   // Compared against when the user is unknown, so both paths cost one scrypt.
   const dummyHash = "scrypt:16384:8:1:AAAAAAAAAAAAAAAAAAAAAA==:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="

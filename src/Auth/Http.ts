@@ -1,4 +1,5 @@
 import { Effect, Exit, Option } from "effect"
+import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { decodeJwt } from "jose"
 import { Api } from "../Api.ts"
@@ -8,7 +9,9 @@ import { AppConfig } from "../Config.ts"
 import { type ClientError, errorStatus } from "../Errors.ts"
 import { getRequestContext } from "../Http/RequestContext.ts"
 import { authAttemptsTotal } from "../Observability/Metrics.ts"
+import { RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { IdentityProvider, type TokenResponse } from "./IdentityProvider.ts"
+import { makeLoginThrottle, TooManyFailedLogins } from "./LoginThrottle.ts"
 import { rolesOf } from "./TokenVerifier.ts"
 
 /** Who a freshly issued access token names (it comes straight from the provider). */
@@ -31,16 +34,32 @@ export const LoginHttpLive = HttpApiBuilder.group(
   Effect.fn(function*(handlers) {
     const idp = yield* IdentityProvider
     const audit = yield* AuditLog
-    const { oidcClientId: clientId } = yield* AppConfig
+    const config = yield* AppConfig
+    const clientId = config.oidcClientId
+    const throttle = makeLoginThrottle(yield* RateLimiter, {
+      maxFailures: config.loginMaxFailures,
+      windowSeconds: config.loginFailureWindowSeconds,
+      failMode: config.rateLimitFailMode
+    })
 
     /** Every login attempt is audited (CONTRACT §6): username as sent, never the password. */
-    const recordAttempt = (action: string, username: string, exit: Exit.Exit<TokenResponse, ClientError>) =>
+    const recordAttempt = (
+      action: string,
+      username: string,
+      exit: Exit.Exit<TokenResponse, ClientError | TooManyFailedLogins>
+    ) =>
       Effect.gen(function*() {
         const ctx = yield* getRequestContext
         if (ctx === undefined) return
         // A failure the table knows (the provider's errors), else a defect or an interruption: 500.
         const error = Option.getOrUndefined(Exit.findErrorOption(exit))
-        const status = Exit.isSuccess(exit) ? 200 : error !== undefined ? errorStatus[error._tag].http : 500
+        const status = Exit.isSuccess(exit)
+          ? 200
+          : error === undefined
+          ? 500
+          : error._tag === "TooManyFailedLogins"
+          ? 429
+          : errorStatus[error._tag].http
         const subject = Exit.isSuccess(exit) ? subjectOf(exit.value, clientId) : { id: "", username: undefined, roles: [] }
         yield* audit.record({
           timestamp: ctx.startedAt,
@@ -63,13 +82,25 @@ export const LoginHttpLive = HttpApiBuilder.group(
 
     return handlers
       .handle("login", ({ payload }) =>
-        idp.login(payload.username, payload.password).pipe(
+        throttle.guard(
+          payload.username,
+          idp.login(payload.username, payload.password),
+          (error) => error._tag === "InvalidCredentials"
+        ).pipe(
           Effect.onExit((exit) =>
             Effect.andThen(
               Effect.sync(() => authAttemptsTotal.inc({ status: Exit.isSuccess(exit) ? "success" : "failed" })),
               recordAttempt("/login", payload.username, exit)
             )
-          )
+          ),
+          // CONTRACT §4: the 429 carries Retry-After, which a declared error cannot set.
+          Effect.catchTag("TooManyFailedLogins", (error) =>
+            Effect.succeed(
+              HttpServerResponse.jsonUnsafe({ detail: error.detail }, {
+                status: 429,
+                headers: { "retry-after": String(error.retryAfterSeconds) }
+              })
+            ))
         ))
       .handle("refresh", ({ payload }) =>
         idp.refresh(payload.refresh_token).pipe(

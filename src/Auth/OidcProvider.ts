@@ -1,13 +1,13 @@
 /**
- * An external OpenID Connect provider (Keycloak in production): discovery, remote JWKS with key
- * rotation (jose refetches on an unknown `kid`), and the token endpoint for `/login` (password
- * grant) and `/login/refresh` (refresh_token grant).
+ * An external OpenID Connect provider (Keycloak in production): discovery, its JWKS with key
+ * rotation and outage tolerance (Jwks.ts), and the token endpoint for `/login` (password grant)
+ * and `/login/refresh` (refresh_token grant). Every request to the provider has a deadline.
  */
 import { Effect, Layer, Option, Redacted } from "effect"
-import { createRemoteJWKSet, type JWTVerifyGetKey } from "jose"
-import { AppConfig } from "../Config.ts"
+import { AppConfig, tokenAudience } from "../Config.ts"
 import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.ts"
 import { IdentityProvider, type TokenResponse } from "./IdentityProvider.ts"
+import { JWKS_COOLDOWN_MS, JWKS_MAX_AGE_MS, makeJwksCache } from "./Jwks.ts"
 import { makeTokenVerifier, TokenVerifier } from "./TokenVerifier.ts"
 
 interface Discovery {
@@ -20,10 +20,16 @@ export interface OidcOptions {
   readonly issuerUrl: string
   readonly clientId: string
   readonly clientSecret: Option.Option<Redacted.Redacted<string>>
-  readonly audience: Option.Option<string>
-  /** How long jose waits before refetching the JWKS for an unknown key id. */
+  /** The audience access tokens must carry (`tokenAudience`); undefined: not checked. */
+  readonly audience: string | undefined
+  /** The least time between two JWKS fetches (an unknown key id refetches no sooner). */
   readonly jwksCooldownMs?: number
+  /** After this age the JWKS is refreshed; a failed refresh keeps the keys (Jwks.ts). */
+  readonly jwksMaxAgeMs?: number
+  /** The deadline of every request to the provider. */
   readonly timeoutMs?: number
+  /** Told of each failed JWKS fetch. */
+  readonly onJwksFetchError?: (error: unknown, keptCachedKeys: boolean) => void
 }
 
 const isDiscovery = (u: unknown): u is Discovery =>
@@ -48,22 +54,18 @@ export const makeOidc = (options: OidcOptions) => {
     return discovery
   }
 
-  let jwks: JWTVerifyGetKey | undefined
-  const getKey: JWTVerifyGetKey = async (header, token) => {
-    if (jwks === undefined) {
-      const doc = await discover()
-      jwks = createRemoteJWKSet(new URL(doc.jwks_uri), {
-        cooldownDuration: options.jwksCooldownMs ?? 30_000,
-        timeoutDuration: timeoutMs
-      })
-    }
-    return jwks(header, token)
-  }
+  const getKey = makeJwksCache({
+    jwksUri: () => discover().then((doc) => doc.jwks_uri),
+    maxAgeMs: options.jwksMaxAgeMs ?? JWKS_MAX_AGE_MS,
+    cooldownMs: options.jwksCooldownMs ?? JWKS_COOLDOWN_MS,
+    timeoutMs,
+    ...(options.onJwksFetchError !== undefined ? { onFetchError: options.onJwksFetchError } : {})
+  })
 
   const verifier = makeTokenVerifier({
     key: getKey,
     issuer: options.issuerUrl,
-    audience: Option.getOrUndefined(options.audience),
+    audience: options.audience,
     clientId: options.clientId
   })
 
@@ -118,11 +120,19 @@ export const OidcAuthLive = Layer.unwrap(Effect.gen(function*() {
     onNone: () => Effect.die(new Error("OIDC_ISSUER_URL is not set")),
     onSome: Effect.succeed
   })
+  const context = yield* Effect.context<never>()
+  const log = Effect.runForkWith(context)
   const { provider, verifier } = makeOidc({
     issuerUrl,
     clientId: config.oidcClientId,
     clientSecret: config.oidcClientSecret,
-    audience: config.oidcAudience
+    audience: tokenAudience(config),
+    onJwksFetchError: (error, kept) =>
+      void log(
+        Effect.logWarning(kept ? "JWKS refresh failed; keeping the cached keys" : "JWKS fetch failed").pipe(
+          Effect.annotateLogs("reason", error instanceof Error ? error.message : String(error))
+        )
+      )
   })
   return Layer.merge(Layer.succeed(IdentityProvider, provider), Layer.succeed(TokenVerifier, verifier))
 }))

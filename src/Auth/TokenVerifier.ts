@@ -1,7 +1,8 @@
 /**
  * Bearer-token verification with jose: asymmetric algorithms only, issuer, audience when
- * configured, exp/nbf; roles as CONTRACT §3 reads them. Verified tokens are cached until they
- * expire, so the hot path verifies a token's signature once.
+ * configured (`aud` must contain it), exp/nbf/iat with a small clock tolerance (the provider's
+ * clock and ours may differ by a few seconds); roles as CONTRACT §3 reads them. Verified tokens
+ * are cached until they expire, so the hot path verifies a token's signature once.
  */
 import { Context, Effect } from "effect"
 import { errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type CryptoKey } from "jose"
@@ -47,15 +48,20 @@ export interface VerifierOptions {
   readonly audience: string | undefined
   readonly clientId: string
   readonly cacheSize?: number
+  /** Seconds of clock skew allowed on exp, nbf and iat (default `CLOCK_TOLERANCE_SECONDS`). */
+  readonly clockToleranceSeconds?: number
 }
 
 const MAX_CACHE = 10_000
+export const CLOCK_TOLERANCE_SECONDS = 5
 
 export const makeTokenVerifier = (options: VerifierOptions): TokenVerifier["Service"] => {
   const cache = new Map<string, Principal>()
+  const tolerance = options.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS
   const verifyOptions = {
     issuer: options.issuer,
     algorithms: ASYMMETRIC_ALGORITHMS,
+    clockTolerance: tolerance,
     ...(options.audience !== undefined ? { audience: options.audience } : {})
   }
   const remember = (token: string, principal: Principal) => {
@@ -93,7 +99,7 @@ export const makeTokenVerifier = (options: VerifierOptions): TokenVerifier["Serv
     Effect.suspend(() => {
       const cached = cache.get(token)
       if (cached !== undefined) {
-        if (cached.expiresAt * 1000 > Date.now()) {
+        if ((cached.expiresAt + tolerance) * 1000 > Date.now()) {
           tokenValidationTotal.inc({ status: "valid" })
           return Effect.succeed(cached)
         }

@@ -25,8 +25,24 @@ export class RateLimiterUnavailable {
   }
 }
 
+/** A hit that may be taken back (`reserve`). */
+export interface Reservation {
+  readonly decision: RateDecision
+  /**
+   * Takes the admission back, as if the hit had never been admitted (nothing when it was refused
+   * or has already left the window).
+   */
+  readonly release: Effect.Effect<void, RateLimiterUnavailable>
+}
+
 export class RateLimiter extends Context.Service<RateLimiter, {
   readonly hit: (key: string, limit: number, windowMs: number) => Effect.Effect<RateDecision, RateLimiterUnavailable>
+  /**
+   * `hit`, with the means to take the admission back: a budget for outcomes known only later
+   * (failed logins, CONTRACT §4) is reserved before the attempt, atomically, and released when the
+   * outcome does not count — so concurrent attempts can never overrun it.
+   */
+  readonly reserve: (key: string, limit: number, windowMs: number) => Effect.Effect<Reservation, RateLimiterUnavailable>
 }>()("RateLimit/RateLimiter") {}
 
 export const decision = (allowed: boolean, limit: number, count: number, oldest: number | undefined, now: number, windowMs: number): RateDecision => {
@@ -64,34 +80,58 @@ export const withFailMode = (mode: FailMode, limitType: string, limit: number) =
       )
     )
 
-/** In-process sliding window log; memory per key is bounded by `limit` timestamps. */
+/**
+ * In-process sliding window log; memory per key is bounded by `limit` timestamps. Each key keeps
+ * its own window, so keys of different windows (60 s requests, 15 min failed logins) share the
+ * store and each is swept only once its own window has passed.
+ */
 export const makeMemoryRateLimiter = Effect.gen(function*() {
-  const windows = new Map<string, Array<number>>()
+  const windows = new Map<string, { hits: Array<number>; windowMs: number }>()
   let lastSweep = 0
-  const sweep = (now: number, windowMs: number) => {
-    if (now - lastSweep < windowMs) return
+  const SWEEP_EVERY_MS = 60_000
+  const sweep = (now: number) => {
+    if (now - lastSweep < SWEEP_EVERY_MS) return
     lastSweep = now
-    for (const [key, hits] of windows) {
+    for (const [key, { hits, windowMs }] of windows) {
       if (hits.length === 0 || hits[hits.length - 1]! <= now - windowMs) windows.delete(key)
     }
   }
+  const admit = (key: string, limit: number, windowMs: number, now: number) => {
+    sweep(now)
+    let entry = windows.get(key)
+    if (entry === undefined) {
+      entry = { hits: [], windowMs }
+      windows.set(key, entry)
+    }
+    entry.windowMs = windowMs
+    const hits = entry.hits
+    let expired = 0
+    while (expired < hits.length && hits[expired]! <= now - windowMs) expired++
+    if (expired > 0) hits.splice(0, expired)
+    if (hits.length < limit) {
+      hits.push(now)
+      return decision(true, limit, hits.length, hits[0], now, windowMs)
+    }
+    return decision(false, limit, hits.length, hits[0], now, windowMs)
+  }
+  /** Hits of the same millisecond are interchangeable: taking back one of them is exact. */
+  const takeBack = (key: string, at: number) => {
+    const hits = windows.get(key)?.hits
+    const index = hits?.lastIndexOf(at) ?? -1
+    if (index >= 0) hits!.splice(index, 1)
+  }
   return RateLimiter.of({
-    hit: (key, limit, windowMs) =>
+    hit: (key, limit, windowMs) => Effect.map(Clock.currentTimeMillis, (now) => admit(key, limit, windowMs, now)),
+    reserve: (key, limit, windowMs) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
-        sweep(now, windowMs)
-        let hits = windows.get(key)
-        if (hits === undefined) {
-          hits = []
-          windows.set(key, hits)
-        }
-        let expired = 0
-        while (expired < hits.length && hits[expired]! <= now - windowMs) expired++
-        if (expired > 0) hits.splice(0, expired)
-        if (hits.length < limit) {
-          hits.push(now)
-          return decision(true, limit, hits.length, hits[0], now, windowMs)
-        }
-        return decision(false, limit, hits.length, hits[0], now, windowMs)
+        const d = admit(key, limit, windowMs, now)
+        let released = !d.allowed
+        const release = Effect.sync(() => {
+          if (released) return
+          released = true
+          takeBack(key, now)
+        })
+        return { decision: d, release }
       })
   })
 })

@@ -3,7 +3,7 @@
  * and the admission are one atomic step and one round trip — exact under concurrency and across
  * instances. `now` comes from Effect's Clock (a test clock drives both implementations alike);
  * each key is a ZSET of admitted hits only, so its size is bounded by `limit` and it expires
- * with the window.
+ * with the window. `reserve` is the same script; its release removes that hit's member (ZREM).
  */
 import { Clock, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
@@ -40,20 +40,36 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
   // ZSET members must be unique per hit: two hits in the same millisecond are two admissions.
   const instance = randomBytes(6).toString("hex")
   let sequence = 0
+  const admit = (key: string, limit: number, windowMs: number) =>
+    Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      const member = `${now}:${instance}:${(sequence = (sequence + 1) % Number.MAX_SAFE_INTEGER)}`
+      // Not connected: fail now (RATE_LIMIT_FAIL_MODE) rather than queue behind reconnects.
+      if (isDisconnected(client)) return yield* Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
+      const [allowed, count, oldest] = yield* redisCommand(
+        "EVALSHA sliding_window",
+        () => slidingWindow(`${prefix}ratelimit:${key}`, now, windowMs, limit, member),
+        STORE_TIMEOUT_MS
+      ).pipe(Effect.mapError((error) => new RateLimiterUnavailable(error.cause)))
+      return { member, decision: decision(allowed === 1, limit, count, oldest < 0 ? undefined : oldest, now, windowMs) }
+    })
+  /** Removes one admitted hit (its member is unique): the window is as if it had never been admitted. */
+  const takeBack = (key: string, member: string) =>
+    Effect.suspend(() =>
+      isDisconnected(client)
+        ? Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
+        : redisCommand("ZREM", () => client.zrem(`${prefix}ratelimit:${key}`, member), STORE_TIMEOUT_MS).pipe(
+          Effect.mapError((error) => new RateLimiterUnavailable(error.cause)),
+          Effect.asVoid
+        )
+    )
   return RateLimiter.of({
-    hit: (key, limit, windowMs) =>
-      Effect.gen(function*() {
-        const now = yield* Clock.currentTimeMillis
-        const member = `${now}:${instance}:${(sequence = (sequence + 1) % Number.MAX_SAFE_INTEGER)}`
-        // Not connected: fail now (RATE_LIMIT_FAIL_MODE) rather than queue behind reconnects.
-        if (isDisconnected(client)) return yield* Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
-        const [allowed, count, oldest] = yield* redisCommand(
-          "EVALSHA sliding_window",
-          () => slidingWindow(`${prefix}ratelimit:${key}`, now, windowMs, limit, member),
-          STORE_TIMEOUT_MS
-        ).pipe(Effect.mapError((error) => new RateLimiterUnavailable(error.cause)))
-        return decision(allowed === 1, limit, count, oldest < 0 ? undefined : oldest, now, windowMs)
-      })
+    hit: (key, limit, windowMs) => Effect.map(admit(key, limit, windowMs), (admitted) => admitted.decision),
+    reserve: (key, limit, windowMs) =>
+      Effect.map(admit(key, limit, windowMs), ({ decision: d, member }) => ({
+        decision: d,
+        release: d.allowed ? takeBack(key, member) : Effect.void
+      }))
   })
 })
 

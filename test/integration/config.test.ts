@@ -1,11 +1,14 @@
 /**
  * CONTRACT §2: an invalid value stops startup with a message naming the variable. The real
- * entry point is spawned with one bad variable at a time.
+ * entry point is spawned with one bad variable at a time. And the settings whose defaults depend
+ * on others (OIDC_AUDIENCE).
  */
+import { ConfigProvider, Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
+import { appConfig, tokenAudience } from "../../src/Config.ts"
 import { freePort, spawnService } from "../support/Spawn.ts"
 
 const dataDir = mkdtempSync(join(tmpdir(), "ads-config-"))
@@ -17,7 +20,9 @@ const cases: ReadonlyArray<readonly [string, string]> = [
   ["RATE_LIMIT_ENABLED", "maybe"],
   ["RATE_LIMIT_PER_MINUTE", "-5"],
   ["TRUSTED_PROXIES", "300.1.1.1/8"],
-  ["ALLOWED_WS_ORIGINS", "[1, 2"]
+  ["ALLOWED_WS_ORIGINS", "[1, 2"],
+  ["LOGIN_MAX_FAILURES", "-1"],
+  ["LOGIN_FAILURE_WINDOW_SECONDS", "0"]
 ]
 
 describe("invalid configuration stops startup", () => {
@@ -38,4 +43,30 @@ describe("invalid configuration stops startup", () => {
     expect(await service.exited).not.toBe(0)
     expect(service.stderr()).toMatch(/built-in identity provider.*OIDC_ISSUER_URL/)
   }, 60_000)
+})
+
+describe("OIDC_AUDIENCE (CONTRACT §2)", () => {
+  const audienceOf = (env: Record<string, string>) =>
+    Effect.runPromise(
+      appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })), Effect.map(tokenAudience))
+    )
+
+  it("production: defaults to OIDC_CLIENT_ID; a value replaces it; none switches the check off", async () => {
+    expect(await audienceOf({ APP_ENV: "production" })).toBe("author-directory")
+    expect(await audienceOf({ APP_ENV: "production", OIDC_CLIENT_ID: "other-client" })).toBe("other-client")
+    expect(await audienceOf({ APP_ENV: "production", OIDC_AUDIENCE: "api" })).toBe("api")
+    expect(await audienceOf({ APP_ENV: "production", OIDC_AUDIENCE: "none" })).toBeUndefined()
+  })
+
+  it("development: unset means no check; a value is checked", async () => {
+    expect(await audienceOf({})).toBeUndefined()
+    expect(await audienceOf({ OIDC_AUDIENCE: "api" })).toBe("api")
+  })
+
+  it("failed-login slowing defaults: 10 failures per username in 900 s", async () => {
+    const defaults = await Effect.runPromise(
+      appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: {} })))
+    )
+    expect([defaults.loginMaxFailures, defaults.loginFailureWindowSeconds]).toEqual([10, 900])
+  })
 })

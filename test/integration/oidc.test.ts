@@ -1,10 +1,13 @@
 /**
  * The OIDC identity path against oauth2-mock-server playing a Keycloak realm on loopback
  * (STACK-NOTES §h): password and refresh grants through /login, role claims, issuer/audience/
- * exp/nbf checks, asymmetric algorithms only, key rotation, and an unreachable provider.
+ * exp/nbf checks (with clock tolerance), asymmetric algorithms only, key rotation, an unreachable
+ * provider (keys kept), and the audience checked per APP_ENV / OIDC_AUDIENCE.
  */
 import { Option } from "effect"
 import { SignJWT } from "jose"
+import { randomUUID } from "node:crypto"
+import { readFileSync } from "node:fs"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { OAuth2Server } from "oauth2-mock-server"
@@ -26,6 +29,8 @@ let http: Server
 let issuer: string
 let firstKid: string
 let app: TestApp
+/** Requests that reached the mock's token endpoint. */
+let tokenRequests = 0
 /** Refresh tokens the mock handed out, by user (the mock itself accepts any). */
 const refreshTokens = new Map<string, string>()
 
@@ -48,6 +53,7 @@ beforeAll(async () => {
   // The mock routes on bare paths but advertises issuer.url + path: strip the realm prefix.
   http = createServer((req, res) => {
     req.url = (req.url ?? "/").replace(/^\/realms\/demo/, "") || "/"
+    if (req.url === `${KC}/token`) tokenRequests++
     void oidc.service.requestHandler(req, res)
   })
   await new Promise<void>((resolve) => http.listen(0, "127.0.0.1", resolve))
@@ -203,17 +209,118 @@ describe("OIDC provider (oauth2-mock-server as a Keycloak realm)", () => {
     }
   })
 
-  it("an unreachable provider: /login → 503, while tokens with already-cached keys still verify", async () => {
-    const fresh = await mint({ sub: "uuid-after-outage", realm_access: { roles: ["get-authors"] } })
+  it("failed logins for one username: after LOGIN_MAX_FAILURES (10), 429 without asking the provider", async () => {
+    for (let i = 0; i < 10; i++) {
+      const res = await request(app, "POST", "/login", { body: { username: "mallory", password: `guess-${i}` } })
+      expect(res).toMatchObject({ status: 401, body: { detail: "Invalid credentials" } })
+    }
+    const before = tokenRequests
+    const res = await request(app, "POST", "/login", { body: { username: "Mallory", password: "guess-10" } })
+    expect(res).toMatchObject({ status: 429, body: { detail: "Too many failed login attempts" } })
+    expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+    expect(tokenRequests).toBe(before)
+  })
+
+  it("exp, nbf and iat allow 5 s of clock skew between the provider and the service, no more", async () => {
+    const now = Math.floor(Date.now() / 1000)
+    const skewed = [
+      await mint({ sub: "uuid-skew-exp", realm_access: { roles: ["get-authors"] } }, { expiresIn: -2 }),
+      await mint({ sub: "uuid-skew-nbf", realm_access: { roles: ["get-authors"] }, nbf: now + 3 }),
+      await mint({ sub: "uuid-skew-iat", realm_access: { roles: ["get-authors"] }, iat: now + 3 })
+    ]
+    for (const token of skewed) expect((await request(app, "GET", "/authors", { token })).status).toBe(200)
+    const beyond = await mint({ sub: "uuid-skew-beyond", realm_access: { roles: ["get-authors"] } }, { expiresIn: -30 })
+    expect(await request(app, "GET", "/authors", { token: beyond })).toMatchObject({ status: 401, body: { detail: "Could not validate credentials" } })
+  })
+
+  it("an unreachable provider: /login → 503, and tokens keep verifying with the last keys fetched, long past their cache age", async () => {
+    // The keys are cached: a token verified just now.
+    const before = await mint({ sub: "uuid-before-outage", realm_access: { roles: ["get-authors"] } })
+    expect((await request(app, "GET", "/authors", { token: before })).status).toBe(200)
+    const port = Number(new URL(issuer).port)
     http.closeAllConnections()
     await new Promise((resolve) => http.close(resolve))
-    const res = await request(app, "POST", "/login", { body: { username: "admin", password: "admin" } })
-    expect(res).toMatchObject({ status: 503, body: { detail: "Identity provider unavailable" } })
-    const refresh = await request(app, "POST", "/login/refresh", { body: { refresh_token: "anything" } })
-    expect(refresh).toMatchObject({ status: 503, body: { detail: "Identity provider unavailable" } })
-    expect((await request(app, "GET", "/authors", { token: fresh })).status).toBe(200)
-    // Listen again (on the same port) so afterAll can close it.
-    const port = Number(new URL(issuer).port)
-    await new Promise<void>((resolve) => http.listen(port, "127.0.0.1", resolve))
+    try {
+      const res = await request(app, "POST", "/login", { body: { username: "admin", password: "admin" } })
+      expect(res).toMatchObject({ status: 503, body: { detail: "Identity provider unavailable" } })
+      const refresh = await request(app, "POST", "/login/refresh", { body: { refresh_token: "anything" } })
+      expect(refresh).toMatchObject({ status: 503, body: { detail: "Identity provider unavailable" } })
+      // The keys' cache age is 10 minutes: move the clock well past it, several times (each time a
+      // refetch is due, and fails), rather than waiting. Each token is new, so it is verified
+      // against the keys, not found in the verified-token cache.
+      const start = Date.now()
+      const unpublished = (await oidc.issuer.keys.generate("RS256")).kid
+      vi.useFakeTimers({ toFake: ["Date"] })
+      try {
+        for (const minutes of [15, 45, 180]) {
+          vi.setSystemTime(start + minutes * 60_000)
+          const token = await mint({ sub: `uuid-outage-${minutes}`, realm_access: { roles: ["get-authors"] } })
+          const during = await request(app, "GET", "/authors", { token })
+          expect(during.status, `${minutes} minutes into the outage`).toBe(200)
+        }
+        // A key the service never fetched cannot be fetched now: such a token is refused.
+        const unknownKey = await mint({ sub: "uuid-unknown-key", realm_access: { roles: ["get-authors"] } }, { kid: unpublished })
+        expect(await request(app, "GET", "/authors", { token: unknownKey })).toMatchObject({
+          status: 401,
+          body: { detail: "Could not validate credentials" }
+        })
+      } finally {
+        vi.useRealTimers()
+      }
+    } finally {
+      // Listen again (on the same port) so the tests after this one and afterAll find it.
+      await new Promise<void>((resolve) => http.listen(port, "127.0.0.1", resolve))
+    }
+  })
+
+  it("the shipped Keycloak realm maps the client id into its access tokens' audience", () => {
+    const realm = JSON.parse(readFileSync("deploy/keycloak/author-directory-realm.json", "utf8")) as {
+      clients: Array<{ clientId: string; protocolMappers?: Array<{ protocolMapper: string; config: Record<string, string> }> }>
+    }
+    const client = realm.clients.find((c) => c.clientId === "author-directory")
+    const mapper = client?.protocolMappers?.find((m) => m.protocolMapper === "oidc-audience-mapper")
+    expect(mapper?.config).toMatchObject({ "included.client.audience": "author-directory", "access.token.claim": "true" })
+  })
+})
+
+/** CONTRACT §2, §9: the audience checked, per APP_ENV and OIDC_AUDIENCE. */
+describe("token audience", () => {
+  const apps: Array<TestApp> = []
+  const start = async (appEnv: "development" | "production", audience: Option.Option<string>) => {
+    const started = await startTestApp({
+      config: { rateLimitEnabled: false, appEnv, oidcIssuerUrl: Option.some(issuer), oidcClientId: CLIENT_ID, oidcAudience: audience }
+    })
+    apps.push(started)
+    return started
+  }
+  afterAll(async () => {
+    await Promise.all(apps.map((a) => a.close()))
+  })
+  const statusWith = async (target: TestApp, aud: string | ReadonlyArray<string> | undefined) => {
+    const token = await mint({ sub: `uuid-aud-${randomUUID()}`, realm_access: { roles: ["get-authors"] }, aud })
+    const res = await request(target, "GET", "/authors", { token })
+    if (res.status === 401) expect(res.body).toEqual({ detail: "Could not validate credentials" })
+    return res.status
+  }
+
+  it("production, OIDC_AUDIENCE unset: aud must contain OIDC_CLIENT_ID", async () => {
+    const production = await start("production", Option.none())
+    expect(await statusWith(production, CLIENT_ID)).toBe(200)
+    expect(await statusWith(production, ["account", CLIENT_ID])).toBe(200)
+    expect(await statusWith(production, AUDIENCE)).toBe(401)
+    expect(await statusWith(production, ["account"])).toBe(401)
+    expect(await statusWith(production, undefined)).toBe(401)
+  })
+
+  it("production, OIDC_AUDIENCE=none: no audience check", async () => {
+    const unchecked = await start("production", Option.some("none"))
+    expect(await statusWith(unchecked, "account")).toBe(200)
+    expect(await statusWith(unchecked, undefined)).toBe(200)
+  })
+
+  it("development, OIDC_AUDIENCE unset: no audience check", async () => {
+    const development = await start("development", Option.none())
+    expect(await statusWith(development, "account")).toBe(200)
+    expect(await statusWith(development, undefined)).toBe(200)
   })
 })

@@ -61,6 +61,54 @@ const contract = (name: string, layer: () => Layer.Layer<RateLimiter>) =>
         expect((yield* limiter.hit("b", 2, 60_000)).allowed).toBe(true)
       }).pipe(Effect.provide(layer())))
 
+    it.effect("reserve: admits like hit; release takes that admission back, and only it", () =>
+      Effect.gen(function*() {
+        const limiter = yield* RateLimiter
+        const first = yield* limiter.reserve("r1", 2, 60_000)
+        const second = yield* limiter.reserve("r1", 2, 60_000)
+        expect([first.decision.allowed, second.decision.allowed]).toEqual([true, true])
+        expect(second.decision.remaining).toBe(0)
+        const refused = yield* limiter.reserve("r1", 2, 60_000)
+        expect(refused.decision).toMatchObject({ allowed: false, retryAfterSeconds: 60 })
+        yield* refused.release // a refused hit has nothing to take back
+        expect((yield* limiter.hit("r1", 2, 60_000)).allowed).toBe(false)
+        yield* first.release
+        yield* first.release // twice is once
+        const again = yield* limiter.hit("r1", 2, 60_000)
+        expect(again).toMatchObject({ allowed: true, remaining: 0 })
+        expect((yield* limiter.hit("r1", 2, 60_000)).allowed).toBe(false)
+      }).pipe(Effect.provide(layer())))
+
+    it.effect("reserve under concurrency: never more than the limit, whatever is released later", () =>
+      Effect.gen(function*() {
+        const limiter = yield* RateLimiter
+        const reservations = yield* Effect.all(
+          Array.from({ length: 40 }, () => limiter.reserve("r2", 5, 60_000)),
+          { concurrency: "unbounded" }
+        )
+        const admitted = reservations.filter((r) => r.decision.allowed)
+        expect(admitted).toHaveLength(5)
+        yield* Effect.forEach(admitted.slice(0, 2), (r) => r.release, { concurrency: "unbounded" })
+        const next = yield* Effect.all(Array.from({ length: 10 }, () => limiter.hit("r2", 5, 60_000)), { concurrency: "unbounded" })
+        expect(next.filter((d) => d.allowed)).toHaveLength(2)
+      }).pipe(Effect.provide(layer())))
+
+    it.effect("keys of different windows share the store: a 15-minute key outlives 60-second traffic", () =>
+      Effect.gen(function*() {
+        const limiter = yield* RateLimiter
+        const long = 15 * 60_000
+        expect((yield* limiter.hit("long", 1, long)).allowed).toBe(true)
+        for (let i = 0; i < 5; i++) {
+          yield* TestClock.adjust("2 minutes")
+          yield* limiter.hit(`short-${i}`, 5, 60_000)
+        }
+        // t = 10 min: the long key's hit is still in its window.
+        const refused = yield* limiter.hit("long", 1, long)
+        expect(refused).toMatchObject({ allowed: false, retryAfterSeconds: 300 })
+        yield* TestClock.adjust("5 minutes")
+        expect((yield* limiter.hit("long", 1, long)).allowed).toBe(true)
+      }).pipe(Effect.provide(layer())))
+
     it.effect("hits in the same millisecond are distinct admissions", () =>
       Effect.gen(function*() {
         const limiter = yield* RateLimiter

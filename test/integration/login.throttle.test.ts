@@ -1,0 +1,143 @@
+/**
+ * CONTRACT §4 "Failed logins": repeated failures for one username slow further attempts for it
+ * from any IP and on any instance — 429 `Too many failed login attempts` with `Retry-After`,
+ * without the password being checked — and the owner can log in again once the window has
+ * passed. The attempts are audited (outcome error, 429). On the in-process store, and on Redis
+ * with two instances sharing it.
+ *
+ * The window is 2 s here, so "after the window" is reached by polling (bounded), not by sleeping
+ * for the Retry-After.
+ */
+import { Option, Redacted, Result } from "effect"
+import { randomUUID } from "node:crypto"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import type { AppConfigShape } from "../../src/Config.ts"
+import { parseCidrList } from "../../src/Http/ClientIp.ts"
+import { waitFor } from "../support/Spawn.ts"
+import { login, request, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
+
+const MAX_FAILURES = 3
+const WINDOW_SECONDS = 2
+const DETAIL = { detail: "Too many failed login attempts" }
+
+const throttled: Partial<AppConfigShape> = {
+  loginMaxFailures: MAX_FAILURES,
+  loginFailureWindowSeconds: WINDOW_SECONDS,
+  // The per-IP limit stays on; X-Forwarded-For from loopback names the client, so each attempt
+  // below comes from its own address.
+  rateLimitEnabled: true,
+  trustedProxies: Result.getOrThrow(parseCidrList("127.0.0.1/32"))
+}
+
+const attempt = (app: TestApp, username: string, password: string, ip = `203.0.113.${Math.floor(Math.random() * 250) + 1}`) =>
+  request(app, "POST", "/login", { body: { username, password }, headers: { "x-forwarded-for": ip } })
+
+interface AuditRecord {
+  readonly request_id: string
+  readonly username: string
+  readonly outcome: string
+  readonly response_status: number
+  readonly ip_address: string
+  readonly error_message: string | null
+  readonly request_data: unknown
+}
+
+const auditRecord = async (app: TestApp, admin: string, requestId: string, username: string) => {
+  let found: AuditRecord | undefined
+  await waitFor(async () => {
+    const res = await request(app, "GET", `/audit-logs?per_page=100&username=${encodeURIComponent(username)}`, { token: admin })
+    expect(res.status).toBe(200)
+    const item = (res.body as { items: Array<{ id: number; request_id: string }> }).items.find((i) => i.request_id === requestId)
+    if (item === undefined) return false
+    found = (await request(app, "GET", `/audit-logs/${item.id}`, { token: admin })).body as AuditRecord
+    return true
+  }, `the audit record of ${requestId}`, 20_000)
+  return found!
+}
+
+const suite = (name: string, config: () => Partial<AppConfigShape>, instances: 1 | 2) =>
+  describe(`failed-login slowing: ${name}`, () => {
+    let one: TestApp
+    let two: TestApp
+    /** An admin token of instance two (each test instance has its own built-in provider and database). */
+    let adminTwo: string
+
+    beforeAll(async () => {
+      const shared = config()
+      one = await startTestApp({ config: { ...throttled, ...shared } })
+      two = instances === 2 ? await startTestApp({ config: { ...throttled, ...shared } }) : one
+      adminTwo = (await login(two, "admin")).access_token
+    })
+    afterAll(async () => {
+      await one?.close()
+      if (two !== one) await two?.close()
+    })
+
+    it("failures for one username from many IPs lock it everywhere, without checking the password; others are unaffected", async () => {
+      const failures = await Promise.all(
+        Array.from({ length: MAX_FAILURES }, (_, i) => attempt(i % 2 === 0 ? one : two, "editor", "wrong", `198.51.100.${i + 1}`))
+      )
+      expect(failures.map((r) => r.status)).toEqual(Array(MAX_FAILURES).fill(401))
+
+      // The right password, from an address that never failed, on the other instance: refused unchecked.
+      const locked = await attempt(two, "editor", "editor", "192.0.2.77")
+      expect(locked).toMatchObject({ status: 429, body: DETAIL })
+      const retryAfter = Number(locked.headers.get("retry-after"))
+      expect(Number.isInteger(retryAfter)).toBe(true)
+      expect(retryAfter).toBeGreaterThanOrEqual(1)
+      expect(retryAfter).toBeLessThanOrEqual(WINDOW_SECONDS)
+      // Usernames are counted case-insensitively.
+      expect(await attempt(one, "EDITOR", "whatever", "192.0.2.78")).toMatchObject({ status: 429, body: DETAIL })
+      // Another user is unaffected, from the same address.
+      expect((await attempt(two, "reader", "reader", "192.0.2.77")).status).toBe(200)
+
+      // Audited like every attempt: username as sent, outcome error, 429, never the password.
+      const record = await auditRecord(two, adminTwo, locked.headers.get("x-request-id")!, "editor")
+      expect(record).toMatchObject({
+        username: "editor",
+        outcome: "error",
+        response_status: 429,
+        ip_address: "192.0.2.77",
+        error_message: DETAIL.detail,
+        request_data: { body: { username: "editor", password: "[REDACTED]" } }
+      })
+
+      // After the window the owner logs in again: poll (bounded) until allowed.
+      let status = 0
+      for (let i = 0; i < 100 && status !== 200; i++) {
+        const res = await attempt(i % 2 === 0 ? one : two, "editor", "editor", "192.0.2.79")
+        status = res.status
+        if (status !== 200) {
+          expect(res).toMatchObject({ status: 429, body: DETAIL })
+          await new Promise((resolve) => setTimeout(resolve, 100))
+        }
+      }
+      expect(status).toBe(200)
+    })
+
+    it("concurrent guesses spread over addresses and instances get no more than the budget", async () => {
+      const username = `guess-target-${randomUUID()}`
+      const results = await Promise.all(
+        Array.from({ length: 24 }, (_, i) => attempt(i % 2 === 0 ? one : two, username, `guess-${i}`, `198.18.0.${i + 1}`))
+      )
+      expect(results.filter((r) => r.status === 401)).toHaveLength(MAX_FAILURES)
+      const refused = results.filter((r) => r.status === 429)
+      expect(refused).toHaveLength(24 - MAX_FAILURES)
+      for (const r of refused) expect(r.body).toEqual(DETAIL)
+    })
+
+    it("successful logins do not use the budget", async () => {
+      for (let i = 0; i < MAX_FAILURES + 2; i++) expect((await attempt(i % 2 === 0 ? one : two, "admin", "admin")).status).toBe(200)
+      for (let i = 0; i < MAX_FAILURES - 1; i++) expect((await attempt(one, "admin", "nope")).status).toBe(401)
+      expect((await attempt(two, "admin", "admin")).status).toBe(200)
+    })
+  })
+
+suite("in-process store", () => ({}), 1)
+
+describe.runIf(TEST_REDIS_URL !== undefined)("on Redis", () => {
+  suite("Redis, two instances", () => ({
+    redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")),
+    redisKeyPrefix: `test:${randomUUID()}:`
+  }), 2)
+})
