@@ -293,9 +293,16 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
       const failed = isDisconnected(redis.client) ? Effect.succeed(batch) : redisCommand("XADD", () => {
         const pipeline = redis.client.pipeline()
         for (const { stored } of batch) pipeline.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))
+        // The stream's length rides along, so the cap holds while PostgreSQL is down and nothing
+        // is committed (the consumer refreshes it only after a commit).
+        pipeline.xlen(stream)
         return pipeline.exec()
       }, APPEND_TIMEOUT_MS).pipe(
-        Effect.map((results) => batch.filter((_, i) => results?.[i]?.[0] !== null)),
+        Effect.map((results) => {
+          const length = results?.[batch.length]?.[1]
+          if (typeof length === "number") backlog = length
+          return batch.filter((_, i) => results?.[i]?.[0] !== null)
+        }),
         Effect.catch((error) => Effect.as(Effect.logWarning("Audit stream unavailable; records buffered in process", error), batch))
       )
       return failed.pipe(

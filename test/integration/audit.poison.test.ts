@@ -6,10 +6,9 @@
 import { Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type AuditItem, awaitAuditRecord } from "../support/AuditTrail.ts"
 import { waitFor } from "../support/Spawn.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
-
-type Item = { id: number; username: string; resource: string; request_id: string; response_status: number }
 
 const setups = [
   { name: "embedded", database: "embedded" as const, redis: false },
@@ -42,17 +41,9 @@ describe.each(setups)("poison input ($name)", (setup) => {
   const records = async (query: string) => {
     const res = await request(app, "GET", `/audit-logs?per_page=100${query}`, { token: admin })
     expect(res.status).toBe(200)
-    return (res.body as { items: Array<Item> }).items
+    return (res.body as { items: Array<AuditItem> }).items
   }
-  /** Waits for the record of the request that answered with `requestId`. */
-  const recordOf = async (requestId: string) => {
-    let found: Item | undefined
-    await waitFor(async () => {
-      found = (await records("")).find((i) => i.request_id === requestId)
-      return found !== undefined
-    }, `the audit record of ${requestId}`)
-    return found!
-  }
+  const recordOf = (requestId: string) => awaitAuditRecord(app, admin, requestId)
 
   it("a failed login with a 3 KB username is audited (truncated) and the records after it still flow", async () => {
     const username = "雨".repeat(1024)

@@ -11,6 +11,7 @@ export interface AuditItem {
   readonly id: number
   readonly request_id: string
   readonly user_id: string
+  readonly username: string
   readonly action_type: string
   readonly resource: string
   readonly outcome: string
