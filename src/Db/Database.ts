@@ -98,10 +98,13 @@ export const DatabaseLive: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, 
     if (Option.isSome(config.databaseUrl)) {
       return pgClientLayer(config.databaseUrl.value, config.databasePoolMax, { prepare: config.databasePreparedStatements })
     }
-    // One extra connection for LISTEN or a reserved client; pglite-socket refuses beyond its maximum.
+    // pglite-socket closes a connection beyond its maximum during the startup handshake ("Connection
+    // closed during startup" → 500s while the pool grew under load: the sockets of connections the
+    // pool already let go were still counted there). Its connections all share PGlite's one
+    // session, so headroom costs nothing; the pool's own size stays DATABASE_POOL_MAX.
     const embedded = yield* embeddedPostgres({
       dataDir: Option.some(join(config.dataDir, "pgdata")),
-      maxConnections: config.databasePoolMax + 2
+      maxConnections: Math.max(64, config.databasePoolMax * 4)
     })
     return pgClientLayer(embedded.url, config.databasePoolMax)
   })
