@@ -4,12 +4,13 @@
  * on others (OIDC_AUDIENCE).
  */
 import { ConfigProvider, Effect } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
+import { spawn } from "node:child_process"
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { appConfig, tokenAudience } from "../../src/Config.ts"
-import { freePort, spawnService } from "../support/Spawn.ts"
+import { freePort, spawnService, waitFor } from "../support/Spawn.ts"
 
 const dataDir = mkdtempSync(join(tmpdir(), "ads-config-"))
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
@@ -24,6 +25,36 @@ const cases: ReadonlyArray<readonly [string, string]> = [
   ["LOGIN_MAX_FAILURES", "-1"],
   ["LOGIN_FAILURE_WINDOW_SECONDS", "0"]
 ]
+
+describe("LOG_LEVEL (CONTRACT §2)", () => {
+  it("takes warn as well as warning; anything else stops startup", async () => {
+    const level = (value: string) =>
+      Effect.runPromise(Effect.result(appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: { LOG_LEVEL: value } })))))
+    for (const [value, expected] of [["warn", "warning"], ["warning", "warning"], ["debug", "debug"], ["none", "none"]] as const) {
+      const result = await level(value)
+      expect(result._tag === "Success" ? result.success.logLevel : result.failure, value).toBe(expected)
+    }
+    expect((await level("loud"))._tag).toBe("Failure")
+  })
+})
+
+describe("npm start reads .env when present (CONTRACT §1, .env.example)", () => {
+  it("the start script's own node arguments, with the .env file pointed elsewhere, set PORT from it", async () => {
+    const script = (JSON.parse(readFileSync("package.json", "utf8")) as { scripts: Record<string, string> }).scripts["start"]!
+    expect(script).toMatch(/^exec node --env-file-if-exists=\.env src\/main\.ts$/)
+    const port = await freePort()
+    const envFile = join(dataDir, "dotenv")
+    writeFileSync(envFile, `PORT=${port}\nHOST=127.0.0.1\nDATA_DIR=${join(dataDir, "dotenv-data")}\nLOG_LEVEL=warn\n`)
+    const args = script.replace(/^exec node /, "").replace("=.env", `=${envFile}`).split(" ")
+    const child = spawn(process.execPath, args, { env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "" }, stdio: "ignore" })
+    try {
+      await waitFor(async () => (await fetch(`http://127.0.0.1:${port}/livez`).catch(() => undefined))?.status === 200, "the service on the .env port", 60_000)
+    } finally {
+      child.kill("SIGTERM")
+      await new Promise((resolve) => child.once("exit", resolve))
+    }
+  }, 90_000)
+})
 
 describe("invalid configuration stops startup", () => {
   // Spawned together: each start costs a second or two of module loading.
