@@ -42,6 +42,8 @@ export interface AppConfigShape {
   /** Beyond CONTRACT §2: how long a crashed instance's connection slots stay counted (Redis). */
   readonly wsSlotTtlSeconds: number
   readonly allowedWsOrigins: ReadonlyArray<string>
+  /** CONTRACT §9 CORS: browser origins answered with CORS headers (`*` = any); empty = none. */
+  readonly corsAllowedOrigins: ReadonlyArray<string>
   readonly maxRequestBodyBytes: number
   readonly wsMaxMessageBytes: number
   readonly auditLogEnabled: boolean
@@ -73,7 +75,7 @@ const nonEmpty = (name: string) =>
 const nonEmptyRedacted = (name: string) =>
   Config.Redacted(name).pipe(Config.option, Config.map(Option.filter((s) => Redacted.value(s).trim() !== "")))
 
-/** `ALLOWED_WS_ORIGINS`: comma-separated or a JSON array of strings. */
+/** `ALLOWED_WS_ORIGINS`, `CORS_ALLOWED_ORIGINS`: comma-separated or a JSON array of strings. */
 export const parseOriginList = (raw: string): Result.Result<ReadonlyArray<string>, string> => {
   const text = raw.trim()
   if (text.startsWith("[")) {
@@ -141,6 +143,7 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     wsSessionGraceSeconds: yield* nonNegativeInt("WS_SESSION_GRACE_SECONDS", 10),
     wsSlotTtlSeconds: yield* positiveInt("WS_SLOT_TTL_SECONDS", 30),
     allowedWsOrigins: yield* fromParser("ALLOWED_WS_ORIGINS", "*", parseOriginList),
+    corsAllowedOrigins: yield* fromParser("CORS_ALLOWED_ORIGINS", "", parseOriginList),
     maxRequestBodyBytes: yield* positiveInt("MAX_REQUEST_BODY_BYTES", 1_048_576),
     wsMaxMessageBytes: yield* positiveInt("WS_MAX_MESSAGE_BYTES", 65_536),
     auditLogEnabled: yield* Config.Boolean("AUDIT_LOG_ENABLED").pipe(Config.withDefault(true)),

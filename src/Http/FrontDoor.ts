@@ -4,7 +4,8 @@
  * [authentication (401) → role (403) → validation (422) → handler, inside HttpApi] — turning
  * every failure into a JSON `{detail}` response (ErrorResponse.ts). On the way out: metrics and
  * the access log (AccessLog.ts), the audit record (AuditStage.ts), then the ids and security
- * headers (Correlation.ts, SecurityHeaders.ts). The request's facts are one immutable
+ * headers (Correlation.ts, SecurityHeaders.ts, Cors.ts — whose preflights are answered first).
+ * The request's facts are one immutable
  * `RequestContext` (Correlation.ts), built here and read by everything inside.
  */
 import { Cause, Effect, Option } from "effect"
@@ -18,6 +19,7 @@ import { type RateDecision, RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { observe } from "./AccessLog.ts"
 import { makeAuditStage } from "./AuditStage.ts"
 import { makeBodyLimit } from "./BodyLimit.ts"
+import { makeCors } from "./Cors.ts"
 import { idHeaders, makeCorrelation } from "./Correlation.ts"
 import { detail, makeErrorResponse } from "./ErrorResponse.ts"
 import { applyRateHeaders, makeRateLimitStage } from "./RateLimitStage.ts"
@@ -95,6 +97,7 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
       })
       const errors = makeErrorResponse(shapes)
       const recordAudit = makeAuditStage(audit, UNLIMITED_PATHS)
+      const cors = makeCors(config.corsAllowedOrigins)
       // Over the limit, the rest of the body is not read: the connection closes after the 413.
       const tooLarge = HttpServerResponse.setHeader(detail(413, PayloadTooLarge.instance.detail), "connection", "close")
 
@@ -141,6 +144,8 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
           const shape = shapeOf(shapes, request.method, pathname)
           const label = unlimited ? pathname : shape?.template ?? "unmatched"
           const base = facts.begin(request, shape?.template)
+          const preflight = cors?.preflight(request)
+          if (preflight !== undefined) return HttpServerResponse.setHeaders(preflight, { ...idHeaders(base), ...securityHeaders(preflight) })
           const limited = config.rateLimitEnabled && !unlimited
           const observation = observe(request.method, label, unlimited)
 
@@ -149,7 +154,7 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
           )
           const durationMs = yield* observation.finish(response.status, ctx)
           yield* recordAudit(request, presented, pathname, ctx, response, durationMs)
-          return HttpServerResponse.setHeaders(response, { ...idHeaders(ctx), ...securityHeaders(response) })
+          return HttpServerResponse.setHeaders(response, { ...idHeaders(ctx), ...securityHeaders(response), ...cors?.headers(request) })
         })
     }),
     { global: true }
