@@ -4,7 +4,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/ht
 import { Authentication, RequiredRoles } from "../Auth/Authentication.ts"
 import { OperationRoles } from "../Auth/Rbac.ts"
 import { Author, AuthorPage, AuthorPayload } from "../Domain/Author.ts"
-import { AUTHORS_MAX_PER_PAGE, decodeCursor, MAX_PAGE } from "../Domain/Pagination.ts"
+import { AUTHORS_MAX_PER_PAGE, decodeCursor, encodeCursor, MAX_PAGE } from "../Domain/Pagination.ts"
 import { Wire } from "../Errors.ts"
 import { atLeast, atMost, IntFromString, issue, ParamText } from "../Http/Params.ts"
 
@@ -27,7 +27,8 @@ export const Cursor = Schema.String.pipe(
         onSome: (id) => Effect.succeed(id)
       })
     ),
-    encode: SchemaGetter.forbidden(() => "cursors are encoded by the service")
+    // Encodable, so a typed client (src/Client) can pass `meta.next_cursor` back as it came.
+    encode: SchemaGetter.transform((id: number) => encodeCursor(id))
   })
 )
 

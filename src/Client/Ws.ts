@@ -1,0 +1,342 @@
+/**
+ * A small client for the `/web` WebSocket (CONTRACT §5), with a plain Promise API: JSON text
+ * frames or `?format=protobuf` binary frames (the messages of `proto/websocket.proto`, the text
+ * the server compiles), `request(pkgId, data)` answered by `req_id`, broadcasts to a callback,
+ * re-authentication before the token's `exp`, and reconnection with bounded exponential backoff
+ * after an abnormal close.
+ */
+import { randomUUID } from "node:crypto"
+import protobuf from "protobufjs"
+import WebSocket from "ws"
+import { PROTO_TEXT } from "../Ws/Protobuf.ts"
+
+export const BROADCAST_REQ_ID = "00000000-0000-0000-0000-000000000000"
+
+export interface PageMeta {
+  readonly page: number
+  readonly per_page: number
+  readonly total: number
+  readonly pages: number
+  readonly next_cursor: string | null
+  readonly has_more: boolean
+}
+
+export interface WsResponse<D = unknown> {
+  readonly pkg_id: number
+  readonly req_id: string
+  /** 0 ok, 1 error, 2 invalid data, 3 permission denied. */
+  readonly status_code: number
+  readonly data: D
+  readonly meta: PageMeta | null
+}
+
+export interface BroadcastEvent {
+  readonly event: "author.created" | "author.updated" | "author.deleted"
+  readonly timestamp: string
+  readonly author: { readonly id: number; readonly name: string; readonly created_at: string }
+}
+
+export type WsState = "connecting" | "open" | "reconnecting" | "closed"
+
+export interface WsClientOptions {
+  /** The service (`http://host:8000`) or its WebSocket URL (`ws://host:8000/web`). */
+  readonly url: string
+  readonly format?: "json" | "protobuf"
+  /** A valid access token (bare JWT): called on every connect and before the current one expires. */
+  readonly token: () => string | Promise<string>
+  readonly onBroadcast?: (event: BroadcastEvent) => void
+  /** Every state change; on "reconnecting", the close that caused it. */
+  readonly onStateChange?: (state: WsState, close?: { readonly code: number; readonly reason: string }) => void
+  /** Re-authenticate this many seconds before the token's `exp` (default 30). */
+  readonly reauthBeforeSeconds?: number
+  /** Backoff after an abnormal close: `initialDelayMs` (250) doubling up to `maxDelayMs` (10 000), `maxAttempts` (10) in a row. */
+  readonly reconnect?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number; readonly maxAttempts?: number } | false
+  /** Reject a request not answered within this time (default 30 000 ms). */
+  readonly requestTimeoutMs?: number
+  /** Extra handshake headers (e.g. `origin`, `x-correlation-id`). */
+  readonly headers?: Record<string, string>
+}
+
+/** The connection is gone (closed by `close()`, by the server, or reconnection gave up). */
+export class WsClosedError extends Error {
+  readonly code: number
+  readonly reason: string
+  constructor(code: number, reason: string) {
+    super(`WebSocket closed: ${code} ${reason}`)
+    this.code = code
+    this.reason = reason
+    this.name = "WsClosedError"
+  }
+}
+
+const root = protobuf.parse(PROTO_TEXT, { keepCase: true }).root
+const RequestType = root.lookupType("authordirectory.websocket.Request")
+const ResponseType = root.lookupType("authordirectory.websocket.Response")
+
+export const encodeProtobufRequest = (pkgId: number, reqId: string, data: unknown): Uint8Array =>
+  RequestType.encode(RequestType.fromObject({ pkg_id: pkgId, req_id: reqId, method: "", data_json: JSON.stringify(data) }))
+    .finish()
+
+/** A `Response` message as the JSON envelope: `meta` null when absent, `next_cursor` null when "". */
+export const decodeProtobufResponse = (bytes: Uint8Array): WsResponse => {
+  const m = ResponseType.toObject(ResponseType.decode(bytes), { defaults: true }) as {
+    pkg_id: number
+    req_id: string
+    status_code: number
+    data_json: string
+    meta: (Omit<PageMeta, "next_cursor"> & { next_cursor: string }) | null
+  }
+  return {
+    pkg_id: m.pkg_id,
+    req_id: m.req_id,
+    status_code: m.status_code,
+    data: m.data_json === "" ? null : JSON.parse(m.data_json),
+    meta: m.meta === null ? null : { ...m.meta, next_cursor: m.meta.next_cursor === "" ? null : m.meta.next_cursor }
+  }
+}
+
+/** The `exp` claim of a JWT (not verified: only to know when to re-authenticate). */
+export const tokenExpiry = (token: string): number | undefined => {
+  try {
+    const payload = JSON.parse(Buffer.from(token.split(".")[1] ?? "", "base64url").toString("utf8")) as { exp?: unknown }
+    return typeof payload.exp === "number" ? payload.exp * 1000 : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** Closes after which connecting again makes sense: going away, abnormal, server errors, session expiry. */
+const reconnectable = (code: number, reason: string) =>
+  code === 1001 || code === 1005 || code === 1006 || code === 1011 || code === 1012 || code === 1013 ||
+  code === 1014 || (code === 4001 && reason === "Session expired")
+
+interface Pending {
+  readonly resolve: (response: WsResponse) => void
+  readonly reject: (error: Error) => void
+  readonly timer: NodeJS.Timeout
+}
+
+export interface WsClient {
+  /** Sends a request and resolves with its response (any status_code). Waits while (re)connecting. */
+  readonly request: <D = unknown>(pkgId: number, data?: Record<string, unknown>) => Promise<WsResponse<D>>
+  /** Resolves once connected and authenticated (again, after a reconnect). */
+  readonly ready: () => Promise<void>
+  readonly state: () => WsState
+  /** Closes with 1000; pending requests are rejected; no reconnection. */
+  readonly close: () => Promise<void>
+}
+
+/** Connects (first frame `{"type":"auth"}`, then `auth_ok`) and resolves once authenticated. */
+export const connectWs = async (options: WsClientOptions): Promise<WsClient> => {
+  const format = options.format ?? "json"
+  const base = options.url.replace(/^http/, "ws")
+  const url = new URL(/\/web\/?$/.test(new URL(base).pathname) ? base : `${base.replace(/\/$/, "")}/web`)
+  if (format === "protobuf") url.searchParams.set("format", "protobuf")
+  const reauthMarginMs = (options.reauthBeforeSeconds ?? 30) * 1000
+  const backoff = options.reconnect === false ? undefined : {
+    initialDelayMs: options.reconnect?.initialDelayMs ?? 250,
+    maxDelayMs: options.reconnect?.maxDelayMs ?? 10_000,
+    maxAttempts: options.reconnect?.maxAttempts ?? 10
+  }
+  const requestTimeoutMs = options.requestTimeoutMs ?? 30_000
+
+  let state: WsState = "connecting"
+  let socket: WebSocket | undefined
+  let closedByUser = false
+  let finalError: WsClosedError | undefined
+  let reauthTimer: NodeJS.Timeout | undefined
+  let reconnectTimer: NodeJS.Timeout | undefined
+  const pending = new Map<string, Pending>()
+  let waiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = []
+
+  const setState = (next: WsState, close?: { code: number; reason: string }) => {
+    state = next
+    options.onStateChange?.(next, close)
+  }
+  const settleWaiters = (error?: Error) => {
+    const list = waiters
+    waiters = []
+    for (const w of list) {
+      if (error === undefined) w.resolve()
+      else w.reject(error)
+    }
+  }
+  const rejectPending = (error: Error) => {
+    for (const [id, p] of pending) {
+      clearTimeout(p.timer)
+      pending.delete(id)
+      p.reject(error)
+    }
+  }
+
+  const scheduleReauth = (token: string) => {
+    clearTimeout(reauthTimer)
+    const exp = tokenExpiry(token)
+    if (exp === undefined) return
+    // Never sooner than 1 s, so a provider that hands back the same token cannot spin.
+    const delay = Math.max(exp - reauthMarginMs - Date.now(), 1000)
+    reauthTimer = setTimeout(() => void reauth(), delay)
+    reauthTimer.unref()
+  }
+
+  const reauth = async () => {
+    const ws = socket
+    if (ws === undefined || ws.readyState !== WebSocket.OPEN) return
+    try {
+      const token = await options.token()
+      if (ws !== socket || ws.readyState !== WebSocket.OPEN) return
+      ws.send(JSON.stringify({ type: "auth", token: `Bearer ${token}` }))
+      scheduleReauth(token)
+    } catch {
+      // No fresh token now: try again shortly; the server closes 4001 at expiry otherwise.
+      reauthTimer = setTimeout(() => void reauth(), 5000)
+      reauthTimer.unref()
+    }
+  }
+
+  const onFrame = (raw: WebSocket.RawData, isBinary: boolean) => {
+    let message: WsResponse | { type?: unknown }
+    try {
+      const bytes = Array.isArray(raw) ? Buffer.concat(raw) : Buffer.from(raw as ArrayBuffer)
+      message = isBinary ? decodeProtobufResponse(bytes) : JSON.parse(bytes.toString("utf8"))
+    } catch {
+      return
+    }
+    if (typeof message !== "object" || message === null || !("req_id" in message)) return // auth_ok
+    if (message.req_id === BROADCAST_REQ_ID) {
+      options.onBroadcast?.(message.data as BroadcastEvent)
+      return
+    }
+    const entry = pending.get(message.req_id)
+    if (entry === undefined) return
+    pending.delete(message.req_id)
+    clearTimeout(entry.timer)
+    entry.resolve(message)
+  }
+
+  /** One connection attempt: resolves once `auth_ok` arrives, rejects with the close. */
+  const open = async (): Promise<void> => {
+    const token = await options.token()
+    return new Promise<void>((resolve, reject) => {
+      const ws = new WebSocket(url, { headers: options.headers ?? {} })
+      socket = ws
+      let authenticated = false
+      ws.on("open", () => ws.send(JSON.stringify({ type: "auth", token: `Bearer ${token}` })))
+      ws.on("message", (raw, isBinary) => {
+        if (!authenticated && !isBinary) {
+          try {
+            if ((JSON.parse(raw.toString()) as { type?: unknown }).type === "auth_ok") {
+              authenticated = true
+              scheduleReauth(token)
+              resolve()
+              return
+            }
+          } catch {
+            // not JSON: handled below
+          }
+        }
+        onFrame(raw, isBinary)
+      })
+      ws.on("error", () => {}) // the close event follows
+      ws.on("close", (code, reasonBuffer) => {
+        const reason = reasonBuffer.toString()
+        if (ws !== socket) return
+        clearTimeout(reauthTimer)
+        rejectPending(new WsClosedError(code, reason))
+        if (!authenticated) reject(new WsClosedError(code, reason))
+        else onDisconnect(code, reason)
+      })
+    })
+  }
+
+  const finish = (error: WsClosedError) => {
+    finalError = error
+    setState("closed", { code: error.code, reason: error.reason })
+    settleWaiters(error)
+    rejectPending(error)
+  }
+
+  /** Connects, retrying with backoff; `attempt` counts the failures in a row. */
+  const connectLoop = (attempt: number, lastClose: { code: number; reason: string }) => {
+    if (closedByUser) return
+    if (backoff === undefined || attempt >= backoff.maxAttempts) {
+      finish(new WsClosedError(lastClose.code, lastClose.reason))
+      return
+    }
+    const delay = Math.min(backoff.initialDelayMs * 2 ** attempt, backoff.maxDelayMs)
+    reconnectTimer = setTimeout(() => {
+      open().then(
+        () => {
+          if (closedByUser) return
+          setState("open")
+          settleWaiters()
+        },
+        (error: unknown) => {
+          const close = error instanceof WsClosedError ? error : { code: 1006, reason: String(error) }
+          if (!reconnectable(close.code, close.reason)) finish(new WsClosedError(close.code, close.reason))
+          else connectLoop(attempt + 1, close)
+        }
+      )
+    }, delay)
+  }
+
+  const onDisconnect = (code: number, reason: string) => {
+    if (closedByUser) return
+    if (backoff === undefined || !reconnectable(code, reason)) {
+      finish(new WsClosedError(code, reason))
+      return
+    }
+    setState("reconnecting", { code, reason })
+    connectLoop(0, { code, reason })
+  }
+
+  const ready = (): Promise<void> => {
+    if (state === "open") return Promise.resolve()
+    if (state === "closed") return Promise.reject(finalError ?? new WsClosedError(1000, "Closed"))
+    return new Promise((resolve, reject) => waiters.push({ resolve, reject }))
+  }
+
+  const client: WsClient = {
+    ready,
+    state: () => state,
+    request: async <D>(pkgId: number, data: Record<string, unknown> = {}) => {
+      await ready()
+      const ws = socket!
+      const reqId = randomUUID()
+      return new Promise<WsResponse<D>>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          pending.delete(reqId)
+          reject(new Error(`No response to ${reqId} within ${requestTimeoutMs} ms`))
+        }, requestTimeoutMs)
+        pending.set(reqId, { resolve: resolve as (r: WsResponse) => void, reject, timer })
+        ws.send(
+          format === "protobuf"
+            ? encodeProtobufRequest(pkgId, reqId, data)
+            : JSON.stringify({ pkg_id: pkgId, req_id: reqId, data })
+        )
+      })
+    },
+    close: async () => {
+      closedByUser = true
+      clearTimeout(reauthTimer)
+      clearTimeout(reconnectTimer)
+      const ws = socket
+      const error = new WsClosedError(1000, "Client closed")
+      if (state !== "closed") finish(error)
+      if (ws === undefined || ws.readyState === WebSocket.CLOSED) return
+      await new Promise<void>((resolve) => {
+        ws.once("close", () => resolve())
+        ws.close(1000, "Client closed")
+      })
+    }
+  }
+
+  try {
+    await open()
+  } catch (error) {
+    closedByUser = true
+    throw error
+  }
+  setState("open")
+  return client
+}
