@@ -24,6 +24,21 @@ export const redact = (value: unknown, depth = 0): unknown => {
 
 const byteLength = (value: unknown) => Buffer.byteLength(JSON.stringify(value) ?? "", "utf8")
 
+/**
+ * The JSON size of each captured `request_data`, measured once by `captureRequestData` (which
+ * serializes it anyway to enforce the 8 KiB bound), so the audit buffer can bound its memory
+ * without serializing the record again (Writer.ts).
+ */
+const capturedBytes = new WeakMap<object, number>()
+
+const measured = (data: Record<string, unknown>, bytes: number) => {
+  capturedBytes.set(data, bytes)
+  return data
+}
+
+/** `request_data`'s JSON size in bytes: known for captured data; measured otherwise (small literals). */
+export const requestDataBytes = (data: Record<string, unknown>): number => capturedBytes.get(data) ?? byteLength(data)
+
 /** Builds the captured data; an oversized part is replaced by a marker with its size. */
 export const captureRequestData = (
   query: Record<string, string | ReadonlyArray<string>> | undefined,
@@ -32,12 +47,14 @@ export const captureRequestData = (
   const data: Record<string, unknown> = {}
   if (query !== undefined && Object.keys(query).length > 0) data["query"] = redact(query)
   if (body !== undefined && body !== null) data["body"] = redact(body)
-  if (byteLength(data) <= REQUEST_DATA_MAX_BYTES) return data
+  let bytes = byteLength(data)
+  if (bytes <= REQUEST_DATA_MAX_BYTES) return measured(data, bytes)
   for (const part of ["body", "query"] as const) {
     if (data[part] !== undefined) {
       data[part] = { _truncated: true, _bytes: byteLength(data[part]) }
-      if (byteLength(data) <= REQUEST_DATA_MAX_BYTES) return data
+      bytes = byteLength(data)
+      if (bytes <= REQUEST_DATA_MAX_BYTES) return measured(data, bytes)
     }
   }
-  return { _truncated: true }
+  return measured({ _truncated: true }, 17)
 }

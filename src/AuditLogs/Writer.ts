@@ -24,11 +24,14 @@ import { type AuditDropReason, auditRecordsDroppedTotal } from "../Observability
 import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { AuditLog, type AuditEntry } from "./AuditLog.ts"
 import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "./Repo.ts"
+import { requestDataBytes } from "./RequestData.ts"
 import { minimalEntry } from "./Storable.ts"
 
 export interface WriterOptions {
   /** Records the in-process buffer holds while the database is unreachable. */
   readonly bufferMax: number
+  /** Estimated bytes the in-process buffer holds at most (records are up to ~25 KB); records over it are refused and counted. */
+  readonly bufferMaxBytes: number
   /** Entries the Redis Stream may hold before new records are refused (and counted). */
   readonly streamMax: number
   /** How long a pending stream entry of another consumer waits before it is claimed. */
@@ -39,6 +42,7 @@ export interface WriterOptions {
 
 export const defaultWriterOptions: WriterOptions = {
   bufferMax: 100_000,
+  bufferMaxBytes: 64 * 1024 * 1024,
   streamMax: 1_000_000,
   claimIdle: "30 seconds",
   // CONTRACT §5/§9: exit within 10 s of SIGTERM, flush included: main.ts drains HTTP for 5 s first.
@@ -132,16 +136,61 @@ const flushWithin = (
   }).pipe(Effect.timeoutOption(timeout), Effect.map(() => records.length - written))
 }
 
-/** The in-process buffer and its writer fiber; the Redis writer uses it as its fallback. */
+/** Fixed part of a buffered record's estimate: the object, its Date, its UUID, numbers, short fields. */
+const RECORD_OVERHEAD_BYTES = 512
+
+/**
+ * A cheap upper-bound-ish estimate of the memory a buffered record holds: its strings' lengths
+ * (two bytes a character, as V8 may store them) and its `request_data`'s JSON size, known from
+ * its capture (RequestData.ts) — no serialization on the request path.
+ */
+export const estimateRecordBytes = (entry: AuditEntry): number => {
+  let chars = entry.user_id.length + entry.username.length + entry.action_type.length + entry.resource.length +
+    entry.ip_address.length + entry.user_agent.length + entry.request_id.length + entry.correlation_id.length +
+    (entry.error_message?.length ?? 0)
+  for (const role of entry.user_roles) chars += role.length
+  return RECORD_OVERHEAD_BYTES + 2 * chars + 2 * requestDataBytes(entry.request_data)
+}
+
+/** A buffered record and its estimated size (counted in when offered, out when taken). */
+interface Buffered {
+  readonly stored: StoredEntry
+  readonly bytes: number
+}
+
+const sumBytes = (items: ReadonlyArray<Buffered>) => {
+  let total = 0
+  for (const item of items) total += item.bytes
+  return total
+}
+
+/**
+ * The in-process buffer and its writer fiber; the Redis writer uses it as its fallback. Bounded
+ * in records (`bufferMax`) and in estimated bytes (`bufferMaxBytes`, CONTRACT §6): a record that
+ * would exceed either is refused and counted (`buffer_full`).
+ */
 const makeBuffer = (options: WriterOptions) =>
   Effect.gen(function*() {
     const insert = yield* makeInserter
-    const queue = yield* Queue.dropping<StoredEntry>(options.bufferMax)
+    const queue = yield* Queue.dropping<Buffered>(options.bufferMax)
+    /** Estimated bytes of the records in `queue` (the batch in flight is out of it). */
+    let bufferedBytes = 0
     let inFlight: ReadonlyArray<StoredEntry> = []
     const offer = (stored: StoredEntry) =>
-      Effect.flatMap(Queue.offer(queue, stored), (accepted) => (accepted ? Effect.void : countDropped(1, "buffer_full")))
+      Effect.suspend(() => {
+        const bytes = estimateRecordBytes(stored.entry)
+        if (bufferedBytes + bytes > options.bufferMaxBytes) return countDropped(1, "buffer_full")
+        bufferedBytes += bytes
+        return Effect.flatMap(Queue.offer(queue, { stored, bytes }), (accepted) => {
+          if (accepted) return Effect.void
+          bufferedBytes -= bytes
+          return countDropped(1, "buffer_full")
+        })
+      })
     const loop = Effect.forever(Effect.gen(function*() {
-      inFlight = yield* Queue.takeBetween(queue, 1, INSERT_BATCH_MAX)
+      const taken = yield* Queue.takeBetween(queue, 1, INSERT_BATCH_MAX)
+      bufferedBytes -= sumBytes(taken)
+      inFlight = taken.map((item) => item.stored)
       yield* insert(inFlight)
       inFlight = []
     }))
@@ -150,7 +199,9 @@ const makeBuffer = (options: WriterOptions) =>
     const flush = (timeout: Duration.Input) => Effect.gen(function*() {
       yield* Fiber.interrupt(fiber)
       // `Queue.clear`, not `takeAll`: that one waits for at least one record.
-      const rest = [...inFlight, ...(yield* Queue.clear(queue))]
+      const queued = yield* Queue.clear(queue)
+      bufferedBytes -= sumBytes(queued)
+      const rest = [...inFlight, ...queued.map((item) => item.stored)]
       const left = yield* flushWithin(insert, rest, timeout)
       yield* countDropped(left, "shutdown")
     })

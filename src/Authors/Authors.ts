@@ -2,11 +2,11 @@
  * The authors service: the one implementation behind HTTP and the WebSocket packages. Every
  * change is announced on `AuthorEvents` (broadcast to WebSocket clients, CONTRACT §5).
  */
-import { Context, Effect, Layer, type Option } from "effect"
+import { Context, Effect, Layer, Option, Stream } from "effect"
 import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
 import type { PageMeta } from "../Domain/Author.ts"
 import { encodeCursor, pageCount } from "../Domain/Pagination.ts"
-import { type AuthorFilters, AuthorRepo } from "./Repo.ts"
+import { type AuthorFilters, AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
 
 /** Where author changes are announced: the connection registry broadcasts them (Ws/Registry.ts). */
 export class AuthorEvents extends Context.Service<AuthorEvents, {
@@ -32,6 +32,26 @@ const make = Effect.gen(function*() {
 
   const list = (filters: AuthorFilters) => repo.list(filters)
 
+  /**
+   * The whole list, by id, in keyset batches of LIST_BATCH_SIZE rows, so memory does not grow
+   * with the table. The first batch is read by the returned effect (a failure there is the
+   * request's, answered as usual); the others as the stream is pulled. Each batch is its own
+   * statement: rows changed while the list is being read may or may not appear (never twice).
+   */
+  const listBatches = (filters: AuthorFilters) =>
+    Effect.map(repo.listBatch(filters, Option.none()), (first) => {
+      const lastId = (rows: ReadonlyArray<AuthorRow>) => rows[rows.length - 1]!.id
+      const next = (rows: ReadonlyArray<AuthorRow>) =>
+        rows.length < LIST_BATCH_SIZE ? Option.none<number>() : Option.some(lastId(rows))
+      const rest = Option.match(next(first), {
+        onNone: () => Stream.empty,
+        onSome: (afterId) =>
+          Stream.paginate(afterId, (after: number) =>
+            Effect.map(repo.listBatch(filters, Option.some(after)), (rows) => [[rows], next(rows)] as const))
+      })
+      return { first, rest: Stream.filter(rest, (rows) => rows.length > 0) } as const
+    })
+
   const paginate = (filters: AuthorFilters, query: PageQuery) =>
     Effect.map(
       repo.page(filters, { page: query.page, perPage: query.perPage, afterId: query.cursor }),
@@ -54,7 +74,7 @@ const make = Effect.gen(function*() {
 
   // No span of their own: the request's (or WebSocket message's) span names the operation and
   // each statement has its `sql.execute` span; a span costs a copy of the fiber's whole context.
-  return { list, paginate, create, update, remove } as const
+  return { list, listBatches, paginate, create, update, remove } as const
 })
 
 export class Authors extends Context.Service<Authors>()("Authors/Authors", { make }) {

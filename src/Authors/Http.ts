@@ -1,7 +1,33 @@
-import { Effect, Option } from "effect"
+import { Effect, Option, Stream } from "effect"
+import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
+import type { AuthorRow } from "../Domain/Author.ts"
 import { Authors } from "./Authors.ts"
+import type { AuthorFilters } from "./Repo.ts"
+
+const encoder = new TextEncoder()
+
+/** One author as the `Author` schema encodes it (keys in its order). */
+const authorJson = (row: AuthorRow) => JSON.stringify({ id: row.id, name: row.name, created_at: row.created_at })
+
+const rowsJson = (rows: ReadonlyArray<AuthorRow>) => rows.map(authorJson).join(",")
+
+/**
+ * GET /authors (unpaginated, INTERFACE): a JSON array written batch by batch (chunked), byte for
+ * byte what encoding `Schema.Array(Author)` gives. The first batch is read before the response
+ * exists, so a database failure there is the usual JSON error; a failure later aborts the answer.
+ * The endpoint keeps its declared success schema (OpenAPI); the handler returns a raw response.
+ */
+const streamList = (authors: Authors["Service"], filters: AuthorFilters) =>
+  Effect.map(authors.listBatches(filters), ({ first, rest }) =>
+    HttpServerResponse.stream(
+      Stream.concat(
+        Stream.make(`[${rowsJson(first)}`),
+        Stream.concat(Stream.map(rest, (rows) => `,${rowsJson(rows)}`), Stream.make("]"))
+      ).pipe(Stream.map((text) => encoder.encode(text))),
+      { contentType: "application/json" }
+    ))
 
 export const AuthorsHttpLive = HttpApiBuilder.group(
   Api,
@@ -9,7 +35,7 @@ export const AuthorsHttpLive = HttpApiBuilder.group(
   Effect.fn(function*(handlers) {
     const authors = yield* Authors
     return handlers
-      .handle("list", ({ query }) => authors.list(query))
+      .handle("list", ({ query }) => streamList(authors, query))
       .handle("paginated", ({ query: { cursor, page, per_page, ...filters } }) =>
         authors.paginate(filters, { page, perPage: per_page, cursor: Option.fromUndefinedOr(cursor) }))
       .handle("create", ({ payload }) => authors.create(payload.name))

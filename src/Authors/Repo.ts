@@ -24,6 +24,9 @@ export interface AuthorPageResult {
   readonly hasMore: boolean
 }
 
+/** Rows per statement when the unpaginated list is streamed (keyset batches by id). */
+export const LIST_BATCH_SIZE = 1000
+
 /** SQLSTATE 23505, as the driver classifies it. */
 const isUniqueViolation = (error: SqlError.SqlError) => error.reason._tag === "UniqueViolation"
 
@@ -48,6 +51,12 @@ const make = Effect.gen(function*() {
   // index serves (every page became a full scan and sort).
   const list = (filters: AuthorFilters) =>
     sql<AuthorRow>`SELECT ${columns} FROM authors ${where(filters)} ORDER BY authors.id`.pipe(
+      Effect.orDie
+    )
+
+  /** One keyset batch of the list: at most LIST_BATCH_SIZE rows with an id above `afterId`, by id. */
+  const listBatch = (filters: AuthorFilters, afterId: Option.Option<number>) =>
+    sql<AuthorRow>`SELECT ${columns} FROM authors ${where(filters, afterId)} ORDER BY authors.id LIMIT ${LIST_BATCH_SIZE}`.pipe(
       Effect.orDie
     )
 
@@ -94,7 +103,7 @@ const make = Effect.gen(function*() {
       Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id)))
     )
 
-  return { list, page, create, update, remove } as const
+  return { list, listBatch, page, create, update, remove } as const
 })
 
 export class AuthorRepo extends Context.Service<AuthorRepo>()("Authors/Repo", { make }) {

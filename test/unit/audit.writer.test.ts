@@ -11,7 +11,7 @@ import { outcomeOf } from "../../src/AuditLogs/AuditLog.ts"
 import { parseIsoDate } from "../../src/AuditLogs/Api.ts"
 import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "../../src/AuditLogs/Repo.ts"
 import { captureRequestData, redact } from "../../src/AuditLogs/RequestData.ts"
-import { defaultWriterOptions, isOutage, makeBufferedAuditLog } from "../../src/AuditLogs/Writer.ts"
+import { defaultWriterOptions, estimateRecordBytes, isOutage, makeBufferedAuditLog } from "../../src/AuditLogs/Writer.ts"
 import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
 
 const entry = (n: number): AuditEntry => ({
@@ -135,6 +135,43 @@ describe("audit writer (in-process buffer)", () => {
       yield* waitUntil(() => state.stored.size === 11)
       yield* Scope.close(scope, Exit.void)
       expect(state.stored.size).toBe(11)
+    }))
+})
+
+describe("audit writer: the buffer is bounded in bytes (CONTRACT §6)", () => {
+  it("a record's estimate covers its strings and its captured request_data, without serializing it again", () => {
+    const small = estimateRecordBytes(entry(0))
+    expect(estimateRecordBytes({ ...entry(0), user_agent: "u".repeat(20_000) })).toBeGreaterThanOrEqual(small + 20_000)
+    const data = captureRequestData(undefined, { text: "t".repeat(5000) })
+    expect(estimateRecordBytes({ ...entry(0), request_data: data })).toBeGreaterThanOrEqual(small + 5000)
+  })
+
+  it.live("records over the byte cap are refused and counted; taking a batch frees its bytes", () =>
+    Effect.gen(function*() {
+      const { state, layer } = scriptedRepo()
+      state.down = true
+      // ~20 KB records (a long resource and user agent): the record count cap is far away.
+      const big = (n: number): AuditEntry => ({ ...entry(n), resource: `/authors/${n}/${"r".repeat(4000)}`, user_agent: "a".repeat(6000) })
+      const size = estimateRecordBytes(big(1))
+      expect(size).toBeGreaterThan(20_000)
+      const before = yield* Effect.promise(() => droppedCount())
+      const scope = yield* Scope.make()
+      const audit = yield* makeBufferedAuditLog({ ...defaultWriterOptions, bufferMaxBytes: 5 * size + size / 2, flushTimeout: "100 millis" })
+        .pipe(Scope.provide(scope), Effect.provide(layer))
+      yield* audit.record(big(0))
+      yield* waitUntil(() => state.attempts >= 1) // the first record is in flight: its bytes left the buffer
+      for (let i = 1; i <= 12; i++) yield* audit.record(big(i))
+      expect((yield* Effect.promise(() => droppedCount())) - before).toBe(7)
+      state.down = false
+      yield* waitUntil(() => state.stored.size === 6)
+      // The buffer emptied: its estimate is back to zero, so five more fit again.
+      for (let i = 13; i <= 17; i++) yield* audit.record(big(i))
+      yield* waitUntil(() => state.stored.size === 11)
+      expect((yield* Effect.promise(() => droppedCount())) - before).toBe(7)
+      yield* Scope.close(scope, Exit.void)
+      expect([...state.stored.values()].map((e) => e.request_id).sort()).toEqual(
+        [0, 1, 2, 3, 4, 5, 13, 14, 15, 16, 17].map((n) => `r${n}`).sort()
+      )
     }))
 })
 
