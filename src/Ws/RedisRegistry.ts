@@ -1,5 +1,7 @@
 /**
- * The Redis implementation of `ConnectionRegistry` (CONTRACT §5), for many instances:
+ * The Redis implementation of `ConnectionRegistry` (CONTRACT §5), for many instances. One module
+ * on purpose (~300 lines): slots, broadcasts and sessions share the two connections and the
+ * recovery on every reconnect, which is only correct when it restores all three together.
  *
  * - Slots: one sorted set per user, a member per connection scored by its lease's end. Acquiring
  *   is one Lua script (drop expired leases, count, admit): exact under concurrency and across
