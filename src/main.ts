@@ -42,7 +42,7 @@ const teardown: Runtime.Teardown = (exit, onExit) =>
  * down, records the database refuses, clients that do not read): every step of the shutdown has
  * its own deadline, and should one of them still hang, the process ends here, saying so.
  */
-const SHUTDOWN_DEADLINE_MS = 9_500
+const SHUTDOWN_DEADLINE_MS = 9_000
 for (const signal of ["SIGTERM", "SIGINT"] as const) {
   process.once(signal, () => {
     setTimeout(() => {
