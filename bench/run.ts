@@ -316,7 +316,7 @@ const main = async () => {
     out.push("")
   }
   if (redisUrl !== undefined) {
-    out.push("note: with Redis the service also appends every audit record to a Redis Stream (XADD, awaited) for crash safety; the baseline buffers in process only.")
+    out.push("note: with Redis the service also appends every audit record to a Redis Stream (pipelined XADD, each request waiting for its own at most 100 ms) for crash safety; the baseline buffers in process only.")
   }
   for (const r of restarts) out.push(`note: ${r.server} was restarted at ${r.at_s} s after it stopped unexpectedly (${r.reason.slice(0, 120)}); its later numbers come from a fresh process`)
   const parity = [...answers, ...wsAnswers]
