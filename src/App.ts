@@ -117,9 +117,6 @@ const withServerSpan = HttpMiddleware.make((app) => app)
 const serving = <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
   HttpServer.withLogAddress(Layer.mergeAll(HttpServer.serve(handler, withServerSpan), WsServerLive))
 
-/** On the `NodeServer`/`HttpServer` provided from outside. */
-const ServeLive = Layer.unwrap(Effect.map(routes, serving))
-
 /**
  * On `server`, opened here: the routes are built first, so the port opens only once there is a
  * handler to answer on it (STACK-NOTES pitfall 1).
@@ -128,23 +125,11 @@ const serveOn = <S, E, R>(server: Layer.Layer<S, E, R>) =>
   Layer.unwrap(Effect.map(routes, (handler) => serving(handler).pipe(Layer.provideMerge(server))))
 
 /**
- * The whole service — the HttpApi and the `/web` WebSocket on one port; needs the Node server
- * (`NodeServer` and its `HttpServer`) and the `AppConfig`. `tracing` is provided under
- * everything else (server, SQL, Redis), so every span goes to it (Observability/Tracing.ts).
- */
-export const makeAppLive = (tracing: Layer.Layer<never, never, AppConfig> = TracingLive) =>
-  ServeLive.pipe(
-    Layer.provide(SpanNamesLive),
-    Layer.provide(ServicesLive),
-    Layer.provide(StartupLog),
-    Layer.provide(tracing)
-  )
-
-export const AppLive = makeAppLive()
-
-/**
- * The same, opening `server` (e.g. `nodeServerLayer`, Http/NodeServer.ts) itself, after every
- * service is up and the routes are built; its services (`NodeServer`, `HttpServer`) are outputs.
+ * The whole service — the HttpApi and the `/web` WebSocket on one port — opening `server` (e.g.
+ * `nodeServerLayer`, Http/NodeServer.ts) itself, after every service is up and the routes are
+ * built; its services (`NodeServer`, `HttpServer`) are outputs. Needs the `AppConfig`. `tracing` is
+ * provided under everything else (server, SQL, Redis), so every span goes to it
+ * (Observability/Tracing.ts).
  */
 export const makeServedAppLive = <S, E>(
   server: Layer.Layer<S | NodeServer | HttpServer.HttpServer, E, AppConfig>,
