@@ -20,6 +20,7 @@ import { AppConfig } from "./Config.ts"
 import { DatabaseLive } from "./Db/Database.ts"
 import { DocsLive } from "./Http/Docs.ts"
 import { FrontDoorLive, routeLabeler } from "./Http/FrontDoor.ts"
+import type { Upgrades } from "./Edge/Upgrades.ts"
 import type { NodeServer } from "./Http/NodeServer.ts"
 import { CacheProbe, DatabaseProbe, Health } from "./Observability/Health.ts"
 import { SystemHttpLive } from "./Observability/Http.ts"
@@ -127,12 +128,12 @@ const serveOn = <S, E, R>(server: Layer.Layer<S, E, R>) =>
 /**
  * The whole service — the HttpApi and the `/web` WebSocket on one port — opening `server` (e.g.
  * `nodeServerLayer`, Http/NodeServer.ts) itself, after every service is up and the routes are
- * built; its services (`NodeServer`, `HttpServer`) are outputs. Needs the `AppConfig`. `tracing` is
+ * built; its services (`NodeServer`, `Upgrades`, `HttpServer`) are outputs. Needs the `AppConfig`. `tracing` is
  * provided under everything else (server, SQL, Redis), so every span goes to it
  * (Observability/Tracing.ts).
  */
 export const makeServedAppLive = <S, E>(
-  server: Layer.Layer<S | NodeServer | HttpServer.HttpServer, E, AppConfig>,
+  server: Layer.Layer<S | NodeServer | Upgrades | HttpServer.HttpServer, E, AppConfig>,
   tracing: Layer.Layer<never, never, AppConfig> = TracingLive
 ) =>
   serveOn(server).pipe(

@@ -121,7 +121,7 @@ export const decodeCursor = (cursor: string): number | undefined => {
 
 export const pageCount = (total: number, perPage: number) => (total === 0 ? 0 : Math.ceil(total / perPage))
 
-/** src/Http/RequestContext.ts `correlationIdFrom`. */
+/** src/Edge/RequestContext.ts `correlationIdFrom`. */
 const CORRELATION_ID = /^[A-Za-z0-9._-]{1,64}$/
 export const correlationIdFrom = (header: string | undefined): string =>
   header !== undefined && CORRELATION_ID.test(header) ? header : Math.floor(Math.random() * 0x1_0000_0000).toString(16).padStart(8, "0")
@@ -208,7 +208,7 @@ export const bearerToken = (header: string | undefined): string | undefined => {
   return match?.[1]
 }
 
-/** src/Http/ClientIp.ts `normalizeIp`. */
+/** src/Edge/ClientIp.ts `normalizeIp`. */
 export const normalizeIp = (ip: string): string => {
   const trimmed = ip.trim()
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(trimmed)

@@ -6,7 +6,7 @@ import { OperationRoles } from "../Auth/Rbac.ts"
 import { PageMeta } from "../Domain/Author.ts"
 import { MAX_PAGE } from "../Domain/Pagination.ts"
 import { Wire } from "../Errors.ts"
-import { atLeast, atMost, IntFromString, issue, ParamText } from "../Http/Params.ts"
+import { atLeast, atMost, IntFromString, issue, ParamText } from "../Domain/Params.ts"
 
 export const AUDIT_MAX_PER_PAGE = 100
 

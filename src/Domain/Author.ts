@@ -1,5 +1,5 @@
 import { Schema, SchemaTransformation } from "effect"
-import { issue } from "../Http/Params.ts"
+import { issue } from "./Params.ts"
 
 /**
  * CONTRACT §3: `{id, name, created_at}` in every response; created_at ISO 8601 UTC without zone.

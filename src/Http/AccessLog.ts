@@ -6,7 +6,7 @@
  */
 import { Effect, LogLevel, References } from "effect"
 import { httpSeries } from "../Observability/Metrics.ts"
-import type { RequestContext } from "./RequestContext.ts"
+import type { RequestContext } from "../Edge/RequestContext.ts"
 
 export interface Observation {
   /** Ends the in-progress gauge (runs however the request ends, interruption included). */

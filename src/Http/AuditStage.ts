@@ -7,7 +7,7 @@ import { Effect } from "effect"
 import { HttpMethod, type HttpServerRequest, type HttpServerResponse } from "effect/http"
 import { AuditLog, outcomeOf } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData } from "../AuditLogs/RequestData.ts"
-import type { RequestContext } from "./RequestContext.ts"
+import type { RequestContext } from "../Edge/RequestContext.ts"
 
 /** Paths whose handlers write their own audit record. */
 const SELF_AUDITED_PATHS: ReadonlySet<string> = new Set(["/login", "/login/refresh"])

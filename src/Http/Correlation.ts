@@ -9,8 +9,8 @@ import type { HttpServerRequest } from "effect/http"
 import { randomUUID } from "node:crypto"
 import { authenticateHeader } from "../Auth/Authentication.ts"
 import type { TokenVerifier } from "../Auth/TokenVerifier.ts"
-import { type Cidr, clientIp } from "./ClientIp.ts"
-import { correlationIdFrom, type RequestContext } from "./RequestContext.ts"
+import { type Cidr, clientIp } from "../Edge/ClientIp.ts"
+import { correlationIdFrom, type RequestContext } from "../Edge/RequestContext.ts"
 
 export const makeCorrelation = (trustedProxies: ReadonlyArray<Cidr>, verifier: TokenVerifier["Service"]) => {
   /** The facts known before anything is checked. */

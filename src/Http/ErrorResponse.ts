@@ -10,7 +10,7 @@ import { HttpMethod, type HttpServerRequest, HttpServerResponse } from "effect/h
 import { HttpApiError } from "effect/http-api"
 import { errorStatus, InternalError, isClientError, RouteNotFound } from "../Errors.ts"
 import { Unhealthy } from "../Observability/Api.ts"
-import { textDepthExceeds, tooDeepMessage } from "./JsonDepth.ts"
+import { textDepthExceeds, tooDeepMessage } from "../Edge/JsonDepth.ts"
 import {
   contentTypeInvalid,
   type EndpointShape,

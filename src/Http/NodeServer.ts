@@ -11,16 +11,10 @@
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Context, Effect, Layer, type Scope } from "effect"
-import { randomBytes } from "node:crypto"
-import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from "node:http"
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
+import { refuseOnSocket, type UpgradeHandler, Upgrades } from "../Edge/Upgrades.ts"
 import { STARTING_REPORT } from "../Observability/Api.ts"
-
-export interface UpgradeHandler {
-  readonly upgrade: (request: IncomingMessage, socket: Duplex, head: Buffer) => void
-  /** Closes every connection; called when shutdown begins. */
-  readonly shutdown: () => Promise<void>
-}
 
 export interface NodeServerShape {
   readonly server: Server
@@ -33,16 +27,6 @@ export interface NodeServerShape {
 }
 
 export class NodeServer extends Context.Service<NodeServer, NodeServerShape>()("Http/NodeServer") {}
-
-/** Answers on the raw socket with a JSON `{detail}` error and closes it (a refused upgrade, a request the parser refused). */
-export const refuseUpgrade = (socket: Duplex, status: number, detail: string) => {
-  const body = JSON.stringify({ detail })
-  socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Bad Request"}\r\nContent-Type: application/json\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\n` +
-      `X-Correlation-ID: ${randomBytes(4).toString("hex")}\r\nConnection: close\r\n\r\n${body}`
-  )
-}
 
 /**
  * A request Node's HTTP parser refuses (control or non-ASCII bytes in the target or a header, a
@@ -60,7 +44,7 @@ const answerClientError = (error: NodeJS.ErrnoException, socket: Duplex) => {
     : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
     ? [408, "Request timeout"]
     : [400, "Bad request"]
-  refuseUpgrade(socket, status, detail)
+  refuseOnSocket(socket, status, detail)
 }
 
 const LIVE = JSON.stringify({ status: "ok" })
@@ -100,7 +84,7 @@ export const makeNodeServer = (): NodeServerShape => {
     if (event !== "upgrade") return Reflect.apply(emit, this, [event, ...args]) as boolean
     const [request, socket, head] = args as [IncomingMessage, Duplex, Buffer]
     socket.on("error", () => {})
-    if (upgrades === undefined) refuseUpgrade(socket, 503, "Service unavailable")
+    if (upgrades === undefined) refuseOnSocket(socket, 503, "Service unavailable")
     else upgrades.upgrade(request, socket, head)
     return true
   } as Server["emit"]
@@ -145,12 +129,13 @@ export const makeNodeServer = (): NodeServerShape => {
   return { server, inFlight: () => inFlight, drain, handleUpgrades }
 }
 
-/** The Node server (as `NodeServer`) and the platform's `HttpServer` on it. */
+/** The Node server (as `NodeServer` and `Upgrades`) and the platform's `HttpServer` on it. */
 export const nodeServerLayer = (options: { readonly port: number; readonly host: string }) =>
   Layer.unwrap(Effect.sync(() => {
     const node = makeNodeServer()
-    return Layer.merge(
+    return Layer.mergeAll(
       Layer.succeed(NodeServer, node),
+      Layer.succeed(Upgrades, { handle: node.handleUpgrades }),
       NodeHttpServer.layer(() => node.server, options)
     )
   }))

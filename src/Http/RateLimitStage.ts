@@ -10,7 +10,7 @@ import { RateLimited } from "../Errors.ts"
 import { rateLimitHitsTotal } from "../Observability/Metrics.ts"
 import { type FailMode, type RateDecision, RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
 import { json } from "./ErrorResponse.ts"
-import type { RequestContext } from "./RequestContext.ts"
+import type { RequestContext } from "../Edge/RequestContext.ts"
 
 const WINDOW_MS = 60_000
 

@@ -2,7 +2,7 @@
  * CONTRACT §9 "Control characters": a path or query value whose percent-escapes are not UTF-8 is a
  * client error, a 422 naming the parameter — never a 404 (the router cannot decode the path) nor
  * a silent U+FFFD (URLSearchParams replaces what it cannot decode). Such a run of escapes is
- * rewritten to `%00` before routing, so the parameter's own schema (Http/Params.ts `ParamText`,
+ * rewritten to `%00` before routing, so the parameter's own schema (Domain/Params.ts `ParamText`,
  * which refuses NUL) answers the 422 in its place, after authentication and the role check.
  * A `%` that starts no escape is taken literally, as URLSearchParams takes it (`%25`): the
  * router's decoder would otherwise give up on the whole value and pass its escapes through raw.

@@ -3,12 +3,12 @@
  * every schema failure (HttpApi's own answer is an empty 400 that does not say which part failed),
  * malformed JSON and wrong content types. HttpApi names the part that failed
  * (`HttpApiSchemaError.kind`: Params, Query, Payload); the issue tree of its `SchemaError` gives
- * the path inside it and the message, whose `type|message` convention comes from Http/Params.ts.
+ * the path inside it and the message, whose `type|message` convention comes from Domain/Params.ts.
  */
 import { SchemaAST, SchemaIssue } from "effect"
 import type { HttpServerRequest } from "effect/http"
 import { HttpApi, type HttpApiError, type HttpApiGroup, HttpApiMiddleware } from "effect/http-api"
-import { splitIssue } from "./Params.ts"
+import { splitIssue } from "../Domain/Params.ts"
 
 export interface ValidationIssue {
   readonly type: string

@@ -7,7 +7,7 @@
  */
 import { Cause, type Fiber, Inspectable, Layer, Logger, type LogLevel, References } from "effect"
 import { AppConfig, type AppConfigShape } from "../Config.ts"
-import { currentRequest } from "../Http/RequestContext.ts"
+import { currentRequest } from "../Edge/RequestContext.ts"
 
 const levels: { readonly [K in AppConfigShape["logLevel"]]: LogLevel.LogLevel } = {
   trace: "Trace",

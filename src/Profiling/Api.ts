@@ -6,7 +6,7 @@
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Wire } from "../Errors.ts"
-import { ParamText } from "../Http/Params.ts"
+import { ParamText } from "../Domain/Params.ts"
 
 export const ProfilingStatus = Schema.Struct({
   enabled: Schema.Boolean,

@@ -13,7 +13,7 @@ import { Author, AuthorPayload, type PageMeta } from "../Domain/Author.ts"
 import { AUTHORS_MAX_PER_PAGE, MAX_PAGE } from "../Domain/Pagination.ts"
 import type { Role, User } from "../Domain/User.ts"
 import { type ClientError, errorStatus, WsStatus } from "../Errors.ts"
-import { atLeast, atMost, ParamText } from "../Http/Params.ts"
+import { atLeast, atMost, ParamText } from "../Domain/Params.ts"
 import { errorItems, httpEquivalent } from "./Protocol.ts"
 
 export interface PackageReply {

@@ -6,8 +6,8 @@
 import { Result, Schema, SchemaAST, SchemaIssue } from "effect"
 import { Author, PageMeta } from "../Domain/Author.ts"
 import { WsStatus } from "../Errors.ts"
-import { depthExceeds, MAX_JSON_DEPTH, tooDeepMessage } from "../Http/JsonDepth.ts"
-import { issue } from "../Http/Params.ts"
+import { depthExceeds, MAX_JSON_DEPTH, tooDeepMessage } from "../Edge/JsonDepth.ts"
+import { issue } from "../Domain/Params.ts"
 
 /** The endpoint's path on the HTTP port. */
 export const WS_PATH = "/web"
@@ -131,7 +131,7 @@ export interface ErrorItem {
   readonly type: string
 }
 
-/** An `errors` item from its message: the `type|message` convention of Http/Params.ts, else `value_error`. */
+/** An `errors` item from its message: the `type|message` convention of Domain/Params.ts, else `value_error`. */
 const fromMessage = (loc: ReadonlyArray<string | number>, message: string): ErrorItem => {
   const bar = message.indexOf("|")
   return bar > 0 && /^[a-z_]+$/.test(message.slice(0, bar))

@@ -20,9 +20,9 @@ import { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import type { Authors } from "../Authors/Authors.ts"
 import { AppConfig } from "../Config.ts"
 import { WsStatus } from "../Errors.ts"
-import { clientIp } from "../Http/ClientIp.ts"
-import { NodeServer, refuseUpgrade } from "../Http/NodeServer.ts"
-import { correlationIdFrom } from "../Http/RequestContext.ts"
+import { clientIp } from "../Edge/ClientIp.ts"
+import { refuseOnSocket, Upgrades } from "../Edge/Upgrades.ts"
+import { correlationIdFrom } from "../Edge/RequestContext.ts"
 import { wsConnectionsActive, wsMessagesReceived } from "../Observability/Metrics.ts"
 import { RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { type Connection, makeConnection } from "./Connection.ts"
@@ -44,7 +44,7 @@ const headerText = (value: string | ReadonlyArray<string> | undefined) =>
   typeof value === "string" || value === undefined ? value : value.join(",")
 
 export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
-  const node = yield* NodeServer
+  const upgrades = yield* Upgrades
   const config = yield* AppConfig
   const verifier = yield* TokenVerifier
   const limiter = yield* RateLimiter
@@ -171,8 +171,8 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
 
   const upgrade = (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(request.url ?? "/", "http://localhost")
-    if (url.pathname !== WS_PATH) return refuseUpgrade(socket, 404, "Not Found")
-    if (shuttingDown !== undefined) return refuseUpgrade(socket, 503, "Service unavailable")
+    if (url.pathname !== WS_PATH) return refuseOnSocket(socket, 404, "Not Found")
+    if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable")
     const correlationId = correlationIdFrom(headerText(request.headers["x-correlation-id"]))
     correlationIds.set(request, correlationId)
     wss.handleUpgrade(request, socket, head, (ws) => accept(ws, request, url, correlationId))
@@ -204,5 +204,5 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
       Effect.andThen(Effect.sync(() => wss.close()))
     )
   )
-  yield* node.handleUpgrades({ upgrade, shutdown })
+  yield* upgrades.handle({ upgrade, shutdown })
 }))

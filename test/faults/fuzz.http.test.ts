@@ -18,7 +18,7 @@ import { randomUUID } from "node:crypto"
 import http from "node:http"
 import net from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { parseCidr } from "../../src/Http/ClientIp.ts"
+import { parseCidr } from "../../src/Edge/ClientIp.ts"
 import { awaitAuditRecord } from "../support/AuditTrail.ts"
 import { login, request, signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
 

@@ -12,7 +12,7 @@ import { Option, Redacted, Result } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
-import { parseCidrList } from "../../src/Http/ClientIp.ts"
+import { parseCidrList } from "../../src/Edge/ClientIp.ts"
 import { waitFor } from "../support/Spawn.ts"
 import { login, request, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 

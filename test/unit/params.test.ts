@@ -3,7 +3,7 @@ import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { parseOriginList } from "../../src/Config.ts"
 import { AuthorName } from "../../src/Domain/Author.ts"
-import { IntFromString } from "../../src/Http/Params.ts"
+import { IntFromString } from "../../src/Domain/Params.ts"
 
 const decodeInt = Schema.decodeUnknownResult(IntFromString)
 const decodeName = Schema.decodeUnknownResult(AuthorName)

@@ -28,7 +28,7 @@ export interface RequestContext {
 }
 
 /** The current request's facts; `undefined` outside an HTTP request. */
-export const currentRequest = Context.Reference<RequestContext | undefined>("Http/RequestContext", {
+export const currentRequest = Context.Reference<RequestContext | undefined>("Edge/RequestContext", {
   defaultValue: () => undefined
 })
 
