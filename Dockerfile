@@ -1,10 +1,14 @@
-# The service image: Node 24 running the TypeScript sources directly (Node strips the types
-# itself; no loader, no wrapper process). Two stages: the production dependencies are installed
-# in the first, so the final image carries neither npm's cache nor a dev dependency.
+# The service image: Node 24 running plain JavaScript (dist/, the sources with their types
+# stripped by `npm run build`; no loader, no wrapper process). Two stages: the production
+# dependencies are installed and dist/ is built in the first, so the final image carries neither
+# npm's cache nor a dev dependency.
 FROM node:24-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund
+COPY scripts/build.ts scripts/
+COPY src src
+RUN npm run build
 
 FROM node:24-slim
 ENV NODE_ENV=production \
@@ -16,8 +20,10 @@ ENV NODE_ENV=production \
 WORKDIR /app
 
 COPY --from=deps /app/node_modules ./node_modules
-# Sources, migrations, config, proto (.dockerignore keeps tests, data and secrets out).
+# Migrations, config, proto, package.json (.dockerignore keeps tests, data and secrets out); then
+# the built service.
 COPY . .
+COPY --from=deps /app/dist ./dist
 
 # Runs as the image's unprivileged `node` user; it owns only the writable directories.
 RUN mkdir -p /app/.data /app/profiling_reports && chown -R node:node /app/.data /app/profiling_reports
@@ -31,4 +37,4 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
 
 # node itself is PID 1: no npm/sh wrapper, so SIGTERM reaches the service and it drains
 # gracefully (CONTRACT §9 "Signals").
-CMD ["node", "src/main.ts"]
+CMD ["node", "dist/main.js"]

@@ -1,14 +1,17 @@
 /**
- * The two servers under test as child processes: the service (`node src/main.ts`,
- * as test/support/Spawn.ts) and the baseline (`node bench/baseline/server.ts`), plus
+ * The two servers under test as child processes: the service (`node dist/main.js`, built
+ * first, as `npm start` runs it) and the baseline (`node bench/baseline/server.ts`), plus
  * what the runner reads from them (RSS and CPU time from /proc).
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { readFileSync } from "node:fs"
+import { readFileSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 import { join } from "node:path"
+import { buildIfNeeded, stripTree } from "../../scripts/build.ts"
 
 export const ROOT = new URL("../../", import.meta.url).pathname
+/** Where the baseline's stripped JavaScript goes: two levels down, like bench/baseline/, so its relative paths hold. */
+const BASELINE_JS = "bench/.baseline-js"
 
 export type ServerName = "service" | "baseline"
 
@@ -119,8 +122,9 @@ export interface Backends {
 }
 
 /** The service with the issue's benchmark settings (limiters on but never refusing). */
-export const startService = async (dataDir: string, backends: Backends, startTimeoutMs = 180_000) =>
-  launch("service", "src/main.ts", {
+export const startService = async (dataDir: string, backends: Backends, startTimeoutMs = 180_000) => {
+  buildIfNeeded()
+  return launch("service", "dist/main.js", {
     DATA_DIR: dataDir,
     APP_ENV: "development",
     LOG_LEVEL: "warning",
@@ -135,10 +139,14 @@ export const startService = async (dataDir: string, backends: Backends, startTim
     ...(backends.databaseUrl !== undefined ? { DATABASE_URL: backends.databaseUrl } : {}),
     ...(backends.redisUrl !== undefined ? { REDIS_URL: backends.redisUrl, REDIS_KEY_PREFIX: `${backends.redisPrefix}svc:` } : {})
   }, await freePort(), startTimeoutMs)
+}
 
 /** The baseline with the same settings; it verifies the service's tokens with the public key. */
-export const startBaseline = async (dataDir: string, backends: Backends, publicJwkFile: string, startTimeoutMs = 180_000) =>
-  launch("baseline", "bench/baseline/server.ts", {
+export const startBaseline = async (dataDir: string, backends: Backends, publicJwkFile: string, startTimeoutMs = 180_000) => {
+  // Plain JavaScript too, stripped the same way, so neither process pays for Node's TypeScript stripper.
+  rmSync(join(ROOT, BASELINE_JS), { recursive: true, force: true })
+  stripTree(join(ROOT, "bench/baseline"), join(ROOT, BASELINE_JS))
+  return launch("baseline", `${BASELINE_JS}/server.js`, {
     BASELINE_DATA_DIR: dataDir,
     JWT_PUBLIC_JWK_FILE: publicJwkFile,
     RATE_LIMIT_PER_MINUTE: "1000000000",
@@ -148,6 +156,7 @@ export const startBaseline = async (dataDir: string, backends: Backends, publicJ
     ...(backends.databaseUrl !== undefined ? { DATABASE_URL: backends.databaseUrl } : {}),
     ...(backends.redisUrl !== undefined ? { REDIS_URL: backends.redisUrl, REDIS_KEY_PREFIX: `${backends.redisPrefix}base:` } : {})
   }, await freePort(), startTimeoutMs)
+}
 
 /** VmRSS of a process in MB, from /proc/<pid>/status. */
 export const rssMb = (pid: number): number | undefined => {

@@ -1,4 +1,4 @@
-/** Runs the real service (`node src/main.ts`: Node strips the types itself, as `npm start` runs it) as a child process, for startup and signal tests. */
+/** Runs the real service as `npm start` does (`node dist/main.js`, built by the global setup) as a child process, for startup, signal and fault tests. */
 import { spawn, type ChildProcess } from "node:child_process"
 import { createServer } from "node:net"
 
@@ -11,7 +11,7 @@ export interface Spawned {
 }
 
 export const spawnService = (env: Record<string, string>): Spawned => {
-  const child = spawn(process.execPath, ["src/main.ts"], {
+  const child = spawn(process.execPath, ["dist/main.js"], {
     env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "", LOG_FORMAT: "json", PROFILING_ENABLED: "false", ...env },
     stdio: ["ignore", "pipe", "pipe"]
   })

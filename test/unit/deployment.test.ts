@@ -60,13 +60,15 @@ describe("docker-compose.yml", () => {
 
 describe("Dockerfile", () => {
   const dockerfile = readFileSync("Dockerfile", "utf8")
-  it("multi-stage on node:24-slim, production dependencies only, a non-root user, a HEALTHCHECK, plain node on the sources", () => {
+  it("multi-stage on node:24-slim, production dependencies only, a non-root user, a HEALTHCHECK, plain node on the built JavaScript", () => {
     expect(dockerfile.match(/^FROM node:24-slim\b/gm)).toHaveLength(2)
     expect(dockerfile).toMatch(/^RUN npm ci --omit=dev\b/m)
     expect(dockerfile).toMatch(/^COPY --from=deps \/app\/node_modules/m)
     expect(dockerfile).toMatch(/^USER (?!root)\S+$/m)
     expect(dockerfile).toMatch(/^HEALTHCHECK /m)
-    expect(dockerfile).toContain("CMD [\"node\", \"src/main.ts\"]")
+    expect(dockerfile).toMatch(/^RUN npm run build$/m)
+    expect(dockerfile).toMatch(/^COPY --from=deps \/app\/dist \.\/dist$/m)
+    expect(dockerfile).toContain("CMD [\"node\", \"dist/main.js\"]")
     expect(dockerfile).not.toContain("tsx")
   })
 })
