@@ -72,6 +72,17 @@ describe.each(backends)("GET /authors streamed (%s)", (backend) => {
     expect(await none.text()).toBe("[]")
   })
 
+  it("an answer smaller than one batch is one plain body with its length, the same bytes", async () => {
+    const one = (await paginated())[7]!
+    const res = await fetch(`${app.url}/authors?id=${one.id}`, { headers: authHeader(admin) })
+    expect(res.status).toBe(200)
+    expect(res.headers.get("transfer-encoding")).toBeNull()
+    expect(res.headers.get("content-type")).toMatch(/^application\/json/)
+    const text = await res.text()
+    expect(res.headers.get("content-length")).toBe(String(Buffer.byteLength(text)))
+    expect(text).toBe(JSON.stringify([one]))
+  })
+
   it("errors before the first byte are the usual JSON errors", async () => {
     const res = await request(app, "GET", "/authors?id=abc", { token: admin })
     expect(res.status).toBe(422)
