@@ -4,7 +4,7 @@
  * configuration.
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import { Effect, Layer, Option } from "effect"
+import { Effect, Layer, Option, References } from "effect"
 import { HttpMiddleware, HttpRouter, HttpServer, type HttpServerRequest, type HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api, CommonResponsesLive } from "./Api.ts"
@@ -109,14 +109,17 @@ const SpanNamesLive = Layer.succeed(HttpMiddleware.SpanNameGenerator, (() => {
 const routes = HttpRouter.toHttpEffect(RoutesLive).pipe(Effect.provideService(HttpRouter.RouterConfig, { maxParamLength: 4096 }))
 
 /**
- * A server middleware, even one that does nothing, makes the platform open the request's server
- * span with Effect's own tracer too (without one it skips spans no exporter would see): the log
- * lines of a request carry its trace id with tracing off as well (CONTRACT §8).
+ * A server middleware, even one that does nothing, makes the platform open each request's server
+ * span (continuing an incoming `traceparent`); it is there only when the tracer is enabled (an
+ * exporter is configured, Observability/Tracing.ts), so with tracing off a request pays for no span.
  */
 const withServerSpan = HttpMiddleware.make((app) => app)
 
 const serving = <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
-  HttpServer.withLogAddress(Layer.mergeAll(HttpServer.serve(handler, withServerSpan), WsServerLive))
+  HttpServer.withLogAddress(Layer.mergeAll(
+    Layer.unwrap(Effect.map(Effect.service(References.TracerEnabled), (traced) => traced ? HttpServer.serve(handler, withServerSpan) : HttpServer.serve(handler))),
+    WsServerLive
+  ))
 
 /**
  * On `server`, opened here: the routes are built first, so the port opens only once there is a

@@ -17,10 +17,18 @@ export interface AppConfigShape {
   readonly databasePoolMax: number
   /** Parameterised statements as named prepared statements (DATABASE_URL only; never on embedded PGlite). */
   readonly databasePreparedStatements: boolean
+  /** Beyond CONTRACT §2 (Review F12): the longest a statement may wait for a connection and run; then the request gets the database error. */
+  readonly databaseStatementTimeoutSeconds: number
   readonly dataDir: string
   readonly redisUrl: Option.Option<Redacted.Redacted<string>>
   readonly redisKeyPrefix: string
+  /** CONTRACT §1: `https://` with `APP_ENV=production` (unless `oidcAllowHttpIssuer`). */
   readonly oidcIssuerUrl: Option.Option<string>
+  /**
+   * Beyond CONTRACT §2: accept an `http://` issuer with `APP_ENV=production` — its keys then come
+   * over plain HTTP, so only on a network the operator vouches for (a compose network).
+   */
+  readonly oidcAllowHttpIssuer: boolean
   readonly oidcClientId: string
   readonly oidcClientSecret: Option.Option<Redacted.Redacted<string>>
   /** `OIDC_AUDIENCE` as set (`none` included); what is checked is `tokenAudience` below. */
@@ -35,6 +43,8 @@ export interface AppConfigShape {
   readonly loginFailureWindowSeconds: number
   readonly trustedProxies: ReadonlyArray<Cidr>
   readonly wsMaxConnectionsPerUser: number
+  /** Beyond CONTRACT §2: WebSocket connections one instance holds at most (handshakes included); more are refused 503. */
+  readonly wsMaxConnections: number
   readonly wsMessageRateLimit: number
   readonly wsAuthTimeoutSeconds: number
   /** Beyond CONTRACT §2: how long a connection outlives its token's exp (CONTRACT §5: 10 s). */
@@ -103,11 +113,37 @@ const fromParser = <A>(name: string, fallback: string, parse: (raw: string) => R
     )
   )
 
+/**
+ * Why `OIDC_ISSUER_URL` cannot be used, if it cannot: it must be an http(s) URL, and `https://`
+ * in production — the keys that verify every token are fetched from it, and over plain HTTP
+ * anyone on the path could hand the service keys of their own (CONTRACT §1 production, §9).
+ */
+export const issuerUrlProblem = (url: string, appEnv: AppEnv, allowHttp: boolean): string | undefined => {
+  let protocol: string
+  try {
+    protocol = new URL(url).protocol
+  } catch {
+    return "OIDC_ISSUER_URL must be an absolute https:// URL"
+  }
+  if (protocol !== "https:" && protocol !== "http:") return "OIDC_ISSUER_URL must be an absolute https:// URL"
+  if (protocol === "http:" && appEnv === "production" && !allowHttp) {
+    return "OIDC_ISSUER_URL must be an https:// URL when APP_ENV=production " +
+      "(set OIDC_ALLOW_HTTP_ISSUER=true only where the network to the provider is trusted)"
+  }
+  return undefined
+}
+
 /** CONTRACT §2 accepts `warn` as well as `warning`; the shape keeps one spelling. */
 const LogLevelSetting = Schema.Literals(["trace", "debug", "info", "warn", "warning", "error", "fatal", "none"])
 
 export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effect.gen(function*() {
   const appEnv = yield* Config.Literals(["development", "production"], "APP_ENV").pipe(Config.withDefault("development"))
+  const oidcAllowHttpIssuer = yield* Config.Boolean("OIDC_ALLOW_HTTP_ISSUER").pipe(Config.withDefault(false))
+  const oidcIssuerUrl = yield* nonEmpty("OIDC_ISSUER_URL").pipe(Config.map(Option.map((u) => u.trim().replace(/\/+$/, ""))))
+  if (Option.isSome(oidcIssuerUrl)) {
+    const problem = issuerUrlProblem(oidcIssuerUrl.value, appEnv, oidcAllowHttpIssuer)
+    if (problem !== undefined) return yield* Effect.fail(invalid("OIDC_ISSUER_URL", oidcIssuerUrl.value, problem))
+  }
   return {
     port: yield* Config.Port("PORT").pipe(Config.withDefault(8000)),
     host: yield* Config.String("HOST").pipe(Config.withDefault("0.0.0.0")),
@@ -122,10 +158,12 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     databaseUrl: yield* nonEmptyRedacted("DATABASE_URL"),
     databasePoolMax: yield* positiveInt("DATABASE_POOL_MAX", 10),
     databasePreparedStatements: yield* Config.Boolean("DATABASE_PREPARED_STATEMENTS").pipe(Config.withDefault(true)),
+    databaseStatementTimeoutSeconds: yield* positiveInt("DATABASE_STATEMENT_TIMEOUT_SECONDS", 5),
     dataDir: yield* Config.String("DATA_DIR").pipe(Config.withDefault("./.data")),
     redisUrl: yield* nonEmptyRedacted("REDIS_URL"),
     redisKeyPrefix: yield* Config.String("REDIS_KEY_PREFIX").pipe(Config.withDefault("authors:")),
-    oidcIssuerUrl: yield* nonEmpty("OIDC_ISSUER_URL").pipe(Config.map(Option.map((u) => u.replace(/\/+$/, "")))),
+    oidcIssuerUrl,
+    oidcAllowHttpIssuer,
     oidcClientId: yield* Config.String("OIDC_CLIENT_ID").pipe(Config.withDefault("author-directory")),
     oidcClientSecret: yield* nonEmptyRedacted("OIDC_CLIENT_SECRET"),
     oidcAudience: yield* nonEmpty("OIDC_AUDIENCE"),
@@ -138,6 +176,7 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     loginFailureWindowSeconds: yield* positiveInt("LOGIN_FAILURE_WINDOW_SECONDS", 900),
     trustedProxies: yield* fromParser("TRUSTED_PROXIES", "", parseCidrList),
     wsMaxConnectionsPerUser: yield* positiveInt("WS_MAX_CONNECTIONS_PER_USER", 5),
+    wsMaxConnections: yield* positiveInt("WS_MAX_CONNECTIONS", 10_000),
     wsMessageRateLimit: yield* positiveInt("WS_MESSAGE_RATE_LIMIT", 100),
     wsAuthTimeoutSeconds: yield* positiveInt("WS_AUTH_TIMEOUT_SECONDS", 5),
     wsSessionGraceSeconds: yield* nonNegativeInt("WS_SESSION_GRACE_SECONDS", 10),

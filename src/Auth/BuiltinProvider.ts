@@ -1,7 +1,8 @@
 /**
  * The built-in development identity provider: users from `AUTH_USERS_FILE`, ES256 tokens signed
  * with a key persisted in `DATA_DIR`, Keycloak's lifetimes (300 s / 1800 s) and claim shapes.
- * It refuses to run with `APP_ENV=production` (CONTRACT §1).
+ * It refuses to run with `APP_ENV=production` (CONTRACT §1), and says so at startup when users
+ * with plain-text passwords (the shipped admin/admin…) are reachable beyond this machine.
  */
 import { Effect, Layer, Option, Schema } from "effect"
 import { exportJWK, generateKeyPair, importJWK, type JWK, jwtVerify, SignJWT, type CryptoKey } from "jose"
@@ -50,6 +51,22 @@ export const loadUsers = (path: string): ReadonlyArray<UserEntry> => {
   }
 }
 
+/** Whether HOST binds to this machine only (`localhost`, 127.0.0.0/8, ::1). */
+export const isLoopbackHost = (host: string) =>
+  host === "localhost" || host === "::1" || host === "[::1]" || /^127(\.\d{1,3}){3}$/.test(host)
+
+/**
+ * The startup warning for plain-text passwords served to the network (CONTRACT §2 keeps
+ * `HOST=0.0.0.0` and the shipped admin/admin for development; this says what that means).
+ */
+export const plainPasswordWarning = (users: ReadonlyArray<UserEntry>, host: string, usersFile: string): string | undefined => {
+  const plain = users.filter((u) => u.password !== undefined).map((u) => u.username)
+  if (plain.length === 0 || isLoopbackHost(host)) return undefined
+  const names = plain.length > 5 ? `${plain.slice(0, 5).join(", ")}, …` : plain.join(", ")
+  return `Built-in identity provider: ${usersFile} has plain-text passwords (${names}) and HOST=${host} serves them ` +
+    "beyond this machine; bind HOST=127.0.0.1 or give the users password_hash entries (npm run hash-password)"
+}
+
 /** A stable id for users without one: a UUID-shaped digest of the username. */
 const stableId = (username: string) => {
   const h = createHash("sha256").update(`author-directory:${username}`).digest("hex")
@@ -89,6 +106,8 @@ export const BuiltinAuthLive = Layer.unwrap(Effect.gen(function*() {
     ))
   }
   const users = yield* Effect.try({ try: () => loadUsers(config.authUsersFile), catch: (e) => e as Error }).pipe(Effect.orDie)
+  const warning = plainPasswordWarning(users, config.host, config.authUsersFile)
+  if (warning !== undefined) yield* Effect.logWarning(warning)
   const key = yield* Effect.promise(() => loadOrCreateKey(config.dataDir))
   // Its tokens name OIDC_AUDIENCE (else the client id), and it checks that audience unless
   // OIDC_AUDIENCE=none (CONTRACT §2).

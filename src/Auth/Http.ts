@@ -8,7 +8,7 @@ import { captureRequestData } from "../AuditLogs/RequestData.ts"
 import { AppConfig } from "../Config.ts"
 import { type ClientError, errorStatus } from "../Errors.ts"
 import { getRequestContext } from "../Edge/RequestContext.ts"
-import { authAttemptsTotal } from "../Observability/Metrics.ts"
+import { authAttemptsTotal, rateLimitHitsTotal } from "../Observability/Metrics.ts"
 import { RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { IdentityProvider, type TokenResponse } from "./IdentityProvider.ts"
 import { makeLoginThrottle, TooManyFailedLogins } from "./LoginThrottle.ts"
@@ -93,14 +93,16 @@ export const LoginHttpLive = HttpApiBuilder.group(
               recordAttempt("/login", payload.username, exit)
             )
           ),
-          // CONTRACT §4: the 429 carries Retry-After, which a declared error cannot set.
+          // CONTRACT §4: the 429 carries Retry-After, which a declared error cannot set; like every
+          // HTTP 429 it is a `rate_limit_hits_total{limit_type="http"}` (CONTRACT §9 "Metrics meaning").
           Effect.catchTag("TooManyFailedLogins", (error) =>
-            Effect.succeed(
-              HttpServerResponse.jsonUnsafe({ detail: error.detail }, {
+            Effect.sync(() => {
+              rateLimitHitsTotal.inc({ limit_type: "http" })
+              return HttpServerResponse.jsonUnsafe({ detail: error.detail }, {
                 status: 429,
                 headers: { "retry-after": String(error.retryAfterSeconds) }
               })
-            ))
+            }))
         ))
       .handle("refresh", ({ payload }) =>
         idp.refresh(payload.refresh_token).pipe(

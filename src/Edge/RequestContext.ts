@@ -12,6 +12,11 @@ export interface RequestContext {
   /** UUID per request: `X-Request-ID` and the audit record's request_id (CONTRACT §6). */
   readonly requestId: string
   readonly correlationId: string
+  /**
+   * The trace id log lines carry when no span is open (tracing off, CONTRACT §8): the caller's,
+   * from a valid W3C `traceparent`, else the request id's 32 hex digits.
+   */
+  readonly traceId: string
   readonly startedAt: Date
   readonly ip: string
   readonly userAgent: string
@@ -41,3 +46,12 @@ export const correlationIdFrom = (header: string | undefined): string =>
   header !== undefined && CORRELATION_ID.test(header) ? header : randomHex8()
 
 const randomHex8 = () => Math.floor(Math.random() * 0x1_0000_0000).toString(16).padStart(8, "0")
+
+const TRACEPARENT = /^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/
+const ZERO_TRACE_ID = "0".repeat(32)
+
+/** The trace id of a W3C `traceparent` header (not the all-zero one), else the request id's hex digits. */
+export const traceIdFrom = (traceparent: string | undefined, requestId: string): string => {
+  const id = traceparent === undefined ? undefined : TRACEPARENT.exec(traceparent)?.[1]
+  return id !== undefined && id !== ZERO_TRACE_ID ? id : requestId.replaceAll("-", "")
+}

@@ -6,7 +6,7 @@
  */
 import { Effect, LogLevel, References } from "effect"
 import { httpSeries } from "../Observability/Metrics.ts"
-import type { RequestContext } from "../Edge/RequestContext.ts"
+import { currentRequest, type RequestContext } from "../Edge/RequestContext.ts"
 
 export interface Observation {
   /** Ends the in-progress gauge (runs however the request ends, interruption included). */
@@ -29,16 +29,10 @@ export const observe = (method: string, endpoint: string, quiet: boolean): Obser
         series.duration.observe(seconds)
         const durationMs = Math.round(seconds * 1000)
         if (!LogLevel.isGreaterThanOrEqualTo(level, fiber.getRef(References.MinimumLogLevel))) return Effect.succeed(durationMs)
+        // The ids (and the trace id when no span is open) come from the request's facts (Logging.ts).
         return Effect.as(Effect.logWithLevel(level)("HTTP request").pipe(
-          Effect.annotateLogs({
-            correlation_id: ctx.correlationId,
-            request_id: ctx.requestId,
-            method,
-            endpoint,
-            status_code: status,
-            duration_ms: durationMs,
-            ...(ctx.user !== undefined ? { user_id: ctx.user.id } : {})
-          })
+          Effect.annotateLogs({ method, endpoint, status_code: status, duration_ms: durationMs }),
+          Effect.provideService(currentRequest, ctx)
         ), durationMs)
       })
   }

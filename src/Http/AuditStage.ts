@@ -6,7 +6,7 @@
 import { Effect } from "effect"
 import { HttpMethod, type HttpServerRequest, type HttpServerResponse } from "effect/http"
 import { AuditLog, outcomeOf } from "../AuditLogs/AuditLog.ts"
-import { captureRequestData } from "../AuditLogs/RequestData.ts"
+import { captureRequestData, isSecretKey, redact } from "../AuditLogs/RequestData.ts"
 import type { RequestContext } from "../Edge/RequestContext.ts"
 
 /** Paths whose handlers write their own audit record. */
@@ -14,13 +14,36 @@ const SELF_AUDITED_PATHS: ReadonlySet<string> = new Set(["/login", "/login/refre
 
 const decoder = new TextDecoder()
 
-/** The `detail` of a JSON error body, for the audit record. */
+const ERROR_MESSAGE_MAX_CHARS = 1000
+
+/**
+ * A 422 issue as the audit stores it (CONTRACT §6): the response echoes the client's own input
+ * back to it, but the stored record obeys the redaction of `request_data` — the input of a
+ * parameter named like a secret is `[REDACTED]`, secrets nested in an echoed object are too, and
+ * a JSON parse error keeps no excerpt of the text that did not parse (V8 quotes it).
+ */
+const auditedIssue = (issue: unknown): unknown => {
+  if (typeof issue !== "object" || issue === null || Array.isArray(issue)) return redact(issue)
+  const { input, loc, msg, type, ...rest } = issue as Record<string, unknown>
+  const namesSecret = Array.isArray(loc) && loc.some((part) => typeof part === "string" && isSecretKey(part))
+  return {
+    ...(redact(rest) as Record<string, unknown>),
+    type,
+    loc,
+    msg: type === "json_invalid" ? "JSON decode error" : msg,
+    input: namesSecret ? "[REDACTED]" : redact(input)
+  }
+}
+
+/** The `detail` of a JSON error body, for the audit record; a 422's issues with secrets redacted. */
 const errorMessageOf = (response: HttpServerResponse.HttpServerResponse): string | null => {
   const body = response.body
   if (body._tag !== "Uint8Array") return `HTTP ${response.status}`
   try {
     const parsed = JSON.parse(body.text ?? decoder.decode(body.body)) as { detail?: unknown }
-    return typeof parsed.detail === "string" ? parsed.detail : JSON.stringify(parsed.detail ?? null).slice(0, 1000)
+    if (typeof parsed.detail === "string") return parsed.detail
+    const detail = Array.isArray(parsed.detail) ? parsed.detail.map(auditedIssue) : redact(parsed.detail ?? null)
+    return JSON.stringify(detail).slice(0, ERROR_MESSAGE_MAX_CHARS)
   } catch {
     return `HTTP ${response.status}`
   }

@@ -1,6 +1,6 @@
 /**
  * Front door: the request's facts, learned once when it arrives — request id, correlation id
- * (CONTRACT §3), client IP (CONTRACT §4, trusted proxies), route template — and, when anything
+ * (CONTRACT §3), trace id for the logs, client IP (CONTRACT §4, trusted proxies), route template — and, when anything
  * will ask for it, its authentication (once per request: the rate limiter keys by it and the
  * security middleware reads it). The result is the one immutable `RequestContext`.
  */
@@ -10,20 +10,24 @@ import { randomUUID } from "node:crypto"
 import { authenticateHeader } from "../Auth/Authentication.ts"
 import type { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import { type Cidr, clientIp } from "../Edge/ClientIp.ts"
-import { correlationIdFrom, type RequestContext } from "../Edge/RequestContext.ts"
+import { correlationIdFrom, type RequestContext, traceIdFrom } from "../Edge/RequestContext.ts"
 
 export const makeCorrelation = (trustedProxies: ReadonlyArray<Cidr>, verifier: TokenVerifier["Service"]) => {
   /** The facts known before anything is checked. */
-  const begin = (request: HttpServerRequest.HttpServerRequest, route: string | undefined): RequestContext => ({
-    requestId: randomUUID(),
-    correlationId: correlationIdFrom(request.headers["x-correlation-id"]),
-    startedAt: new Date(),
-    ip: clientIp(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"], trustedProxies),
-    userAgent: request.headers["user-agent"] ?? "",
-    route,
-    auth: undefined,
-    user: undefined
-  })
+  const begin = (request: HttpServerRequest.HttpServerRequest, route: string | undefined): RequestContext => {
+    const requestId = randomUUID()
+    return {
+      requestId,
+      correlationId: correlationIdFrom(request.headers["x-correlation-id"]),
+      traceId: traceIdFrom(request.headers["traceparent"], requestId),
+      startedAt: new Date(),
+      ip: clientIp(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"], trustedProxies),
+      userAgent: request.headers["user-agent"] ?? "",
+      route,
+      auth: undefined,
+      user: undefined
+    }
+  }
 
   /** The same facts with the request's authentication (the token is verified here, once). */
   const authenticate = (ctx: RequestContext, request: HttpServerRequest.HttpServerRequest): Effect.Effect<RequestContext> =>

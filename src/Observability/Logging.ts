@@ -6,6 +6,7 @@
  * replaced by `[REDACTED]`: no token, password or secret reaches a log.
  */
 import { Cause, type Fiber, Inspectable, Layer, Logger, type LogLevel, References } from "effect"
+import { isSecretKey } from "../AuditLogs/RequestData.ts"
 import { AppConfig, type AppConfigShape } from "../Config.ts"
 import { currentRequest } from "../Edge/RequestContext.ts"
 
@@ -19,7 +20,9 @@ const levels: { readonly [K in AppConfigShape["logLevel"]]: LogLevel.LogLevel } 
   none: "None"
 }
 
+/** Broader than the audit's CONTRACT §6 names (which it includes): a log line has no use for either. */
 const SENSITIVE_KEY = /pass(word|wd)?|secret|token|authorization|api[_-]?key|cookie|credential/i
+const isSensitiveKey = (key: string) => SENSITIVE_KEY.test(key) || isSecretKey(key)
 const JWT = /eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*/g
 const BEARER = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/gi
 
@@ -31,7 +34,7 @@ export const scrub = (value: unknown, depth = 0): unknown => {
   if (depth > 8 || typeof value !== "object" || value === null) return value
   if (Array.isArray(value)) return value.map((v) => scrub(v, depth + 1))
   const out: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(value)) out[k] = SENSITIVE_KEY.test(k) ? "[REDACTED]" : scrub(v, depth + 1)
+  for (const [k, v] of Object.entries(value)) out[k] = isSensitiveKey(k) ? "[REDACTED]" : scrub(v, depth + 1)
   return out
 }
 
@@ -42,19 +45,21 @@ export const scrub = (value: unknown, depth = 0): unknown => {
 const annotationsOf = (fiber: Fiber.Fiber<unknown, unknown>): Array<readonly [string, unknown]> => {
   const out = new Map<string, unknown>()
   const span = fiber.cache.span
-  if (span !== undefined) {
+  const request = fiber.getRef(currentRequest)
+  if (span !== undefined && fiber.cache.tracerEnabled) {
     out.set("trace_id", span.traceId)
     out.set("span_id", span.spanId)
+  } else if (request !== undefined) {
+    out.set("trace_id", request.traceId)
   }
   const annotations = fiber.getRef(References.CurrentLogAnnotations)
-  const request = fiber.getRef(currentRequest)
   if (request !== undefined) {
     if (!("correlation_id" in annotations)) out.set("correlation_id", request.correlationId)
     if (!("request_id" in annotations)) out.set("request_id", request.requestId)
     if (request.user !== undefined && !("user_id" in annotations)) out.set("user_id", request.user.id)
   }
   for (const [k, v] of Object.entries(annotations)) out.set(k, v)
-  return Array.from(out, ([k, v]) => [k, SENSITIVE_KEY.test(k) ? "[REDACTED]" : scrub(v)] as const)
+  return Array.from(out, ([k, v]) => [k, isSensitiveKey(k) ? "[REDACTED]" : scrub(v)] as const)
 }
 
 const messageText = (message: unknown): unknown => {

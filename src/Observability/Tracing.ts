@@ -2,25 +2,61 @@
  * OpenTelemetry tracing (CONTRACT §8). Effect creates the spans — the HTTP server (one per request,
  * continuing an incoming W3C `traceparent`), the SQL client (one per statement), `redisCommand` (one
  * per Redis command) and the WebSocket route (`ws.message`) — and this layer decides where they go:
- * over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, nowhere otherwise (Effect's own tracer
- * still links them, so log lines keep their trace ids). Without an endpoint no OpenTelemetry module
- * is even loaded (they are imported on demand). Provide it *under* the server and SQL layers, so
- * the tracer is installed before they start.
+ * over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. Without an endpoint the tracer is
+ * disabled: no spans are made (Effect hands out no-op spans), no OpenTelemetry module is even loaded
+ * (they are imported on demand), and log lines carry the request's trace id (Edge/RequestContext.ts
+ * `traceId`: the caller's `traceparent`, else the request id). Provide it *under* the server and SQL
+ * layers, so the tracer is installed before they start.
+ *
+ * What an exported server span may say about a request is an allow-list (`SafeSpanAttributes`):
+ * no request header but the body's type and length — never `Authorization`, `Cookie` or an API
+ * key — and query values only of the API's own parameters; any other (`access_token=…` on a URL,
+ * the `/web` query's token) is exported as `REDACTED`.
  */
 import type { SpanProcessor } from "@opentelemetry/sdk-trace-base"
-import { Effect, Layer, Option } from "effect"
+import { Effect, Layer, Option, References } from "effect"
+import { HttpMiddleware, UrlParams } from "effect/http"
 import { AppConfig } from "../Config.ts"
 import { appVersion } from "./Metrics.ts"
+
+/** Headers a server span may carry, per phase; every other header is left out. */
+export const SPAN_HEADERS = {
+  request: new Set(["content-type", "content-length"]),
+  response: new Set(["content-type", "content-length", "x-request-id", "x-correlation-id"])
+} as const
+
+/**
+ * The query parameters of the API (CONTRACT §3, §6: authors, pagination, audit filters, the WS
+ * `format`): only their values reach `url.full` / `url.query`. A parameter added to the API
+ * later is redacted until it is listed here — the safe way to be out of date.
+ */
+export const SPAN_QUERY_PARAMETERS: ReadonlyArray<string> = [
+  "id", "name", "search", "page", "per_page", "cursor",
+  "user_id", "username", "action_type", "resource", "outcome", "start_date", "end_date",
+  "format"
+]
+
+/** Matches every name but the listed ones (the platform redacts a query value whose name matches). */
+const unlistedQueryName = new RegExp(`^(?!(?:${SPAN_QUERY_PARAMETERS.join("|")})$)`)
+
+/** The allow-lists above, as the platform's server-span settings. */
+export const SafeSpanAttributes: Layer.Layer<never> = Layer.mergeAll(
+  Layer.succeed(HttpMiddleware.TracerHeaderFilter, (name: string, phase: "request" | "response") => SPAN_HEADERS[phase].has(name)),
+  Layer.succeed(UrlParams.CurrentRedactedNames, [unlistedQueryName])
+)
 
 /** An OTel SDK tracer sending spans to `processor` (tests pass an in-memory exporter's). */
 export const tracingWith = (processor: SpanProcessor): Layer.Layer<never, never, AppConfig> =>
   Layer.unwrap(Effect.gen(function*() {
     const config = yield* AppConfig
     const NodeSdk = yield* Effect.promise(() => import("@effect/opentelemetry/NodeSdk"))
-    return NodeSdk.layer(() => ({
-      resource: { serviceName: config.otelServiceName, serviceVersion: appVersion, attributes: { "deployment.environment": config.appEnv } },
-      spanProcessor: processor
-    }))
+    return Layer.merge(
+      NodeSdk.layer(() => ({
+        resource: { serviceName: config.otelServiceName, serviceVersion: appVersion, attributes: { "deployment.environment": config.appEnv } },
+        spanProcessor: processor
+      })),
+      SafeSpanAttributes
+    )
   }))
 
 /**
@@ -37,7 +73,10 @@ export const otlpTracing = (endpoint: string): Layer.Layer<never, never, AppConf
 
 export const TracingLive: Layer.Layer<never, never, AppConfig> = Layer.unwrap(AppConfig.useSync((config) =>
   Option.match(config.otelExporterOtlpEndpoint, {
-    onNone: () => Layer.empty,
+    // No exporter, no tracing work at all: every span (server, SQL, Redis, WS) is a no-op and the
+    // server opens none (log lines take their trace id from the request instead, Logging.ts). The
+    // allow-lists still keep secrets out of any URL the platform renders (an HttpServerError in a log line).
+    onNone: () => Layer.merge(SafeSpanAttributes, Layer.succeed(References.TracerEnabled, false)),
     onSome: otlpTracing
   })
 ))

@@ -143,10 +143,62 @@ describe.each(setups)("audit trail ($name)", (setup) => {
     })
     for (const secret of ["k1", "p1", "t1", "4111", "shape"]) expect(JSON.stringify(record)).not.toContain(`"${secret}"`)
 
+    // "Matching" (CONTRACT §6): a key naming a secret among other words, in any case and spelling,
+    // is redacted too; a word that merely contains a secret's name is not.
+    const matching = await request(app, "POST", "/authors?X-Api-Key=k2&sessionToken=t2&tokenizer=kept", {
+      token: admin,
+      body: {
+        name: `Matching ${randomUUID()}`,
+        user_password: "p2",
+        newPassword: "p3",
+        account: { apiKey: "k3", "Refresh-Token": "t3", creditCardNumber: "4242", cvv2: "999", SSN_last4: "6789" },
+        secretary: "kept",
+        classname: "kept"
+      }
+    })
+    expect(matching.status).toBe(201)
+    expect((await recordOf(matching.headers.get("x-request-id")!)).request_data).toEqual({
+      query: { "X-Api-Key": "[REDACTED]", sessionToken: "[REDACTED]", tokenizer: "kept" },
+      body: {
+        name: expect.any(String),
+        user_password: "[REDACTED]",
+        newPassword: "[REDACTED]",
+        account: { apiKey: "[REDACTED]", "Refresh-Token": "[REDACTED]", creditCardNumber: "[REDACTED]", cvv2: "[REDACTED]", SSN_last4: "[REDACTED]" },
+        secretary: "kept",
+        classname: "kept"
+      }
+    })
+
     const big = await request(app, "POST", "/authors", { token: admin, body: { name: `Big ${randomUUID()}`, filler: "x".repeat(20_000) } })
     const bigRecord = await recordOf(big.headers.get("x-request-id")!)
     expect(Buffer.byteLength(JSON.stringify(bigRecord.request_data))).toBeLessThanOrEqual(8192)
     expect(bigRecord.request_data).toEqual({ body: { _truncated: true, _bytes: expect.any(Number) } })
+  })
+
+  it("a 422 echoes its input to the client, but the record's error_message has the secrets redacted", async () => {
+    // A missing name: the issue echoes the whole body as its input (FastAPI's shape).
+    const missing = await request(app, "POST", "/authors", {
+      token: admin,
+      body: { password: "hunter2-missing", profile: { api_key: "k-missing", note: "kept" } }
+    })
+    expect(missing.status).toBe(422)
+    expect(JSON.stringify(missing.body)).toContain("hunter2-missing")
+    const missingRecord = await recordOf(missing.headers.get("x-request-id")!)
+    expect(missingRecord).toMatchObject({ outcome: "error", response_status: 422 })
+    expect(JSON.parse(missingRecord["error_message"] as string)).toEqual([{
+      type: "missing",
+      loc: ["body", "name"],
+      msg: "Field required",
+      input: { password: "[REDACTED]", profile: { api_key: "[REDACTED]", note: "kept" } }
+    }])
+    // Malformed JSON: V8's parse error quotes the text; the record keeps none of it.
+    const malformed = await request(app, "POST", "/authors", { token: admin, body: `{"name": "x", "password": hunter2-malformed}` })
+    expect(malformed.status).toBe(422)
+    const malformedRecord = await recordOf(malformed.headers.get("x-request-id")!)
+    expect(JSON.parse(malformedRecord["error_message"] as string)).toEqual([{ type: "json_invalid", loc: ["body", 0], msg: "JSON decode error", input: {} }])
+    for (const record of [missingRecord, malformedRecord]) {
+      for (const secret of ["hunter2", "k-missing"]) expect(JSON.stringify(record)).not.toContain(secret)
+    }
   })
 
   it("not recorded: requests without a valid token, and the unlimited paths", async () => {

@@ -1,6 +1,7 @@
 /**
  * The built-in development identity provider: scrypt `password_hash` users (hash printed by
- * `npm run hash-password`), Keycloak's lifetimes, and its refusal to run in production.
+ * `npm run hash-password`), Keycloak's lifetimes, its refusal to run in production, and its
+ * startup warning when plain-text passwords are served beyond this machine.
  */
 import { decodeJwt } from "jose"
 import { execFile } from "node:child_process"
@@ -9,6 +10,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { plainPasswordWarning } from "../../src/Auth/BuiltinProvider.ts"
+import { loggerLayer } from "../../src/Observability/Logging.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const run = promisify(execFile)
@@ -78,6 +81,28 @@ describe("built-in identity provider", () => {
 
   it("refuses to start with APP_ENV=production", async () => {
     await expect(startTestApp({ config: { appEnv: "production" } })).rejects.toThrow(/built-in identity provider/)
+  })
+
+  it("warns at startup when plain-text passwords (the shipped admin/admin…) are served beyond this machine", async () => {
+    const startupWarnings = async (host: string) => {
+      const lines: Array<string> = []
+      const started = await startTestApp({
+        config: { host, authUsersFile: "config/dev-users.json" },
+        logger: loggerLayer("json", (line) => lines.push(line))
+      })
+      await started.close()
+      return lines.map((l) => JSON.parse(l) as { level: string; message: string }).filter((l) => l.level === "WARN")
+    }
+    // CONTRACT §2's defaults: HOST=0.0.0.0 with the shipped users.
+    const exposed = await startupWarnings("0.0.0.0")
+    expect(exposed.map((l) => l.message)).toContainEqual(
+      expect.stringMatching(/^Built-in identity provider: config\/dev-users\.json has plain-text passwords \(admin, editor, reader\) and HOST=0\.0\.0\.0 serves them/)
+    )
+    expect((await startupWarnings("127.0.0.1")).some((l) => l.message.includes("plain-text passwords"))).toBe(false)
+    // Hashes only: nothing to warn about, on any address.
+    const hashedOnly = [{ username: "hashed", password_hash: printedHash, roles: [] }]
+    expect(plainPasswordWarning(hashedOnly, "0.0.0.0", "users.json")).toBeUndefined()
+    expect(plainPasswordWarning([{ username: "plain", password: "plain", roles: [] }], "::1", "users.json")).toBeUndefined()
   })
 
   it("refuses a users file with a malformed password_hash at startup", async () => {

@@ -1,9 +1,9 @@
 /**
  * CONTRACT §2: an invalid value stops startup with a message naming the variable. The real
- * entry point is spawned with one bad variable at a time. And the settings whose defaults depend
- * on others (OIDC_AUDIENCE).
+ * entry point is spawned with one bad variable at a time. And the settings whose defaults or
+ * rules depend on others (OIDC_AUDIENCE, an https:// OIDC_ISSUER_URL in production).
  */
-import { ConfigProvider, Effect } from "effect"
+import { ConfigProvider, Effect, Option } from "effect"
 import { spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -15,7 +15,8 @@ import { freePort, spawnService, waitFor } from "../support/Spawn.ts"
 const dataDir = mkdtempSync(join(tmpdir(), "ads-config-"))
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
 
-const cases: ReadonlyArray<readonly [string, string]> = [
+/** The variable, its bad value, and what else the environment holds. */
+const cases: ReadonlyArray<readonly [string, string, Record<string, string>?]> = [
   ["PORT", "not-a-port"],
   ["APP_ENV", "staging"],
   ["RATE_LIMIT_ENABLED", "maybe"],
@@ -23,7 +24,8 @@ const cases: ReadonlyArray<readonly [string, string]> = [
   ["TRUSTED_PROXIES", "300.1.1.1/8"],
   ["ALLOWED_WS_ORIGINS", "[1, 2"],
   ["LOGIN_MAX_FAILURES", "-1"],
-  ["LOGIN_FAILURE_WINDOW_SECONDS", "0"]
+  ["LOGIN_FAILURE_WINDOW_SECONDS", "0"],
+  ["OIDC_ISSUER_URL", "http://idp.example/realms/author-directory", { APP_ENV: "production" }]
 ]
 
 describe("LOG_LEVEL (CONTRACT §2)", () => {
@@ -41,7 +43,7 @@ describe("LOG_LEVEL (CONTRACT §2)", () => {
 describe("npm start reads .env when present (CONTRACT §1, .env.example)", () => {
   it("the start script's own node arguments, with the .env file pointed elsewhere, set PORT from it", async () => {
     const script = (JSON.parse(readFileSync("package.json", "utf8")) as { scripts: Record<string, string> }).scripts["start"]!
-    expect(script).toMatch(/^exec node --env-file-if-exists=\.env src\/main\.ts$/)
+    expect(script).toMatch(/^exec node --env-file-if-exists=\.env dist\/main\.js$/)
     const port = await freePort()
     const envFile = join(dataDir, "dotenv")
     writeFileSync(envFile, `PORT=${port}\nHOST=127.0.0.1\nDATA_DIR=${join(dataDir, "dotenv-data")}\nLOG_LEVEL=warn\n`)
@@ -59,8 +61,8 @@ describe("npm start reads .env when present (CONTRACT §1, .env.example)", () =>
 describe("invalid configuration stops startup", () => {
   // Spawned together: each start costs a second or two of module loading.
   it("each bad variable → non-zero exit, stderr names the variable", async () => {
-    const runs = await Promise.all(cases.map(async ([name, value]) => {
-      const service = spawnService({ DATA_DIR: join(dataDir, name), PORT: String(await freePort()), [name]: value })
+    const runs = await Promise.all(cases.map(async ([name, value, others]) => {
+      const service = spawnService({ DATA_DIR: join(dataDir, name), PORT: String(await freePort()), ...others, [name]: value })
       return { name, code: await service.exited, stderr: service.stderr() }
     }))
     for (const run of runs) {
@@ -74,6 +76,29 @@ describe("invalid configuration stops startup", () => {
     expect(await service.exited).not.toBe(0)
     expect(service.stderr()).toMatch(/built-in identity provider.*OIDC_ISSUER_URL/)
   }, 60_000)
+})
+
+describe("OIDC_ISSUER_URL: https:// in production (CONTRACT §1)", () => {
+  const issuerOf = async (env: Record<string, string>) => {
+    const result = await Effect.runPromise(Effect.result(
+      appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })))
+    ))
+    return result._tag === "Success" ? result.success.oidcIssuerUrl.pipe(Option.getOrUndefined) : String(result.failure)
+  }
+
+  it("production refuses an http:// issuer, naming the variable, unless OIDC_ALLOW_HTTP_ISSUER=true says the network is trusted", async () => {
+    const http = "http://keycloak:8080/realms/author-directory"
+    const https = "https://keycloak.example.com/realms/author-directory"
+    expect(await issuerOf({ APP_ENV: "production", OIDC_ISSUER_URL: http })).toMatch(/OIDC_ISSUER_URL must be an https:\/\/ URL when APP_ENV=production/)
+    expect(await issuerOf({ APP_ENV: "production", OIDC_ISSUER_URL: `${https}/` })).toBe(https)
+    expect(await issuerOf({ APP_ENV: "production", OIDC_ISSUER_URL: http, OIDC_ALLOW_HTTP_ISSUER: "true" })).toBe(http)
+    // Development (Keycloak on localhost) takes http.
+    expect(await issuerOf({ OIDC_ISSUER_URL: http })).toBe(http)
+    // Not a URL, or not http(s): refused anywhere.
+    for (const bad of ["keycloak.example.com/realms/x", "ftp://keycloak.example.com/realms/x"]) {
+      expect(await issuerOf({ OIDC_ISSUER_URL: bad }), bad).toMatch(/OIDC_ISSUER_URL must be an absolute https:\/\/ URL/)
+    }
+  })
 })
 
 describe("OIDC_AUDIENCE (CONTRACT §2)", () => {

@@ -38,6 +38,12 @@ describe("structured logs", () => {
     expect(failed.status).toBe(401)
     const listed = await request(app, "GET", "/authors", { token: access_token, headers: { "x-correlation-id": "corr-list-3" } })
     expect(listed.status).toBe(200)
+    const CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+    const traced = await request(app, "GET", "/authors", {
+      token: access_token,
+      headers: { "x-correlation-id": "corr-traced-4", traceparent: `00-${CALLER_TRACE}-00f067aa0ba902b7-01` }
+    })
+    expect(traced.status).toBe(200)
     const refreshed = await request(app, "POST", "/login/refresh", { body: { refresh_token } })
     expect(refreshed.status).toBe(200)
     const bad = await request(app, "GET", "/authors", { token: `${access_token}x` })
@@ -61,6 +67,11 @@ describe("structured logs", () => {
     const list = byCorrelation("corr-list-3")[0]
     expect(list).toMatchObject({ endpoint: "/authors", status_code: 200, user_id: USER_ID })
     expect(list!["request_id"]).toMatch(/^[0-9a-f-]{36}$/)
+    // Tracing off (no exporter): no span is made, and the trace id is the request's own — the
+    // request id's hex digits, or the caller's when it sent a W3C traceparent.
+    expect(list!["trace_id"]).toBe(String(list!["request_id"]).replaceAll("-", ""))
+    expect(list!["span_id"]).toBeUndefined()
+    expect(byCorrelation("corr-traced-4")[0]).toMatchObject({ trace_id: CALLER_TRACE, status_code: 200 })
 
     // No secret anywhere in the log output.
     const text = lines.join("\n")
@@ -81,6 +92,14 @@ describe("scrubbing (a last line of defence)", () => {
       user: "u",
       password: "[REDACTED]",
       nested: { client_secret: "[REDACTED]", list: ["[REDACTED]"] }
+    })
+    // Every name CONTRACT §6 redacts from audit data is redacted from logs too, in any spelling.
+    expect(scrub({ cvv2: "123", creditCardNumber: "4111", SSN: "078-05-1120", "X-Api-Key": "k", endpoint: "/authors" })).toEqual({
+      cvv2: "[REDACTED]",
+      creditCardNumber: "[REDACTED]",
+      SSN: "[REDACTED]",
+      "X-Api-Key": "[REDACTED]",
+      endpoint: "/authors"
     })
   })
 })

@@ -2,10 +2,11 @@
  * CONTRACT §4 "Failed logins": repeated failures for one username slow further attempts for it
  * from any IP and on any instance — 429 `Too many failed login attempts` with `Retry-After`,
  * without the password being checked — and the owner can log in again once the window has
- * passed. The attempts are audited (outcome error, 429). On the in-process store, and on Redis
+ * passed. The attempts are audited (outcome error, 429) and counted like every HTTP 429
+ * (`rate_limit_hits_total{limit_type="http"}`, CONTRACT §9). On the in-process store, and on Redis
  * with two instances sharing it.
  *
- * The window is 2 s here, so "after the window" is reached by polling (bounded), not by sleeping
+ * The window is 5 s here, so "after the window" is reached by polling (bounded), not by sleeping
  * for the Retry-After.
  */
 import { Option, Redacted, Result } from "effect"
@@ -34,6 +35,13 @@ const throttled: Partial<AppConfigShape> = {
 
 const attempt = (app: TestApp, username: string, password: string, ip = `203.0.113.${Math.floor(Math.random() * 250) + 1}`) =>
   request(app, "POST", "/login", { body: { username, password }, headers: { "x-forwarded-for": ip } })
+
+/** `rate_limit_hits_total{limit_type="http"}` (the registry is per process: both instances' hits). */
+const httpRateLimitHits = async (app: TestApp) => {
+  const text = await (await fetch(`${app.url}/metrics`)).text()
+  const match = /^rate_limit_hits_total\{limit_type="http"\} (\d+)$/m.exec(text)
+  return match === null ? 0 : Number(match[1])
+}
 
 interface AuditRecord {
   readonly request_id: string
@@ -127,15 +135,30 @@ const suite = (name: string, config: () => Partial<AppConfigShape>, instances: 1
       expect(status).toBe(200)
     })
 
-    it("concurrent guesses spread over addresses and instances get no more than the budget", async () => {
+    it("concurrent guesses spread over addresses and instances get no more than the budget; each refusal is a counted 429", async () => {
       const username = `guess-target-${randomUUID()}`
+      const hitsBefore = await httpRateLimitHits(one)
       const results = await Promise.all(
         Array.from({ length: 24 }, (_, i) => attempt(i % 2 === 0 ? one : two, username, `guess-${i}`, `198.18.0.${i + 1}`))
       )
       expect(results.filter((r) => r.status === 401)).toHaveLength(MAX_FAILURES)
       const refused = results.filter((r) => r.status === 429)
       expect(refused).toHaveLength(24 - MAX_FAILURES)
-      for (const r of refused) expect(r.body).toEqual(DETAIL)
+      for (const r of refused) {
+        expect(r.body).toEqual(DETAIL)
+        expect(Number(r.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+      }
+      expect(await httpRateLimitHits(one)).toBe(hitsBefore + refused.length)
+    })
+
+    // CONTRACT §4 counts failures in the window, not failures since the last success: were a
+    // success to wipe them, an account that logs in often (a script, a service account) would hand
+    // a guesser a fresh budget after each of its logins.
+    it("a successful login does not wipe the failures before it", async () => {
+      for (let i = 0; i < MAX_FAILURES - 1; i++) expect((await attempt(i % 2 === 0 ? one : two, "reader", `nope-${i}`)).status).toBe(401)
+      expect((await attempt(one, "reader", "reader")).status).toBe(200)
+      expect((await attempt(two, "reader", "nope-last")).status).toBe(401)
+      expect(await attempt(one, "reader", "reader")).toMatchObject({ status: 429, body: DETAIL })
     })
 
     it("successful logins do not use the budget", async () => {

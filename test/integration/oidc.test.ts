@@ -12,6 +12,7 @@ import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { OAuth2Server } from "oauth2-mock-server"
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
+import { loggerLayer } from "../../src/Observability/Logging.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const REALM = "/realms/demo"
@@ -35,6 +36,18 @@ let tokenRequests = 0
 const refreshTokens = new Map<string, string>()
 
 const form = (req: unknown) => (req as { body: Record<string, string | undefined> }).body
+
+/** The app's log lines (warnings and above), and a way to await the next one saying something. */
+const logWaiters = new Set<{ readonly text: string; readonly resolve: () => void }>()
+const logSink = (line: string) => {
+  for (const waiter of logWaiters) {
+    if (line.includes(waiter.text)) {
+      logWaiters.delete(waiter)
+      waiter.resolve()
+    }
+  }
+}
+const nextLogLine = (text: string) => new Promise<void>((resolve) => logWaiters.add({ text, resolve }))
 
 beforeAll(async () => {
   oidc = new OAuth2Server(undefined, undefined, {
@@ -94,7 +107,8 @@ beforeAll(async () => {
       oidcIssuerUrl: Option.some(issuer),
       oidcClientId: CLIENT_ID,
       oidcAudience: Option.some(AUDIENCE)
-    }
+    },
+    logger: loggerLayer("json", logSink)
   })
 })
 
@@ -245,19 +259,25 @@ describe("OIDC provider (oauth2-mock-server as a Keycloak realm)", () => {
       expect(res).toMatchObject({ status: 503, body: { detail: "Identity provider unavailable" } })
       const refresh = await request(app, "POST", "/login/refresh", { body: { refresh_token: "anything" } })
       expect(refresh).toMatchObject({ status: 503, body: { detail: "Identity provider unavailable" } })
-      // The keys' cache age is 10 minutes: move the clock well past it, several times (each time a
-      // refetch is due, and fails), rather than waiting. Each token is new, so it is verified
-      // against the keys, not found in the verified-token cache.
+      // The keys' cache age is 10 minutes: move the clock (the injected one: `Date`, which the
+      // key cache reads) well past it, several times, rather than waiting. Each time a refetch is
+      // due: the token is checked with the keys at hand, the refetch fails, and the service says
+      // it keeps the keys — awaited, so each next token is verified after a failed refetch. Each
+      // token is new, so it is verified against the keys, not found in the verified-token cache.
       const start = Date.now()
       const unpublished = (await oidc.issuer.keys.generate("RS256")).kid
       vi.useFakeTimers({ toFake: ["Date"] })
       try {
         for (const minutes of [15, 45, 180]) {
           vi.setSystemTime(start + minutes * 60_000)
+          const keptKeys = nextLogLine("JWKS refresh failed; keeping the cached keys")
           const token = await mint({ sub: `uuid-outage-${minutes}`, realm_access: { roles: ["get-authors"] } })
           const during = await request(app, "GET", "/authors", { token })
           expect(during.status, `${minutes} minutes into the outage`).toBe(200)
+          await keptKeys
         }
+        const after = await mint({ sub: "uuid-after-failed-refetches", realm_access: { roles: ["get-authors"] } })
+        expect((await request(app, "GET", "/authors", { token: after })).status).toBe(200)
         // A key the service never fetched cannot be fetched now: such a token is refused.
         const unknownKey = await mint({ sub: "uuid-unknown-key", realm_access: { roles: ["get-authors"] } }, { kid: unpublished })
         expect(await request(app, "GET", "/authors", { token: unknownKey })).toMatchObject({

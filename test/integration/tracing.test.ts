@@ -1,12 +1,14 @@
 /**
  * CONTRACT §8: a span per HTTP request (named by route template), SQL statement and Redis command,
  * one trace per request, an incoming W3C `traceparent` continued; OTLP/HTTP export when
- * `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+ * `OTEL_EXPORTER_OTLP_ENDPOINT` is set; a server span says only what an allow-list lets it
+ * (no credential from a header or the query).
  */
 import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base"
 import { Option, Redacted } from "effect"
 import { createServer, type IncomingMessage, type Server } from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { loggerLayer } from "../../src/Observability/Logging.ts"
 import { tracingWith } from "../../src/Observability/Tracing.ts"
 import { login, request, startTestApp, type TestApp, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
@@ -26,10 +28,13 @@ const waitFor = async <A>(probe: () => A | undefined, what: string, timeoutMs = 
 
 describe("tracing with an in-memory exporter", () => {
   const exporter = new InMemorySpanExporter()
+  const logLines: Array<Record<string, unknown>> = []
   let app: TestApp
   beforeAll(async () => {
     app = await startTestApp({
       tracing: tracingWith(new SimpleSpanProcessor(exporter)),
+      logLevel: "Info",
+      logger: loggerLayer("json", (line) => logLines.push(JSON.parse(line) as Record<string, unknown>)),
       ...(TEST_REDIS_URL !== undefined
         ? { config: { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL)), redisKeyPrefix: `test:${Math.random().toString(36).slice(2)}:` } }
         : {})
@@ -50,6 +55,9 @@ describe("tracing with an in-memory exporter", () => {
     expect(res.status).toBe(200)
     const server = await waitFor(() => traceOf(TRACE_ID).find((s) => s.name === "GET /authors"), "server span")
     expect(server.parentSpanContext?.spanId).toBe(PARENT_SPAN_ID)
+    // The request's log line carries the ids of its server span.
+    const accessLine = logLines.find((l) => l["message"] === "HTTP request" && l["request_id"] === res.headers.get("x-request-id"))
+    expect(accessLine).toMatchObject({ trace_id: TRACE_ID, span_id: server.spanContext().spanId })
     expect(server.attributes["http.response.status_code"]).toBe(200)
     // The SQL statements of that request are in the same trace, under the server span.
     const sql = traceOf(TRACE_ID).filter((s) => s.name.startsWith("sql."))
@@ -72,6 +80,44 @@ describe("tracing with an in-memory exporter", () => {
     expect(servers.every((s) => s.parentSpanContext === undefined)).toBe(true)
     // Never the raw path.
     expect(spans().some((s) => s.name.includes("987654"))).toBe(false)
+  })
+
+  it("exports only allow-listed request facts: no header credentials, no query value but the API's parameters", async () => {
+    const { access_token } = await login(app, "admin")
+    const secrets = ["q-secret-1", "p-secret-2", "c-secret-3", "k-secret-4", "a-secret-5"]
+    const res = await request(app, "GET", `/authors?access_token=${secrets[0]}&user_password=${secrets[1]}&search=visible`, {
+      token: access_token,
+      headers: { cookie: `session=${secrets[2]}`, "x-api-key": secrets[3]!, "proxy-authorization": `Basic ${secrets[4]}`, "x-correlation-id": "corr-span-1" }
+    })
+    expect(res.status).toBe(200)
+    const server = await waitFor(
+      () => spans().find((s) => s.name === "GET /authors" && s.attributes["http.response.header.x-correlation-id"] === "corr-span-1"),
+      "the server span"
+    )
+    // The API's own parameter is kept, any other value redacted, in url.query and url.full alike.
+    expect(server.attributes["url.query"]).toBe("access_token=REDACTED&user_password=REDACTED&search=visible")
+    expect(String(server.attributes["url.full"])).toMatch(/\/authors\?access_token=REDACTED&user_password=REDACTED&search=visible$/)
+    // Headers: only the allow-listed ones, in both phases (the response's ids are there to find the trace by).
+    expect(server.attributes["http.response.header.x-request-id"]).toBe(res.headers.get("x-request-id"))
+    const headers = Object.keys(server.attributes).filter((k) => k.startsWith("http.request.header.") || k.startsWith("http.response.header."))
+    const allowed = new Set([
+      ...["content-type", "content-length"].map((h) => `http.request.header.${h}`),
+      ...["content-type", "content-length", "x-request-id", "x-correlation-id"].map((h) => `http.response.header.${h}`)
+    ])
+    expect(headers.filter((k) => !allowed.has(k))).toEqual([])
+
+    // A WebSocket URL carries its token in the query (CONTRACT §5); answered over plain HTTP, it is traced too.
+    const web = await request(app, "GET", `/web?Authorization=${encodeURIComponent(`Bearer ${access_token}`)}&token=${access_token}&format=json`, {
+      headers: { "x-correlation-id": "corr-span-2" }
+    })
+    const webSpan = await waitFor(
+      () => spans().find((s) => s.attributes["http.response.header.x-correlation-id"] === "corr-span-2"),
+      `the span of GET /web (answered ${web.status})`
+    )
+    expect(webSpan.attributes["url.query"]).toBe("Authorization=REDACTED&token=REDACTED&format=json")
+
+    const exported = JSON.stringify(spans().map((s) => s.attributes))
+    for (const secret of [...secrets, access_token, access_token.split(".")[2]!]) expect(exported).not.toContain(secret)
   })
 
   it("traces each WebSocket message as a ws.message span with pkg_id, its SQL inside", async () => {

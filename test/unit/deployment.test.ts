@@ -56,6 +56,13 @@ describe("docker-compose.yml", () => {
       OIDC_CLIENT_ID: "author-directory"
     })
   })
+
+  it("gives the app an environment the service's own configuration accepts (it would exit at start otherwise)", async () => {
+    const env = Object.fromEntries(Object.entries(compose.services["app"]?.["environment"] as Json).map(([k, v]) => [k, String(v)]))
+    const config = await Effect.runPromise(appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))))
+    expect(config.appEnv).toBe("production")
+    expect(Option.getOrUndefined(config.oidcIssuerUrl)).toBe("http://keycloak:8080/realms/author-directory")
+  })
 })
 
 describe("Dockerfile", () => {

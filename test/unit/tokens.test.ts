@@ -1,5 +1,7 @@
-import { describe, expect, it } from "vitest"
-import { bearerToken, rolesOf } from "../../src/Auth/TokenVerifier.ts"
+import { Effect } from "effect"
+import { generateKeyPair, type JWTPayload, SignJWT } from "jose"
+import { describe, expect, it, vi } from "vitest"
+import { bearerToken, CLOCK_TOLERANCE_SECONDS, makeTokenVerifier, rolesOf } from "../../src/Auth/TokenVerifier.ts"
 import { likePattern } from "../../src/Authors/Repo.ts"
 
 describe("bearerToken (CONTRACT §3, §9 non-bearer schemes)", () => {
@@ -35,5 +37,47 @@ describe("likePattern", () => {
   it("escapes LIKE wildcards so search is a literal substring", () => {
     expect(likePattern("100%_x\\")).toBe("%100\\%\\_x\\\\%")
     expect(likePattern("plain")).toBe("%plain%")
+  })
+})
+
+describe("token verification: clock tolerance (review F15)", () => {
+  const setup = async () => {
+    const { privateKey, publicKey } = await generateKeyPair("ES256")
+    const verifier = makeTokenVerifier({ key: publicKey, issuer: "urn:test", audience: undefined, clientId: "c" })
+    const mint = (claims: JWTPayload) =>
+      new SignJWT({ typ: "Bearer", iat: now(), ...claims }).setProtectedHeader({ alg: "ES256" }).setIssuer("urn:test").setSubject("s").sign(privateKey)
+    /** "ok", or why the token was refused. */
+    const outcome = async (token: string) => {
+      const result = await Effect.runPromise(Effect.result(verifier.verify(token)))
+      return result._tag === "Success" ? "ok" : result.failure.reason
+    }
+    return { mint, outcome }
+  }
+  const now = () => Math.floor(Date.now() / 1000)
+
+  it(`exp and nbf may be off by ${CLOCK_TOLERANCE_SECONDS} s (the provider's clock and ours), no more; an iat ahead is no reason to refuse`, async () => {
+    expect(CLOCK_TOLERANCE_SECONDS).toBe(5)
+    const { mint, outcome } = await setup()
+    expect(await outcome(await mint({ exp: now() - 3 }))).toBe("ok")
+    expect(await outcome(await mint({ exp: now() - 30 }))).toBe("expired")
+    expect(await outcome(await mint({ exp: now() + 300, nbf: now() + 3 }))).toBe("ok")
+    expect(await outcome(await mint({ exp: now() + 300, nbf: now() + 30 }))).toBe("invalid")
+    expect(await outcome(await mint({ exp: now() + 300, iat: now() + 3 }))).toBe("ok")
+  })
+
+  it("a token verified once and cached keeps the same tolerance after its exp, then is refused as expired", async () => {
+    const { mint, outcome } = await setup()
+    const exp = now() + 2
+    const token = await mint({ exp })
+    expect(await outcome(token)).toBe("ok")
+    vi.useFakeTimers({ toFake: ["Date"] })
+    try {
+      vi.setSystemTime((exp + CLOCK_TOLERANCE_SECONDS - 1) * 1000)
+      expect(await outcome(token)).toBe("ok")
+      vi.setSystemTime((exp + CLOCK_TOLERANCE_SECONDS + 1) * 1000)
+      expect(await outcome(token)).toBe("expired")
+    } finally {
+      vi.useRealTimers()
+    }
   })
 })
