@@ -19,8 +19,8 @@ import { prepareDatabases, type Prepared } from "./lib/databases.ts"
 import { type FanoutResult, type IdleResult, measureFanout, measureIdle } from "./lib/fanout.ts"
 import { closeClients, openClients, type RoundResult, runHttp, runWsRoundTrips } from "./lib/load.ts"
 import { checkAnswers, checkCodeParity, checkWsAnswers } from "./lib/parity.ts"
-import { formatNumber as fmt, formatWorkload, ratio, round2, type ServerSummary, summarize } from "./lib/report.ts"
-import { ROOT, rssMb, type Server, type ServerName, settle, startBaseline, startService } from "./lib/servers.ts"
+import { formatNumber as fmt, formatWorkload, type MeasuredRound, ratio, round2, type ServerSummary, summarize } from "./lib/report.ts"
+import { cpuTicks, ROOT, rssMb, type Server, type ServerName, settle, startBaseline, startService } from "./lib/servers.ts"
 import { makeKey, mintTokens, writePublicKey } from "./lib/tokens.ts"
 import { type Context, w6Spec, type Workload, WORKLOADS } from "./lib/workloads.ts"
 
@@ -115,7 +115,7 @@ interface WorkloadResult {
 
 const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server>): Promise<WorkloadResult> => {
   type Runner = (seconds: number) => Promise<RoundResult>
-  const state = new Map<ServerName, { runner?: Runner; failure?: string; rounds: Array<RoundResult & { settle_ms: number }> }>()
+  const state = new Map<ServerName, { runner?: Runner; failure?: string; rounds: Array<MeasuredRound> }>()
   for (const s of pair) state.set(s.name, { rounds: [] })
   const makeRunner = async (s: Server): Promise<Runner> => {
     if (w.kind === "http") {
@@ -132,7 +132,7 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
       }
     }
   }
-  const attempt = async (s: Server, f: (st: { runner?: Runner; rounds: Array<RoundResult & { settle_ms: number }> }) => Promise<void>) => {
+  const attempt = async (s: Server, f: (st: { runner?: Runner; rounds: Array<MeasuredRound> }) => Promise<void>) => {
     const st = state.get(s.name)!
     if (st.failure !== undefined) return
     if (!s.alive()) {
@@ -158,10 +158,19 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
     for (const s of pair) {
       await attempt(s, async (st) => {
         const settle_ms = await ready(s.pid)
+        const ticksBefore = cpuTicks(s.pid)
         const result = await st.runner!(opts.duration)
+        const ticksAfter = cpuTicks(s.pid)
         if (!s.alive()) throw new Error(s.exitReason() ?? "server is gone") // a round against a dead server is not a data point
-        st.rounds.push({ ...result, settle_ms })
-        log(`  ${w.id} round ${r + 1}/${opts.rounds} ${s.name.padEnd(8)} ${fmt(result.rps).padStart(7)} req/s  p50 ${fmt(result.p50, 2)} ms  p99 ${fmt(result.p99, 2)} ms  errors ${result.errors}`)
+        // The server's own CPU time (1 tick = 10 ms) per answered request: what the other processes
+        // sharing the cores do to the req/s figure leaves this one alone.
+        const answered = result.ok + result.errors
+        const cpu_us_per_request = ticksBefore !== undefined && ticksAfter !== undefined && answered > 0
+          ? (ticksAfter - ticksBefore) * 10_000 / answered
+          : undefined
+        st.rounds.push({ ...result, settle_ms, cpu_us_per_request })
+        log(`  ${w.id} round ${r + 1}/${opts.rounds} ${s.name.padEnd(8)} ${fmt(result.rps).padStart(7)} req/s  p50 ${fmt(result.p50, 2)} ms  p99 ${fmt(result.p99, 2)} ms  errors ${result.errors}` +
+          `  CPU ${cpu_us_per_request === undefined ? "–" : fmt(cpu_us_per_request)} µs/request`)
       })
     }
   }

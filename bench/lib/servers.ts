@@ -169,7 +169,7 @@ export const rssMb = (pid: number): number | undefined => {
 }
 
 /** utime + stime of a process in clock ticks (1/100 s), from /proc/<pid>/stat. */
-const cpuTicks = (pid: number): number | undefined => {
+export const cpuTicks = (pid: number): number | undefined => {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
