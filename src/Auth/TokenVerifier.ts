@@ -2,12 +2,14 @@
  * Bearer-token verification with jose: asymmetric algorithms only, issuer, audience when
  * configured (`aud` must contain it), exp/nbf/iat with a small clock tolerance (the provider's
  * clock and ours may differ by a few seconds); roles as CONTRACT §3 reads them. Verified tokens
- * are cached until they expire, so the hot path verifies a token's signature once.
+ * are cached until they expire, so the hot path verifies a token's signature once. The cache holds
+ * at most `cacheSize` tokens (10,000): when full, the oldest entry goes (`token_cache_evictions_total`;
+ * its token is verified again when next seen); `token_cache_entries` shows how full it is.
  */
 import { Context, Effect } from "effect"
 import { errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type CryptoKey } from "jose"
 import type { Principal } from "../Domain/User.ts"
-import { tokenValidationTotal } from "../Observability/Metrics.ts"
+import { tokenCacheEntries, tokenCacheEvictionsTotal, tokenValidationTotal } from "../Observability/Metrics.ts"
 
 export const ASYMMETRIC_ALGORITHMS = [
   "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"
@@ -64,12 +66,17 @@ export const makeTokenVerifier = (options: VerifierOptions): TokenVerifier["Serv
     clockTolerance: tolerance,
     ...(options.audience !== undefined ? { audience: options.audience } : {})
   }
+  const maxEntries = Math.max(1, options.cacheSize ?? MAX_CACHE)
   const remember = (token: string, principal: Principal) => {
-    if (cache.size >= (options.cacheSize ?? MAX_CACHE)) {
+    // Insertion order: the oldest entry is the first key (its token also expires first, as a rule).
+    while (cache.size >= maxEntries) {
       const oldest = cache.keys().next()
-      if (oldest.done !== true) cache.delete(oldest.value)
+      if (oldest.done === true) break
+      cache.delete(oldest.value)
+      tokenCacheEvictionsTotal.inc()
     }
     cache.set(token, principal)
+    tokenCacheEntries.set(cache.size)
   }
   const verifyUncached = (token: string) =>
     Effect.tryPromise({
@@ -104,6 +111,7 @@ export const makeTokenVerifier = (options: VerifierOptions): TokenVerifier["Serv
           return Effect.succeed(cached)
         }
         cache.delete(token)
+        tokenCacheEntries.set(cache.size)
         tokenValidationTotal.inc({ status: "invalid" })
         return Effect.fail(new TokenRejected("expired"))
       }

@@ -137,6 +137,50 @@ export const tokenValidationTotal = new client.Counter({
   labelNames: ["status"] as const,
   registers: [registry]
 })
+/**
+ * Bounded memory (issue "Reliability"): every in-process map or queue that grows with clients has
+ * a cap, and what the cap does is counted here.
+ */
+export const tokenCacheEntries = new client.Gauge({
+  name: "token_cache_entries",
+  help: "Verified tokens held by the token-verification cache (capped; the oldest is evicted first)",
+  registers: [registry]
+})
+export const tokenCacheEvictionsTotal = new client.Counter({
+  name: "token_cache_evictions_total",
+  help: "Verified tokens evicted from the full token-verification cache (verified again when next seen)",
+  registers: [registry]
+})
+export const rateLimitKeys = new client.Gauge({
+  name: "rate_limit_keys",
+  help: "Keys (users, IPs, usernames) held by the in-process rate limiter (without Redis)",
+  registers: [registry]
+})
+export const rateLimitKeysEvictedTotal = new client.Counter({
+  name: "rate_limit_keys_evicted_total",
+  help: "Keys with hits still in their window evicted from the full in-process rate limiter (least recently used first)",
+  registers: [registry]
+})
+export const wsSendQueueOverflowsTotal = new client.Counter({
+  name: "ws_send_queue_overflows_total",
+  help: "WebSocket connections dropped because more than their send bound (4 MiB) waited to be sent",
+  registers: [registry]
+})
+/** Why an upgrade to `/web` was refused before the WebSocket existed (no token was verified). */
+export const wsUpgradeRefusals = ["rate_limit", "capacity"] as const
+export const wsUpgradesRefusedTotal = new client.Counter({
+  name: "ws_upgrades_refused_total",
+  help: "WebSocket upgrades refused by reason (rate_limit: per client IP; capacity: WS_MAX_CONNECTIONS)",
+  labelNames: ["reason"] as const,
+  registers: [registry]
+})
+for (const reason of wsUpgradeRefusals) wsUpgradesRefusedTotal.inc({ reason }, 0)
+export const wsBroadcastsInvalidTotal = new client.Counter({
+  name: "ws_broadcasts_invalid_total",
+  help: "Messages on the Redis broadcast channel dropped because they are not a valid broadcast",
+  registers: [registry]
+})
+
 /** Why an audit record was not stored (CONTRACT §6). */
 export const auditDropReasons = ["buffer_full", "stream_full", "shutdown", "refused"] as const
 export type AuditDropReason = typeof auditDropReasons[number]

@@ -4,7 +4,7 @@
  * and one contract test suite: in-process (here) and Redis (one Lua script per hit).
  */
 import { Clock, Context, Effect, Layer, Option } from "effect"
-import { rateLimitStoreErrorsTotal } from "../Observability/Metrics.ts"
+import { rateLimitKeys, rateLimitKeysEvictedTotal, rateLimitStoreErrorsTotal } from "../Observability/Metrics.ts"
 
 export interface RateDecision {
   readonly allowed: boolean
@@ -80,29 +80,54 @@ export const withFailMode = (mode: FailMode, limitType: string, limit: number) =
       )
     )
 
+/** Keys the in-process limiter holds at most (each at most `limit` timestamps, ~1 KiB at 100). */
+export const MEMORY_MAX_KEYS = 100_000
+
+export interface MemoryRateLimiterOptions {
+  /** Keys held at most (default `MEMORY_MAX_KEYS`). */
+  readonly maxKeys?: number
+}
+
 /**
- * In-process sliding window log; memory per key is bounded by `limit` timestamps. Each key keeps
- * its own window, so keys of different windows (60 s requests, 15 min failed logins) share the
- * store and each is swept only once its own window has passed.
+ * In-process sliding window log; memory per key is bounded by `limit` timestamps, and the number
+ * of keys by `maxKeys`: a new key in a full store evicts the least recently used one (counted in
+ * `rate_limit_keys_evicted_total` when it still had hits in its window — that client's budget
+ * starts again; `rate_limit_keys` shows how full the store is). Each key keeps its own window, so
+ * keys of different windows (60 s requests, 15 min failed logins) share the store and each is
+ * swept only once its own window has passed.
  */
-export const makeMemoryRateLimiter = Effect.gen(function*() {
+export const memoryRateLimiter = (options: MemoryRateLimiterOptions = {}) => Effect.gen(function*() {
+  const maxKeys = Math.max(1, options.maxKeys ?? MEMORY_MAX_KEYS)
+  /** By recency of use: the first key is the least recently used. */
   const windows = new Map<string, { hits: Array<number>; windowMs: number }>()
   let lastSweep = 0
   const SWEEP_EVERY_MS = 60_000
+  const live = (entry: { hits: Array<number>; windowMs: number }, now: number) =>
+    entry.hits.length > 0 && entry.hits[entry.hits.length - 1]! > now - entry.windowMs
   const sweep = (now: number) => {
     if (now - lastSweep < SWEEP_EVERY_MS) return
     lastSweep = now
-    for (const [key, { hits, windowMs }] of windows) {
-      if (hits.length === 0 || hits[hits.length - 1]! <= now - windowMs) windows.delete(key)
+    for (const [key, entry] of windows) {
+      if (!live(entry, now)) windows.delete(key)
     }
+  }
+  const evictLeastRecent = (now: number) => {
+    const oldest = windows.entries().next()
+    if (oldest.done === true) return
+    windows.delete(oldest.value[0])
+    if (live(oldest.value[1], now)) rateLimitKeysEvictedTotal.inc()
   }
   const admit = (key: string, limit: number, windowMs: number, now: number) => {
     sweep(now)
     let entry = windows.get(key)
     if (entry === undefined) {
+      while (windows.size >= maxKeys) evictLeastRecent(now)
       entry = { hits: [], windowMs }
-      windows.set(key, entry)
+    } else {
+      windows.delete(key) // re-inserted below: most recently used last
     }
+    windows.set(key, entry)
+    rateLimitKeys.set(windows.size)
     entry.windowMs = windowMs
     const hits = entry.hits
     let expired = 0
@@ -135,5 +160,7 @@ export const makeMemoryRateLimiter = Effect.gen(function*() {
       })
   })
 })
+
+export const makeMemoryRateLimiter = memoryRateLimiter()
 
 export const MemoryRateLimiterLive = Layer.effect(RateLimiter, makeMemoryRateLimiter)

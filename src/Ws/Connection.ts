@@ -5,14 +5,21 @@
  * Outbound: every frame of the connection — replies, broadcasts, auth_ok — goes through `send`,
  * which never waits: the frame joins the queue and the one writer hands frames to the socket while
  * the socket keeps up. A client that lets more than `SEND_BUFFER_MAX` bytes pile up (it does not
- * read) is dropped, so a broadcast never waits on a slow client (ARCHITECTURE habit 7).
+ * read) is dropped and counted (`ws_send_queue_overflows_total`), so a broadcast never waits on a
+ * slow client (ARCHITECTURE habit 7).
+ *
+ * A message too large to hold (package 1's whole table) takes its place in the same queue as a
+ * `FragmentedMessage` (`beginMessage`): when its turn comes it writes one WebSocket fragment at a
+ * time, each only once the socket's buffer is under `WRITE_HIGH_WATER` (the producer waits on
+ * `ready`, so the table is never buffered); frames queued behind it wait until its last fragment,
+ * since no other data frame may come between the fragments of a message (RFC 6455 §5.4).
  *
  * Inbound: frames are handled one at a time, in order; past `INBOX_HIGH` waiting frames the
  * socket stops being read (TCP backpressure) until the inbox is down to `INBOX_LOW`.
  */
 import { type RawData, WebSocket } from "ws"
 import type { Principal } from "../Domain/User.ts"
-import { wsMessagesSent } from "../Observability/Metrics.ts"
+import { wsMessagesSent, wsSendQueueOverflowsTotal } from "../Observability/Metrics.ts"
 import type { CloseCode } from "./Protocol.ts"
 
 export type Format = "json" | "protobuf"
@@ -31,6 +38,22 @@ const INBOX_LOW = 16
 export interface InboundFrame {
   readonly data: RawData
   readonly isBinary: boolean
+}
+
+/** One message written in fragments, in its place among the connection's frames. */
+export interface FragmentedMessage {
+  /**
+   * Resolves true once the next fragment may be written: everything queued before the message was
+   * handed to the socket and the socket holds less than `WRITE_HIGH_WATER` bytes; false when the
+   * connection is closing or gone (stop producing).
+   */
+  readonly ready: () => Promise<boolean>
+  /** Writes one fragment (after `ready` said true); `last` completes the message. */
+  readonly write: (chunk: string | Uint8Array, last: boolean) => void
+  /** True once a fragment was written: the client holds part of a message. */
+  readonly started: () => boolean
+  /** Gives up a message none of whose fragments was written: the frames behind it flow again. */
+  readonly cancel: () => void
 }
 
 export interface ConnectionInfo {
@@ -60,6 +83,8 @@ export interface Connection extends ConnectionInfo {
   readonly wasOpen: () => boolean
   /** Queues a frame for the writer; drops the client when its queue is over the bound. */
   readonly send: (payload: string | Uint8Array) => void
+  /** Queues a message that will be written in fragments (see `FragmentedMessage`). */
+  readonly beginMessage: () => FragmentedMessage
   /** Starts the closing handshake after the frames already queued. */
   readonly close: (code: CloseCode) => void
   /** Cuts the socket (no closing handshake). */
@@ -104,29 +129,112 @@ export const makeConnection = (
   let alive = true
 
   // ---- outbound: the queue and its one writer
-  const outbox: Array<{ readonly payload: string | Uint8Array; readonly size: number }> = []
+  interface Pending {
+    readonly message: FragmentedMessage
+    /** The producer waiting for its turn or for the socket to drain. */
+    waiter: ((go: boolean) => void) | undefined
+    started: boolean
+  }
+  type Outgoing = { readonly payload: string | Uint8Array; readonly size: number } | { readonly fragmented: Pending }
+  const outbox: Array<Outgoing> = []
   let queuedBytes = 0
   /** A frame handed to the socket will call back when flushed; the writer resumes then. */
   let awaitingFlush = false
 
+  const headFragmented = (): Pending | undefined => {
+    const head = outbox[0]
+    return head !== undefined && "fragmented" in head ? head.fragmented : undefined
+  }
+  /** The fragmented message at the head may go on when the socket has room. */
+  const wakeFragmented = () => {
+    const pending = headFragmented()
+    if (pending?.waiter === undefined) return
+    if (ws.readyState !== WebSocket.OPEN || phase === "closed") return settle(pending, false)
+    if (ws.bufferedAmount <= WRITE_HIGH_WATER) settle(pending, true)
+  }
+  const settle = (pending: Pending, go: boolean) => {
+    const waiter = pending.waiter
+    pending.waiter = undefined
+    waiter?.(go)
+  }
+  /** The connection is closing or gone: every waiting producer stops. */
+  const stopFragmented = () => {
+    for (const item of outbox) if ("fragmented" in item) settle(item.fragmented, false)
+  }
+
+  /** Hands queued frames to the socket; a fragmented message at the head writes itself. */
   const write = (all: boolean) => {
     while (outbox.length > 0 && ws.readyState === WebSocket.OPEN) {
+      const head = outbox[0]!
+      if ("fragmented" in head) return wakeFragmented()
       if (!all && ws.bufferedAmount > WRITE_HIGH_WATER) {
         // Frames already handed over call `onFlushed` when they leave: the writer resumes then.
         awaitingFlush = true
         return
       }
-      const { payload, size } = outbox.shift()!
-      queuedBytes -= size
-      ws.send(payload, onFlushed)
+      outbox.shift()
+      queuedBytes -= head.size
+      ws.send(head.payload, onFlushed)
       wsMessagesSent.inc()
     }
   }
   const onFlushed = () => {
-    if (!awaitingFlush) return
     if (ws.bufferedAmount > WRITE_HIGH_WATER) return // a later frame's flush resumes the writer
-    awaitingFlush = false
-    write(false)
+    if (awaitingFlush) {
+      awaitingFlush = false
+      write(false)
+    } else {
+      wakeFragmented()
+    }
+  }
+
+  const beginMessage = (): FragmentedMessage => {
+    const pending: Pending = {
+      waiter: undefined,
+      started: false,
+      message: {
+        ready: () =>
+          new Promise<boolean>((resolve) => {
+            if (phase === "closed" || ws.readyState !== WebSocket.OPEN || !outbox.some((o) => "fragmented" in o && o.fragmented === pending)) {
+              return resolve(false)
+            }
+            pending.waiter = resolve
+            if (headFragmented() === pending) wakeFragmented()
+          }),
+        write: (chunk, last) => {
+          if (headFragmented() !== pending || ws.readyState !== WebSocket.OPEN) return
+          pending.started = true
+          ws.send(chunk, { fin: last }, onFlushed)
+          if (!last) return
+          outbox.shift()
+          wsMessagesSent.inc()
+          write(false)
+        },
+        started: () => pending.started,
+        cancel: () => {
+          if (pending.started) return
+          const index = outbox.findIndex((o) => "fragmented" in o && o.fragmented === pending)
+          if (index < 0) return
+          settle(pending, false)
+          outbox.splice(index, 1)
+          if (!awaitingFlush) write(false)
+        }
+      }
+    }
+    outbox.push({ fragmented: pending })
+    if (!awaitingFlush) write(false)
+    return pending.message
+  }
+
+  /** Drops a client that does not read (its queue passed the bound). */
+  const drop = () => {
+    phase = "closed"
+    stopFragmented()
+    outbox.length = 0
+    queuedBytes = 0
+    ws.terminate()
+    wsSendQueueOverflowsTotal.inc()
+    onDropped(conn)
   }
 
   const inbox: Array<InboundFrame> = []
@@ -160,32 +268,31 @@ export const makeConnection = (
     wasOpen: () => wasOpen,
     send: (payload) => {
       if (ws.readyState !== WebSocket.OPEN) return
-      if (queuedBytes + ws.bufferedAmount > SEND_BUFFER_MAX) {
-        phase = "closed"
-        outbox.length = 0
-        queuedBytes = 0
-        ws.terminate()
-        onDropped(conn)
-        return
-      }
+      if (queuedBytes + ws.bufferedAmount > SEND_BUFFER_MAX) return drop()
       const size = byteLength(payload)
       outbox.push({ payload, size })
       queuedBytes += size
       if (!awaitingFlush) write(false)
     },
+    beginMessage,
     close: (code) => {
       if (phase === "closed") return
       phase = "closed"
       // What was queued goes first: the close frame follows the last reply, as the client expects.
+      // Frames behind a fragmented message stay behind it: the close interrupts the message, and
+      // the client discards the fragments it holds (a close may come between fragments).
       write(true)
+      stopFragmented()
       ws.close(code.code, code.reason)
     },
     terminate: () => {
       phase = "closed"
+      stopFragmented()
       ws.terminate()
     },
     ended: () => {
       phase = "closed"
+      stopFragmented()
       outbox.length = 0
       queuedBytes = 0
       inbox.length = 0

@@ -1,7 +1,9 @@
 /**
  * One frame of an open connection (CONTRACT §5 Message order, Bad frames, Message rate limit):
  * decode (unusable → 1003) → rate check → envelope and data schema → permission → handler
- * (Packages.ts) → audit record → reply. An auth frame re-authenticates (Handshake.ts).
+ * (Packages.ts) → audit record → reply; package 1's list is sent in fragments (Streaming.ts),
+ * then audited. An auth frame counts as a message too (rate check), then re-authenticates
+ * (Handshake.ts): a signature check per frame is not free.
  */
 import { Effect, Option } from "effect"
 import type { AuditLog, AuditOutcome } from "../AuditLogs/AuditLog.ts"
@@ -13,9 +15,10 @@ import { WsStatus } from "../Errors.ts"
 import { rateLimitHitsTotal, wsMessageProcessingDuration } from "../Observability/Metrics.ts"
 import { type RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
 import { type Connection, type Format, frameBytes, frameText, type InboundFrame } from "./Connection.ts"
-import { type PackageReply, Packages, reply } from "./Packages.ts"
+import { DATABASE_ERROR, type PackageReply, Packages, reply } from "./Packages.ts"
 import { encodeResponse, parseProtobufFrame } from "./Protobuf.ts"
 import { checkEnvelope, Close, type Frame, parseJsonFrame, WS_PATH } from "./Protocol.ts"
+import { sendStreamedList, StreamedList } from "./Streaming.ts"
 
 const MESSAGE_WINDOW_MS = 60_000
 
@@ -107,6 +110,14 @@ export const makeDispatch = (deps: DispatchDeps) => {
         } else {
           result = yield* process(frame, user)
         }
+        // A list sent in fragments is audited once it went out (or failed: then answered as a
+        // database error when nothing was sent yet, else the connection was closed 1011).
+        let streamed = false
+        if (result.data instanceof StreamedList) {
+          const outcome = yield* sendStreamedList(conn, frame.pkgId, frame.reqId, result.data)
+          streamed = outcome !== "failed"
+          if (outcome !== "sent") result = outcome === "failed" ? DATABASE_ERROR : reply(WsStatus.ERROR, { msg: "Internal server error" })
+        }
         const seconds = (performance.now() - started) / 1000
         wsMessageProcessingDuration.observe({ pkg_id: pkg === undefined ? "unknown" : String(pkg.pkgId) }, seconds)
         const data = frame.fields["data"]
@@ -127,11 +138,25 @@ export const makeDispatch = (deps: DispatchDeps) => {
           request_data: captureRequestData(undefined, typeof data === "object" ? data : undefined),
           error_message: result.status === WsStatus.OK ? null : messageOf(result.data)
         })
-        conn.send(encodeReply(conn.format, frame.pkgId, frame.reqId, result))
+        if (!streamed) conn.send(encodeReply(conn.format, frame.pkgId, frame.reqId, result))
       }).pipe(Effect.annotateLogs({ request_id: frame.reqId })),
       "ws.message",
       { kind: "server", captureStackTrace: false, attributes: { pkg_id: frame.pkgId, "ws.req_id": frame.reqId, "user.id": user.id } }
     )
+
+  /**
+   * A re-auth frame is a message like any other for the rate limit (review F14: each costs a
+   * signature check). Over the limit it is not processed and not answered — it has no req_id to
+   * answer with; the session is not extended — and it counts toward flooding (1008).
+   */
+  const reauth = (conn: Connection, user: Principal, token: unknown) =>
+    Effect.gen(function*() {
+      const retryAfter = yield* messageRate(user)
+      if (retryAfter === undefined) return yield* deps.reauthenticate(conn, token)
+      if (flooding(conn)) return conn.close(Close.MessageRateLimit)
+      rateLimitHitsTotal.inc({ limit_type: "websocket_message" })
+      yield* Effect.logInfo("Re-auth frame over the message rate limit ignored")
+    })
 
   return {
     /** One frame, in order with the others of its connection. */
@@ -139,7 +164,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
       const frame = decodeFrame(conn.format, inbound)
       const user = conn.user()
       if (frame._tag === "Invalid" || user === undefined) return Effect.sync(() => conn.close(Close.InvalidFormat))
-      if (frame._tag === "Auth") return deps.reauthenticate(conn, frame.token)
+      if (frame._tag === "Auth") return reauth(conn, user, frame.token)
       return request(conn, user, frame)
     }
   }

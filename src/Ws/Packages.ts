@@ -15,9 +15,11 @@ import type { Role, User } from "../Domain/User.ts"
 import { type ClientError, errorStatus, WsStatus } from "../Errors.ts"
 import { atLeast, atMost, ParamText } from "../Domain/Params.ts"
 import { errorItems, httpEquivalent } from "./Protocol.ts"
+import { StreamedList } from "./Streaming.ts"
 
 export interface PackageReply {
   readonly status: WsStatus
+  /** The answer's `data`; a `StreamedList` is sent in fragments (Streaming.ts). */
   readonly data: unknown
   readonly meta: PageMeta | null
   /** The HTTP status of the same outcome, for the audit record. */
@@ -55,7 +57,7 @@ interface PackageSpec<A> {
 }
 
 const PERMISSION_DENIED = reply(WsStatus.PERMISSION_DENIED, { msg: "Permission denied" })
-const DATABASE_ERROR = reply(WsStatus.ERROR, { msg: "Database error occurred" })
+export const DATABASE_ERROR = reply(WsStatus.ERROR, { msg: "Database error occurred" })
 
 const definePackage = <A>(spec: PackageSpec<A>): Package => {
   const decode = Schema.decodeUnknownResult(spec.request, { errors: "all" })
@@ -124,13 +126,16 @@ export const Packages: ReadonlyMap<number, Package> = new Map([
       pkgId: 1,
       name: "GET_AUTHORS",
       roles: OperationRoles.listAuthors,
-      summary: "List authors, ordered by id; filters id, name / search_term (case-insensitive substring).",
+      summary: "List authors, ordered by id; filters id, name / search_term (case-insensitive substring). " +
+        "The whole list, as one message that a long list fills in several WebSocket fragments.",
       request: GetAuthorsData,
       response: Schema.Array(Author),
       invalidMessage: (field) => (field === "filters" ? "Invalid filter parameters" : "Invalid request data"),
+      // The whole list, unpaginated (INTERFACE), read in keyset batches and sent batch by batch as
+      // one message (Streaming.ts): memory does not grow with the table.
       handle: (data) =>
-        Effect.flatMap(Authors, (authors) => authors.list(toFilters(data.filters))).pipe(
-          Effect.map((items) => ({ data: items, meta: null }))
+        Effect.flatMap(Authors, (authors) => authors.listBatches(toFilters(data.filters))).pipe(
+          Effect.map(({ first, rest }) => ({ data: new StreamedList(first, rest), meta: null }))
         )
     }),
     definePackage({

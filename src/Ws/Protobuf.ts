@@ -52,6 +52,18 @@ export interface ResponseFields {
   readonly meta: PageMeta | null
 }
 
+/**
+ * The bytes of a Response with meta null up to the value of its `data_json` of `dataJsonBytes`
+ * UTF-8 bytes: fields 1–3, then field 4's tag and length. Followed by exactly those bytes, it is
+ * the message `encodeResponse` gives (fields are written in number order) — how a list too large
+ * to hold is sent (Streaming.ts): the length of a length-delimited field comes before its bytes.
+ */
+export const encodeResponseHead = (pkgId: number, reqId: string, statusCode: number, dataJsonBytes: number): Uint8Array => {
+  const writer = protobuf.Writer.create()
+  ResponseType.encode(ResponseType.fromObject({ pkg_id: pkgId, req_id: reqId, status_code: statusCode }), writer)
+  return writer.uint32((4 << 3) | 2).uint32(dataJsonBytes).finish()
+}
+
 /** A Response message; `meta` absent when null, `next_cursor` "" when null. */
 export const encodeResponse = (response: ResponseFields): Uint8Array =>
   ResponseType.encode(ResponseType.fromObject({

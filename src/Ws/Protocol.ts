@@ -54,14 +54,24 @@ export const ResponseEnvelope = Schema.Struct({
 
 export const BroadcastEvents = ["author.created", "author.updated", "author.deleted"] as const
 
+const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z$/
+
+/**
+ * A broadcast's `data`. Also what an instance accepts from the Redis broadcast channel, where
+ * anyone with access to Redis may publish: what does not decode is dropped, not forwarded.
+ */
+export const BroadcastData = Schema.Struct({
+  event: Schema.Literals(BroadcastEvents),
+  timestamp: Schema.String.check(Schema.isPattern(ISO_TIMESTAMP, { expected: "an ISO 8601 UTC timestamp" })).annotate({
+    description: "ISO 8601, when the change was announced"
+  }),
+  author: Author
+})
+
 export const BroadcastFrame = Schema.Struct({
   pkg_id: Schema.Literal(0),
   req_id: Schema.Literal(BROADCAST_REQ_ID),
-  data: Schema.Struct({
-    event: Schema.Literals(BroadcastEvents),
-    timestamp: Schema.String.annotate({ description: "ISO 8601, when the change was announced" }),
-    author: Author
-  })
+  data: BroadcastData
 }).annotate({ identifier: "Broadcast" })
 
 export const AuthFrame = Schema.Struct({
@@ -99,6 +109,11 @@ export const Close = {
     when: "WS_MESSAGE_RATE_LIMIT messages were refused for rate in the trailing 60 s"
   },
   TooBig: { code: 1009, reason: "", when: "a frame larger than WS_MAX_MESSAGE_BYTES" },
+  InternalError: {
+    code: 1011,
+    reason: "Internal error",
+    when: "an answer sent in fragments (package 1) failed part-way (the database failed after its first batches): the client discards the fragments it holds"
+  },
   TryAgainLater: {
     code: 1013,
     reason: "Try again later",

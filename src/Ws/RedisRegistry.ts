@@ -7,8 +7,16 @@
  *   is one Lua script (drop expired leases, count, admit): exact under concurrency and across
  *   instances. Each instance renews its leases every third of `slotTtlMs`, so a killed
  *   instance's slots free themselves within `slotTtlMs` (WS_SLOT_TTL_SECONDS, default 30 s).
+ *   Leases are measured on Redis's clock (`TIME` inside the scripts), so instances whose clocks
+ *   differ agree on when a lease ends. Renewing is a script too: a lease still there is extended;
+ *   one that is gone (it ran out while this instance could not reach Redis, or Redis restarted) is
+ *   put back only while the user has fewer than `max` — so a renewal after an outage never lifts a
+ *   user above the limit. A connection left out stays open (it was admitted) and is counted again
+ *   as soon as one of the user's slots frees.
  * - Broadcasts: PUBLISH on one channel; every instance (this one included) SUBSCRIBEs and
- *   delivers to its own connections.
+ *   delivers to its own connections. Anyone who can reach Redis can publish on the channel: a
+ *   message is forwarded only when it decodes as a broadcast (`BroadcastData`), else it is dropped,
+ *   logged and counted (`ws_broadcasts_invalid_total`).
  * - Sessions: one key per connection with the session's expiry (PX); Redis's key-expiry event
  *   (`notify-keyspace-events Ex`) closes the connection on the instance that holds it. That
  *   instance also keeps a timer of its own per session, the backstop: `SESSION_BACKSTOP_MS` after
@@ -29,28 +37,16 @@ import type { Redis } from "ioredis"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
 import { AppConfig } from "../Config.ts"
+import { wsBroadcastsInvalidTotal } from "../Observability/Metrics.ts"
 import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { ACQUIRE_SLOT_LUA, parseBroadcast, RENEW_SLOTS_LUA } from "./RedisWire.ts"
 import {
-  type BroadcastMessage,
   ConnectionRegistry,
+  type ConnectionRegistryShape,
   makeListeners,
   makeSessionTimers,
   RegistryUnavailable
 } from "./Registry.ts"
-
-/** KEYS[1] = the user's slots; ARGV = now (ms), lease (ms), max, member. Returns 1 when admitted. */
-export const ACQUIRE_SLOT_LUA = `
-local key = KEYS[1]
-local now = tonumber(ARGV[1])
-local lease = tonumber(ARGV[2])
-local max = tonumber(ARGV[3])
-local member = ARGV[4]
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-if not redis.call('ZSCORE', key, member) and redis.call('ZCARD', key) >= max then return 0 end
-redis.call('ZADD', key, now + lease, member)
-redis.call('PEXPIRE', key, lease)
-return 1
-`
 
 export interface RedisRegistryOptions {
   /** How long a slot outlives its instance's last renewal. */
@@ -88,6 +84,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
   Effect.gen(function*() {
     const { client, duplicate, prefix } = yield* RedisClient
     const acquireSlot = defineScript<number>(client, "adsAcquireSlot", 1, ACQUIRE_SLOT_LUA)
+    const renewSlots = defineScript<Array<string>>(client, "adsRenewSlots", 1, RENEW_SLOTS_LUA)
     const instance = `${hostname()}:${process.pid}:${randomBytes(4).toString("hex")}`
     const slotsKey = (userId: string) => `${prefix}ws:slots:${userId}`
     const sessionPrefix = `${prefix}ws:session:${instance}:`
@@ -98,8 +95,8 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     const run = yield* FiberSet.runtime(fibers)<never>()
 
     const listeners = makeListeners()
-    /** member → slots key, for renewal and for release at shutdown. */
-    const held = new Map<string, string>()
+    /** member → its user's slots key and limit, for renewal and for release at shutdown. */
+    const held = new Map<string, { readonly key: string; readonly max: number }>()
     const member = (connectionId: string) => `${instance}:${connectionId}`
     /** This instance's sessions: connection id → end (epoch ms), as the last start or extension set it. */
     const sessions = new Map<string, number>()
@@ -148,11 +145,11 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     const subscriber = yield* duplicate
     subscriber.on("message", (channel: string, message: string) => {
       if (channel === broadcastChannel) {
-        try {
-          listeners.broadcast(JSON.parse(message) as BroadcastMessage)
-        } catch {
-          // not ours: the channel is prefixed, but anyone may publish on it
-        }
+        // The channel is prefixed, but anyone who can reach Redis may publish on it.
+        const broadcast = parseBroadcast(message)
+        if (typeof broadcast !== "string") return listeners.broadcast(broadcast)
+        wsBroadcastsInvalidTotal.inc()
+        run(Effect.logWarning(`Broadcast channel message dropped: ${broadcast}`))
       } else if (channel === expiredChannel && message.startsWith(sessionPrefix)) {
         const connectionId = message.slice(sessionPrefix.length)
         const end = sessions.get(connectionId)
@@ -166,14 +163,31 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
       Effect.catch((error) => Effect.logWarning("Redis SUBSCRIBE failed; retried when the connection is back", error.cause))
     )
 
+    /** Connections of this instance the last renewal could not count (their users were at the limit). */
+    let lastUncounted = 0
+    /** One script per user, sent together (auto-pipelined): leases extended, lost ones put back if they fit. */
     const renew = Effect.suspend(() => {
       if (held.size === 0 || isDisconnected(client)) return Effect.void
-      const until = Date.now() + options.slotTtlMs
-      return redisCommand("ZADD (renew leases)", () => {
-        const pipeline = client.pipeline()
-        for (const [m, key] of held) pipeline.zadd(key, until, m).pexpire(key, options.slotTtlMs)
-        return pipeline.exec()
-      }).pipe(Effect.asVoid)
+      const byKey = new Map<string, { max: number; members: Array<string> }>()
+      for (const [m, { key, max }] of held) {
+        const entry = byKey.get(key)
+        if (entry === undefined) byKey.set(key, { max, members: [m] })
+        else entry.members.push(m)
+      }
+      return redisCommand(
+        "EVALSHA renew_slots",
+        () => Promise.all([...byKey].map(([key, { max, members }]) => renewSlots(key, options.slotTtlMs, max, ...members))),
+        COMMAND_TIMEOUT_MS * 2
+      ).pipe(Effect.flatMap((left) => {
+        const uncounted = left.reduce((n, members) => n + members.length, 0)
+        const changed = uncounted !== lastUncounted
+        lastUncounted = uncounted
+        // Said once per change, not at every renewal.
+        return uncounted === 0 || !changed ? Effect.void : Effect.logWarning(
+          `${uncounted} WebSocket connection(s) of this instance not counted: their users hold WS_MAX_CONNECTIONS_PER_USER ` +
+            "slots already (admitted while the registry could not decide, or their leases ran out); counted again when a slot frees"
+        )
+      }))
     }).pipe(Effect.catch((error) => Effect.logWarning("WebSocket slot leases not renewed", error.cause)))
 
     /** Session keys back into Redis (a restarted Redis has none): its events end them again. */
@@ -252,14 +266,14 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         if (held.size === 0) return Effect.void
         return redisCommand("ZREM (shutdown)", () => {
           const pipeline = client.pipeline()
-          for (const [m, key] of held) pipeline.zrem(key, m)
+          for (const [m, { key }] of held) pipeline.zrem(key, m)
           held.clear()
           return pipeline.exec()
         }).pipe(Effect.ignore)
       })
     )
 
-    return ConnectionRegistry.of({
+    const registry: ConnectionRegistryShape & { readonly renewLeases: Effect.Effect<void> } = {
       acquire: (userId, connectionId, max) =>
         Effect.gen(function*() {
           const key = slotsKey(userId)
@@ -267,12 +281,12 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           // Undecided (Redis unreachable): the slot is held here and renewed into Redis once it is
           // back; the caller releases it if it refuses the connection (RATE_LIMIT_FAIL_MODE=closed).
           const undecided = (cause: unknown) =>
-            Effect.andThen(Effect.sync(() => held.set(m, key)), Effect.fail(new RegistryUnavailable(cause)))
+            Effect.andThen(Effect.sync(() => held.set(m, { key, max })), Effect.fail(new RegistryUnavailable(cause)))
           if (isDisconnected(client)) return yield* undecided(new Error(`Redis ${client.status}`))
-          const admitted = yield* redisCommand("EVALSHA acquire_slot", () => acquireSlot(key, Date.now(), options.slotTtlMs, max, m), 1000).pipe(
+          const admitted = yield* redisCommand("EVALSHA acquire_slot", () => acquireSlot(key, options.slotTtlMs, max, m), 1000).pipe(
             Effect.catch((error) => undecided(error.cause))
           )
-          if (admitted === 1) held.set(m, key)
+          if (admitted === 1) held.set(m, { key, max })
           return admitted === 1
         }),
       release,
@@ -306,8 +320,11 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           ? Effect.asVoid(redisCommand("PING", () => client.ping()))
           : Effect.fail(new Error(`Redis subscriber ${subscriber.status}`))
       ),
-      localConnections: Effect.sync(() => held.size)
-    })
+      localConnections: Effect.sync(() => held.size),
+      // Not part of the interface: one renewal pass now (what the schedule runs), for tests.
+      renewLeases: renew
+    }
+    return registry
   })
 
 export const RedisRegistryLive = Layer.effect(

@@ -6,12 +6,19 @@
  * permission → handler). Broadcasts and session expiries come from the registry, from every
  * instance; heartbeats drop dead peers; shutdown closes every connection 1001.
  *
+ * Before an upgrade completes (review F13), two cheap checks keep a flood of upgrades from costing
+ * a socket and a signature check each: the instance holds at most WS_MAX_CONNECTIONS sockets
+ * (handshakes included; more get 503), and upgrades are rate limited per client IP like
+ * unauthenticated HTTP requests (RATE_LIMIT_PER_MINUTE + RATE_LIMIT_BURST per trailing 60 s, in
+ * a bucket of their own; 429 with Retry-After) when RATE_LIMIT_ENABLED. Both are counted in
+ * `ws_upgrades_refused_total{reason}`.
+ *
  * Transport is `ws` directly (not the platform's Socket) for its frame-size limit (1009), its
  * send buffer figure and one fiber per message instead of per connection.
  */
-import { Effect, FiberSet, Layer, Schedule } from "effect"
+import { Effect, FiberSet, Layer, Option, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
-import type { IncomingMessage } from "node:http"
+import { type IncomingMessage, STATUS_CODES } from "node:http"
 import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
 import { AuditLog } from "../AuditLogs/AuditLog.ts"
@@ -23,8 +30,8 @@ import { WsStatus } from "../Errors.ts"
 import { clientIp } from "../Edge/ClientIp.ts"
 import { refuseOnSocket, Upgrades } from "../Edge/Upgrades.ts"
 import { correlationIdFrom } from "../Edge/RequestContext.ts"
-import { wsConnectionsActive, wsMessagesReceived } from "../Observability/Metrics.ts"
-import { RateLimiter } from "../RateLimit/RateLimiter.ts"
+import { wsConnectionsActive, wsMessagesReceived, wsUpgradesRefusedTotal } from "../Observability/Metrics.ts"
+import { type RateDecision, RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
 import { type Connection, makeConnection } from "./Connection.ts"
 import { encodeReply, makeDispatch } from "./Dispatch.ts"
 import { formatOf, makeHandshake } from "./Handshake.ts"
@@ -42,6 +49,26 @@ const CLOSE_GRACE_MS = 2_000
 
 const headerText = (value: string | ReadonlyArray<string> | undefined) =>
   typeof value === "string" || value === undefined ? value : value.join(",")
+
+const UPGRADE_WINDOW_MS = 60_000
+
+/** A refused upgrade: the HTTP answer on the raw socket (CONTRACT §3 error body), then closed. */
+const refuseUpgrade = (socket: Duplex, status: number, detail: string, correlationId: string, headers: Record<string, string> = {}) => {
+  const body = JSON.stringify({ detail })
+  const extra = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join("")
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Error"}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\n` +
+      `X-Correlation-ID: ${correlationId}\r\n${extra}Connection: close\r\n\r\n${body}`
+  )
+}
+
+const rateHeaders = (d: RateDecision): Record<string, string> => ({
+  "Retry-After": String(d.retryAfterSeconds),
+  "X-RateLimit-Limit": String(d.limit),
+  "X-RateLimit-Remaining": String(d.remaining),
+  "X-RateLimit-Reset": String(d.resetSeconds)
+})
 
 export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
   const upgrades = yield* Upgrades
@@ -169,13 +196,42 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     handshake.begin(conn, request, url)
   }
 
+  /** Upgrades past the checks whose WebSocket does not exist yet (they count toward the cap). */
+  let admitting = 0
+  const upgradeLimit = config.rateLimitPerMinute + config.rateLimitBurst
+  const upgradeRate = withFailMode(config.rateLimitFailMode, "websocket_upgrade", upgradeLimit)
+
+  const complete = (request: IncomingMessage, socket: Duplex, head: Buffer, url: URL, correlationId: string) => {
+    correlationIds.set(request, correlationId)
+    wss.handleUpgrade(request, socket, head, (ws) => accept(ws, request, url, correlationId))
+  }
+
   const upgrade = (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(request.url ?? "/", "http://localhost")
     if (url.pathname !== WS_PATH) return refuseOnSocket(socket, 404, "Not Found")
     if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable")
     const correlationId = correlationIdFrom(headerText(request.headers["x-correlation-id"]))
-    correlationIds.set(request, correlationId)
-    wss.handleUpgrade(request, socket, head, (ws) => accept(ws, request, url, correlationId))
+    if (sockets.size + admitting >= config.wsMaxConnections) {
+      wsUpgradesRefusedTotal.inc({ reason: "capacity" })
+      return refuseUpgrade(socket, 503, "Too many connections", correlationId, { "Retry-After": "5" })
+    }
+    if (!config.rateLimitEnabled) return complete(request, socket, head, url, correlationId)
+    const ip = clientIp(request.socket.remoteAddress, headerText(request.headers["x-forwarded-for"]), config.trustedProxies)
+    admitting++
+    run(
+      upgradeRate(limiter.hit(`ws:upgrade:ip:${ip}`, upgradeLimit, UPGRADE_WINDOW_MS)).pipe(
+        Effect.map((decision) => {
+          if (Option.isSome(decision) && !decision.value.allowed) {
+            wsUpgradesRefusedTotal.inc({ reason: "rate_limit" })
+            return refuseUpgrade(socket, 429, "Rate limit exceeded", correlationId, rateHeaders(decision.value))
+          }
+          if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable")
+          complete(request, socket, head, url, correlationId)
+        }),
+        Effect.ensuring(Effect.sync(() => admitting--)),
+        Effect.catchCause((cause) => Effect.andThen(Effect.logError("WebSocket upgrade failed", cause), Effect.sync(() => socket.destroy())))
+      )
+    )
   }
 
   /** CONTRACT §5 Shutdown: every connection closes 1001; sockets that do not answer are cut. */

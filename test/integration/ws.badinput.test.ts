@@ -14,6 +14,8 @@ import { connectWs, type Envelope, protoCodec, type ProtoCodec, type WsClient } 
 const RUNS = 80
 /** What a client mistake may close with: unusable frame, invalid UTF-8, too big. */
 const CLOSE_CODES = [1003, 1007, 1009]
+/** WS_MAX_MESSAGE_BYTES (the default: this app does not set it). */
+const MAX_FRAME = 65_536
 
 let app: TestApp
 let token: string
@@ -45,9 +47,9 @@ const session = (format: "json" | "protobuf") => {
   /**
    * Sends a frame, then a probe: either the socket closes with a client-mistake code, or the probe
    * is answered — after the frame's own answer when it had a usable pkg_id and req_id — and every
-   * answer has a valid status_code.
+   * answer has a valid status_code. Says which: "answered", or "closed <code>".
    */
-  const check = async (frame: string | Uint8Array, options: { readonly text?: boolean } = {}) => {
+  const check = async (frame: string | Uint8Array, options: { readonly text?: boolean } = {}): Promise<"answered" | `closed ${number}`> => {
     const c = current()
     await c.opened
     if (frame instanceof Uint8Array && options.text === true) c.ws.send(frame, { binary: false })
@@ -56,7 +58,7 @@ const session = (format: "json" | "protobuf") => {
     if ("closed" in outcome) {
       expect(CLOSE_CODES, `closed ${outcome.closed.code} ${outcome.closed.reason}`).toContain(outcome.closed.code)
       client = undefined
-      return "closed" as const
+      return `closed ${outcome.closed.code}`
     }
     const answers: Array<Envelope> = [outcome.probe]
     while (c.responses.size > 0) answers.push(await c.responses.take())
@@ -139,24 +141,37 @@ describe("WebSocket bad input (generated)", () => {
     await s.close()
   })
 
-  it("deep nesting and frames at the size limit", async () => {
+  it("deep nesting and frames at the size limit: above WS_MAX_MESSAGE_BYTES closes 1009, unanswered; below, the usual outcome", async () => {
     const s = session("json")
+    const tooBig = (frame: string) => Buffer.byteLength(frame) > MAX_FRAME
     for (const depth of [100, 1000, 20_000, 32_000]) {
       for (const object of [false, true]) {
-        await s.check(nested(depth, object))
-        await s.check(`{"pkg_id":1,"req_id":"${randomUUID()}","data":{"filters":${nested(depth, object)}}}`)
+        // Not an envelope (an array, or an object without pkg_id): unusable.
+        const bare = nested(depth, object)
+        expect(await s.check(bare), `bare, depth ${depth}`).toBe(tooBig(bare) ? "closed 1009" : "closed 1003")
+        // A usable envelope whose data is too deep: answered (status_code 2) while it fits.
+        const envelope = `{"pkg_id":1,"req_id":"${randomUUID()}","data":{"filters":${nested(depth, object)}}}`
+        expect(await s.check(envelope), `envelope, depth ${depth}`).toBe(tooBig(envelope) ? "closed 1009" : "answered")
       }
     }
-    await s.check(`{"pkg_id":1,"req_id":"${randomUUID()}","data":{"x":"${"y".repeat(70_000)}"}}`)
+    // Both sides of the limit, with a usable envelope.
+    const padded = (bytes: number) => {
+      const head = `{"pkg_id":1,"req_id":"${randomUUID()}","data":{"x":"`
+      return `${head}${"y".repeat(bytes - head.length - 3)}"}}`
+    }
+    expect(Buffer.byteLength(padded(MAX_FRAME))).toBe(MAX_FRAME)
+    expect(await s.check(padded(MAX_FRAME))).toBe("answered")
+    expect(await s.check(padded(MAX_FRAME + 1))).toBe("closed 1009")
+    expect(await s.check(`{"pkg_id":1,"req_id":"${randomUUID()}","data":{"x":"${"y".repeat(70_000)}"}}`)).toBe("closed 1009")
     await s.close()
   })
 
   it("random binary frames in json format close 1003; invalid UTF-8 in a text frame closes 1007", async () => {
     const s = session("json")
     await fc.assert(fc.asyncProperty(fc.uint8Array({ minLength: 1, maxLength: 300 }), async (bytes) => {
-      expect(await s.check(bytes)).toBe("closed")
+      expect(await s.check(bytes)).toBe("closed 1003")
     }), { numRuns: 20 })
-    expect(await s.check(new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]), { text: true })).toBe("closed")
+    expect(await s.check(new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]), { text: true })).toBe("closed 1007")
     await s.close()
   })
 

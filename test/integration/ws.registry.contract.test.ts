@@ -3,12 +3,16 @@
  * in-process maps and timers, and Redis (two registries on one prefix stand for two instances).
  */
 import { describe, expect, it } from "@effect/vitest"
+import type { Redis } from "ioredis"
+import { vi } from "vitest"
 import { Context, Effect, Layer, Option, Redacted, type Scope } from "effect"
 import { randomUUID } from "node:crypto"
 import { AppConfig } from "../../src/Config.ts"
+import { registry as metricsRegistry } from "../../src/Observability/Metrics.ts"
 import { RedisClient, redisLayer } from "../../src/Store/Redis.ts"
 import { hasExpiredEvents, makeRedisRegistry, RedisRegistryLive } from "../../src/Ws/RedisRegistry.ts"
 import { type BroadcastMessage, ConnectionRegistry, MemoryRegistryLive } from "../../src/Ws/Registry.ts"
+import { startRedisServer } from "../support/RedisServer.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
 type Registry = Context.Service.Shape<typeof ConnectionRegistry>
@@ -132,6 +136,23 @@ contract("in-process", (count) =>
 
 const redis = (prefix: string) => redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), prefix)
 
+/** Redis's clock, in ms (what the slot scripts measure leases on). */
+const redisNow = (client: Redis) =>
+  Effect.promise(() => client.time()).pipe(Effect.map(([s, us]) => Number(s) * 1000 + Math.floor(Number(us) / 1000)))
+
+/** A user's slots as Redis holds them: member → lease end (Redis ms). */
+const slots = (client: Redis, key: string) =>
+  Effect.promise(() => client.zrange(key, 0, -1, "WITHSCORES")).pipe(Effect.map((flat) => {
+    const out = new Map<string, number>()
+    for (let i = 0; i < flat.length; i += 2) out.set(flat[i]!, Number(flat[i + 1]))
+    return out
+  }))
+
+const metricValue = async (name: string) => {
+  const line = (await metricsRegistry.metrics()).split("\n").find((l) => l.startsWith(`${name} `))
+  return line === undefined ? 0 : Number(line.slice(name.length + 1))
+}
+
 describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
   const redisInstances = (slotTtlMs: number): Instances => (count) =>
     Effect.gen(function*() {
@@ -143,63 +164,150 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
         ))
     })
 
+  /** One instance on `prefix` (a registry with its own Redis connection), and that connection. */
+  const instance = (prefix: string, slotTtlMs: number) =>
+    Effect.gen(function*() {
+      const client = Context.get(yield* Layer.build(redis(prefix)), RedisClient)
+      const registry = yield* makeRedisRegistry({ slotTtlMs }).pipe(Effect.provideService(RedisClient, client))
+      return { registry, client: client.client }
+    })
+
   contract("Redis", redisInstances(30_000))
 
-  it.live("the slots of an instance that vanished without releasing free themselves after the lease", () =>
+  it.live("the slots of an instance that vanished without releasing free themselves when their lease ends", () =>
     Effect.gen(function*() {
       const prefix = `test-registry-${randomUUID()}:`
       const user = `u-${randomUUID()}`
-      const survivor = Context.get(
-        yield* Layer.build(Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs: 600 })).pipe(Layer.provide(redis(prefix)))),
-        ConnectionRegistry
-      )
+      const survivor = yield* instance(prefix, 30_000)
       // The "crashed" instance: its connection is cut before its scope can release anything.
-      const context = yield* Layer.build(
-        Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs: 600 })).pipe(Layer.provideMerge(redis(prefix)))
-      )
-      const crashed = { registry: Context.get(context, ConnectionRegistry), client: Context.get(context, RedisClient).client }
+      const crashed = yield* instance(prefix, 600)
       expect(yield* crashed.registry.acquire(user, "c1", 2)).toBe(true)
       expect(yield* crashed.registry.acquire(user, "c2", 2)).toBe(true)
       crashed.client.disconnect()
-      expect(yield* survivor.acquire(user, "c3", 2)).toBe(false)
-      // No event tells when a lease ends: ask until it has (600 ms lease; bounded wait).
-      let admitted = false
-      for (let i = 0; i < 100 && !admitted; i++) {
-        admitted = yield* survivor.acquire(user, "c3", 2)
-        if (!admitted) yield* Effect.sleep("50 millis")
-      }
-      expect(admitted).toBe(true)
-      expect(yield* survivor.acquire(user, "c4", 2)).toBe(true)
-      expect(yield* survivor.acquire(user, "c5", 2)).toBe(false)
+      expect(yield* survivor.registry.acquire(user, "c3", 2)).toBe(false)
+      // No event marks a lease's end, but Redis holds it: wait until then (on Redis's clock), once.
+      const ends = [...(yield* slots(survivor.client, `${prefix}ws:slots:${user}`)).values()]
+      expect(ends).toHaveLength(2)
+      yield* Effect.sleep(Math.max(...ends) - (yield* redisNow(survivor.client)) + 1)
+      expect(yield* survivor.registry.acquire(user, "c3", 2)).toBe(true)
+      expect(yield* survivor.registry.acquire(user, "c4", 2)).toBe(true)
+      expect(yield* survivor.registry.acquire(user, "c5", 2)).toBe(false)
     }).pipe(Effect.scoped))
 
-  it.live("leases of a live instance are renewed: its slots stay counted past the lease", () =>
+  it.live("leases are measured on Redis's clock, not the instance's (review F18)", () =>
     Effect.gen(function*() {
       const prefix = `test-registry-${randomUUID()}:`
-      const build = () =>
-        Effect.map(
-          Layer.build(Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs: 300 })).pipe(Layer.provide(redis(prefix)))),
-          Context.get(ConnectionRegistry)
-        )
-      const holder = yield* build()
-      const other = yield* build()
+      const { client, registry } = yield* instance(prefix, 30_000)
       const user = `u-${randomUUID()}`
-      expect(yield* holder.acquire(user, "c1", 1)).toBe(true)
-      // Several leases long (renewed every 100 ms): still counted.
-      yield* Effect.sleep("1 second")
-      expect(yield* other.acquire(user, "c2", 1)).toBe(false)
+      const before = yield* redisNow(client)
+      // This instance's clock is an hour fast while it acquires.
+      const now = Date.now
+      const fast = vi.spyOn(Date, "now").mockImplementation(() => now() + 3_600_000)
+      const admitted = yield* registry.acquire(user, "c1", 1).pipe(Effect.ensuring(Effect.sync(() => fast.mockRestore())))
+      const after = yield* redisNow(client)
+      expect(admitted).toBe(true)
+      const [end] = [...(yield* slots(client, `${prefix}ws:slots:${user}`)).values()]
+      expect(end).toBeGreaterThanOrEqual(before + 30_000)
+      expect(end).toBeLessThanOrEqual(after + 30_000)
     }).pipe(Effect.scoped))
 
-  it.live("RedisRegistryLive enables key-expiry events (notify-keyspace-events gains Ex)", () =>
+  it.live("a renewal extends a lease that is about to end, and puts back one that ended or that a restart lost", () =>
     Effect.gen(function*() {
+      const prefix = `test-registry-${randomUUID()}:`
+      const holder = yield* instance(prefix, 30_000)
+      const other = yield* instance(prefix, 30_000)
+      const user = `u-${randomUUID()}`
+      const key = `${prefix}ws:slots:${user}`
+      expect(yield* holder.registry.acquire(user, "c1", 1)).toBe(true)
+      const [member] = [...(yield* slots(holder.client, key)).keys()]
+      // About to end: renewed to a whole lease from now.
+      const soon = (yield* redisNow(holder.client)) + 1000
+      yield* Effect.promise(() => holder.client.zadd(key, "XX", String(soon), member!))
+      let before = yield* redisNow(holder.client)
+      yield* holder.registry.renewLeases
+      expect((yield* slots(holder.client, key)).get(member!)).toBeGreaterThanOrEqual(before + 30_000)
+      // Ended (its instance could not reach Redis in time), nobody took the slot: put back.
+      before = yield* redisNow(holder.client)
+      yield* Effect.promise(() => holder.client.zadd(key, "XX", String(before - 1), member!))
+      yield* holder.registry.renewLeases
+      expect((yield* slots(holder.client, key)).get(member!)).toBeGreaterThanOrEqual(before + 30_000)
+      expect(yield* other.registry.acquire(user, "c2", 1)).toBe(false)
+      // Lost with every key (a Redis restart): put back.
+      yield* Effect.promise(() => holder.client.del(key))
+      yield* holder.registry.renewLeases
+      expect([...(yield* slots(holder.client, key)).keys()]).toEqual([member])
+      expect(yield* other.registry.acquire(user, "c2", 1)).toBe(false)
+    }).pipe(Effect.scoped))
+
+  it.live("after an outage a renewal never lifts a user above the limit: a lost lease comes back only when a slot is free (review F18)", () =>
+    Effect.gen(function*() {
+      const prefix = `test-registry-${randomUUID()}:`
+      const a = yield* instance(prefix, 30_000)
+      const b = yield* instance(prefix, 30_000)
+      const user = `u-${randomUUID()}`
+      const key = `${prefix}ws:slots:${user}`
+      expect(yield* a.registry.acquire(user, "a1", 1)).toBe(true)
+      const [aMember] = [...(yield* slots(a.client, key)).keys()]
+      // a's lease ran out while a could not reach Redis; meanwhile b's user took the slot.
+      const past = (yield* redisNow(a.client)) - 1
+      yield* Effect.promise(() => a.client.zadd(key, "XX", String(past), aMember!))
+      expect(yield* b.registry.acquire(user, "b1", 1)).toBe(true)
+      const [bMember] = [...(yield* slots(b.client, key)).keys()].filter((m) => m !== aMember)
+      // a is back: its renewal does not put its lease over b's.
+      yield* a.registry.renewLeases
+      expect([...(yield* slots(a.client, key)).keys()]).toEqual([bMember])
+      // The same after a restart that lost every key, with both instances renewing.
+      yield* Effect.promise(() => a.client.del(key))
+      yield* Effect.all([a.registry.renewLeases, b.registry.renewLeases], { concurrency: "unbounded" })
+      expect((yield* slots(a.client, key)).size).toBe(1)
+      // Once the slot frees, a's connection is counted again (and holds the slot).
+      yield* Effect.promise(() => a.client.del(key))
+      yield* b.registry.release(user, "b1")
+      yield* a.registry.renewLeases
+      expect([...(yield* slots(a.client, key)).keys()]).toEqual([aMember])
+      expect(yield* b.registry.acquire(user, "b2", 1)).toBe(false)
+    }).pipe(Effect.scoped))
+
+  it.live("only valid broadcasts published on the channel are delivered; the others are dropped and counted (review F23)", () =>
+    Effect.gen(function*() {
+      const prefix = `test-registry-${randomUUID()}:`
+      const { client, registry } = yield* instance(prefix, 30_000)
+      const l = yield* listenTo(registry)
+      const before = yield* Effect.promise(() => metricValue("ws_broadcasts_invalid_total"))
+      const valid = message(`valid-${randomUUID()}`)
+      const invalid = [
+        "not json",
+        JSON.stringify([valid]),
+        JSON.stringify({ event: "author.created" }),
+        JSON.stringify({ ...valid, event: "author.exploded" }),
+        JSON.stringify({ ...valid, author: { ...valid.author, id: "1" } }),
+        JSON.stringify({ ...valid, timestamp: "yesterday" }),
+        JSON.stringify({ ...valid, author: { ...valid.author, name: "x".repeat(20_000) } })
+      ]
+      const channel = `${prefix}ws:broadcast`
+      for (const text of invalid) yield* Effect.promise(() => client.publish(channel, text))
+      // Extra fields are not forwarded.
+      yield* Effect.promise(() => client.publish(channel, JSON.stringify({ ...valid, script: "<x>", author: { ...valid.author, secret: 1 } })))
+      // Messages of one publisher arrive in order: once the last is delivered, the others were handled.
+      yield* l.until(() => l.broadcasts.length > 0)
+      expect(l.broadcasts).toEqual([valid])
+      expect((yield* Effect.promise(() => metricValue("ws_broadcasts_invalid_total"))) - before).toBe(invalid.length)
+    }).pipe(Effect.scoped))
+
+  it.live("RedisRegistryLive turns on key-expiry events on a Redis that has them off (notify-keyspace-events gains Ex)", () =>
+    Effect.gen(function*() {
+      // A Redis of its own: the shared one has had them turned on by every earlier test.
+      const server = yield* Effect.acquireRelease(Effect.promise(() => startRedisServer()), (s) => Effect.promise(() => s.kill()))
+      const flags = (client: Redis) =>
+        Effect.promise(() => client.config("GET", "notify-keyspace-events")).pipe(Effect.map((reply) => (reply as Array<string>)[1] ?? ""))
       const layer = RedisRegistryLive.pipe(
-        Layer.provideMerge(redis(`test-registry-${randomUUID()}:`)),
-        Layer.provide(AppConfig.layerWith({ redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")) }))
+        Layer.provideMerge(redisLayer(Redacted.make(server.url), `test-registry-${randomUUID()}:`)),
+        Layer.provide(AppConfig.layerWith({ redisUrl: Option.some(Redacted.make(server.url)) }))
       )
-      const context = yield* Layer.build(layer)
-      const client = Context.get(context, RedisClient).client
-      const reply = (yield* Effect.promise(() => client.config("GET", "notify-keyspace-events"))) as Array<string>
-      expect(hasExpiredEvents(reply[1] ?? "")).toBe(true)
+      const probe = Context.get(yield* Layer.build(redisLayer(Redacted.make(server.url), "probe:")), RedisClient).client
+      expect(hasExpiredEvents(yield* flags(probe))).toBe(false)
+      yield* Layer.build(layer)
+      expect(hasExpiredEvents(yield* flags(probe))).toBe(true)
     }).pipe(Effect.scoped))
 })
 

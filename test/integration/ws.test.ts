@@ -37,6 +37,12 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
     return client
   }
 
+  /** One unlabelled sample of `/metrics`. */
+  const metric = async (name: string) => {
+    const line = (await (await fetch(`${app.url}/metrics`)).text()).split("\n").find((l) => l.startsWith(`${name} `))
+    return line === undefined ? 0 : Number(line.slice(name.length + 1))
+  }
+
   const activeConnections = async () =>
     ((await request(app, "GET", "/health")).body as { websocket: { active_connections: number } }).websocket.active_connections
 
@@ -367,7 +373,8 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       await Promise.all([...listeners, deaf, creator].map((c) => c.close()))
     })
 
-    it("a client that does not read is dropped; the others still get the broadcast", async () => {
+    it("a client that does not read is dropped (ws_send_queue_overflows_total); the others still get the broadcast", async () => {
+      const overflowsBefore = await metric("ws_send_queue_overflows_total")
       const seed = await connected(admin)
       const long = "L".repeat(240)
       await Promise.all(Array.from({ length: 200 }, (_, i) => seed.request(3, { name: `${long}${i}-${randomUUID().slice(0, 8)}` })))
@@ -388,6 +395,7 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       expect(got.status_code).toBe(0)
       socket.resume()
       expect((await slow.closed).code).toBe(1006)
+      expect(await metric("ws_send_queue_overflows_total")).toBe(overflowsBefore + 1)
       await Promise.all([seed.close(), healthy.close()])
     })
   })
@@ -400,11 +408,18 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
 
     it("a re-auth frame of the same user extends the session; another user's token closes 4001 Token subject mismatch", async () => {
       const sub = `ws-reauth-${randomUUID()}`
-      const client = await connected(await tokenFor(["get-authors"], { sub, expiresIn: "2s" }))
-      client.send({ type: "auth", token: await tokenFor(["get-authors"], { sub, expiresIn: "1h" }) })
+      const [short, long] = await Promise.all([
+        tokenFor(["get-authors"], { sub, expiresIn: "2s" }),
+        tokenFor(["get-authors"], { sub, expiresIn: "1h" })
+      ])
+      // The re-auth frame goes out right behind the upgrade: the server handles it as soon as the
+      // handshake is done, however long that takes — not "before the short token ends".
+      const client = connect({ token: short })
+      client.send({ type: "auth", token: long })
       expect(await client.others.take()).toEqual({ type: "auth_ok" })
-      // A control connection whose token ends a second later: once it is closed, the first
-      // token's end has passed too, and the re-authenticated connection must still be open.
+      // A control connection whose token ends at least a second later (signed later, whole
+      // seconds): once the server closed it, the short token's end has passed too — an event,
+      // not a sleep — and the re-authenticated connection must still be open.
       const control = await connected(await tokenFor(["get-authors"], { expiresIn: "3s" }))
       expect(await control.closed).toEqual({ code: 4001, reason: "Session expired" })
       expect((await client.request(1, {})).status_code).toBe(0)
@@ -558,5 +573,22 @@ describe.each(stores)("WebSocket message rate limit (%s stores)", (store) => {
     a.send({ pkg_id: 1, req_id: randomUUID(), data: {} })
     expect(await a.closed).toEqual({ code: 1008, reason: "Message rate limit exceeded" })
     await b.close()
+  })
+
+  it("re-auth frames count as messages (review F14): over the limit one is not answered, and refusals close 1008", async () => {
+    const token = await signToken(app, { sub: `reauth-flood-${randomUUID()}`, roles: ["get-authors"] })
+    const client = connectWs(app.url, { token })
+    for (let i = 0; i < 3; i++) {
+      client.send({ type: "auth", token })
+      expect(await client.others.take()).toEqual({ type: "auth_ok" })
+    }
+    // The budget of 3 went to the re-auth frames: the next one is refused, so is the request.
+    client.send({ type: "auth", token })
+    expect(await client.request(1, {})).toMatchObject({ status_code: 1, data: { msg: "Rate limit exceeded" } })
+    // Frames are answered in order: an auth_ok for the refused re-auth would have come first.
+    expect(client.others.size).toBe(0)
+    // The third refusal in the window: flooding.
+    client.send({ type: "auth", token })
+    expect(await client.closed).toEqual({ code: 1008, reason: "Message rate limit exceeded" })
   })
 })
