@@ -8,12 +8,15 @@
  * (`HttpApiMiddleware.layerClient`): it reads the access token from a `TokenStore`, refreshes it
  * with `POST /login/refresh` shortly before it expires, and sets `Authorization: Bearer …`.
  */
-import { Context, Effect, Layer, Schema, Semaphore } from "effect"
+import { Context, Effect, Layer, Option, Schema, Semaphore, Stream } from "effect"
 import { FetchHttpClient, HttpClient, HttpClientRequest } from "effect/http"
-import { HttpApiClient, HttpApiMiddleware } from "effect/http-api"
-import { Api } from "../Api.ts"
+import { HttpApi, HttpApiClient, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware } from "effect/http-api"
+import { Api, CommonResponses } from "../Api.ts"
 import { Authentication } from "../Auth/Authentication.ts"
 import type { TokenResponse } from "../Auth/IdentityProvider.ts"
+import { AuthorsApi, PageParams } from "../Authors/Api.ts"
+import { AuthorPage } from "../Domain/Author.ts"
+import { IntFromString } from "../Domain/Params.ts"
 import { InvalidRefreshToken } from "../Errors.ts"
 
 export { Api }
@@ -72,8 +75,51 @@ export interface ClientOptions {
   readonly httpClient?: Layer.Layer<HttpClient.HttpClient>
 }
 
-/** The client of the whole API, one property per group (`authors`, `login`, `audit-logs`, …). */
-export type ApiClient = HttpApiClient.ForApi<typeof Api>
+/**
+ * The query of `GET /authors/paginated` as a client writes it. The server's `PageParams` decodes
+ * `cursor` into the last id seen, so a client built from `Api` alone would take that id, while
+ * `meta.next_cursor` hands out the opaque string: here `cursor` stays that string, passed back as
+ * it came, and `page` / `per_page` may be left out (the server's defaults, 1 and 20, apply).
+ */
+export const PageQuery = Schema.Struct({
+  page: Schema.optionalKey(IntFromString),
+  per_page: Schema.optionalKey(IntFromString),
+  id: PageParams.fields.id,
+  name: PageParams.fields.name,
+  cursor: Schema.optional(Schema.String)
+})
+export type PageQuery = typeof PageQuery.Type
+
+// The same query string on the wire as the server's declaration: a change to `PageParams` that
+// this schema does not follow is a compile error here.
+type SameType<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
+const _sameWireFormat: SameType<typeof PageQuery.Encoded, typeof PageParams.Encoded> = true
+
+/**
+ * `GET /authors/paginated` for the client: the server's endpoint (its path, success and errors,
+ * through the same `Authentication` and `CommonResponses` middleware) with `PageQuery` as its
+ * query. The HTTP contract is unchanged; only the client's view of the cursor differs.
+ */
+const served = AuthorsApi.endpoints.paginated
+const PagingApi = HttpApi.make("author-directory").add(
+  HttpApiGroup.make("authors").add(
+    HttpApiEndpoint.get(served.identifier, served.path, { query: PageQuery, success: AuthorPage })
+  ).middleware(Authentication)
+).middleware(CommonResponses)
+
+type ServedClient = HttpApiClient.ForApi<typeof Api>
+type PagingClient = HttpApiClient.ForApi<typeof PagingApi>["authors"]
+
+/**
+ * The client of the whole API, one property per group (`authors`, `login`, `audit-logs`, …), as
+ * `HttpApiClient` builds it from `Api` — except `authors.paginated`, which takes `PageQuery`.
+ */
+export type ApiClient = Omit<ServedClient, "authors"> & {
+  readonly authors: Omit<ServedClient["authors"], "paginated"> & PagingClient
+}
+
+/** The ways one page request can fail (declared errors as their classes, transport, decoding). */
+export type PageError = Effect.Error<ReturnType<PagingClient["paginated"]>>
 
 export interface AuthorDirectoryClient {
   /** Every endpoint, typed from `Api`: `client.api.authors.create({ payload: { name } })`. */
@@ -93,6 +139,12 @@ export interface AuthorDirectoryClient {
   readonly accessToken: Effect.Effect<string, NotLoggedIn | Effect.Error<ReturnType<ApiClient["login"]["refresh"]>>>
   /** Forgets the tokens. */
   readonly logout: Effect.Effect<void>
+  /**
+   * Every page of `GET /authors/paginated` with these filters, in id order: the first page, then
+   * each `meta.next_cursor` passed back until it is null (keyset paging: the same cost at any
+   * depth). Pages are fetched as the stream is read.
+   */
+  readonly authorPages: (query?: Omit<PageQuery, "page" | "cursor">) => Stream.Stream<typeof AuthorPage.Type, PageError>
 }
 
 export const makeClient = (options: ClientOptions): Effect.Effect<AuthorDirectoryClient> =>
@@ -149,12 +201,23 @@ export const makeClient = (options: ClientOptions): Effect.Effect<AuthorDirector
       })
     )
 
-    const api = yield* HttpApiClient.make(Api, { baseUrl: options.baseUrl }).pipe(
-      Effect.provide(authenticationClient)
-    )
+    const [whole, paging] = yield* Effect.all([
+      HttpApiClient.make(Api, { baseUrl: options.baseUrl }),
+      HttpApiClient.make(PagingApi, { baseUrl: options.baseUrl })
+    ]).pipe(Effect.provide(authenticationClient))
+    const api: ApiClient = { ...whole, authors: { ...whole.authors, paginated: paging.authors.paginated } }
+
+    // The state is the cursor to send: none for the first page.
+    const authorPages = (query: Omit<PageQuery, "page" | "cursor"> = {}) =>
+      Stream.paginate(Option.none<string>(), (cursor) =>
+        Effect.map(
+          api.authors.paginated({ query: Option.match(cursor, { onNone: () => query, onSome: (c) => ({ ...query, cursor: c }) }) }),
+          (page) => [[page], Option.map(Option.fromNullishOr(page.meta.next_cursor), Option.some)] as const
+        ))
 
     return {
       api,
+      authorPages,
       tokens: store,
       login: (username, password) =>
         loginClient.login({ payload: { username, password } }).pipe(

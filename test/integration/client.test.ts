@@ -1,9 +1,9 @@
 /**
  * The client kit (src/Client) against a running service: the typed HTTP client built from `Api`
- * (login, typed successes and errors, token refresh) and the `/web` client (JSON and protobuf,
+ * (login, typed successes and errors, cursor paging, token refresh) and the `/web` client (JSON and protobuf,
  * broadcasts, re-authentication, reconnection after the connection drops).
  */
-import { Effect } from "effect"
+import { Effect, Stream } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
@@ -87,6 +87,39 @@ describe("client kit", () => {
       const error = await failure(reader.api.authors.create({ payload: { name: unique("Nope") } }))
       expect(error).toBeInstanceOf(Forbidden)
       expect(error).toMatchObject({ detail: "Forbidden" })
+    })
+
+    it("pages by cursor with meta.next_cursor passed straight back", async () => {
+      for (let i = 0; i < 5; i++) await run(admin.api.authors.create({ payload: { name: unique("Paged") } }))
+      const everyone = (await run(admin.api.authors.list({ query: {} }))).map((a) => a.id)
+      expect(everyone.length).toBeGreaterThan(4)
+      const first = await run(admin.api.authors.paginated({ query: { per_page: 2 } }))
+      expect(first.items.map((a) => a.id)).toEqual(everyone.slice(0, 2))
+      expect(first.meta).toMatchObject({ page: 1, per_page: 2, total: everyone.length, has_more: true })
+      expect(typeof first.meta.next_cursor).toBe("string")
+      let page = first
+      const seen = [...first.items.map((a) => a.id)]
+      while (page.meta.next_cursor !== null) {
+        page = await run(admin.api.authors.paginated({ query: { per_page: 2, cursor: page.meta.next_cursor } }))
+        seen.push(...page.items.map((a) => a.id))
+      }
+      expect(seen).toEqual(everyone)
+      expect(page.meta.has_more).toBe(false)
+    })
+
+    it("walks every page with authorPages, and an invalid cursor is the server's 422", async () => {
+      const everyone = (await run(admin.api.authors.list({ query: {} }))).map((a) => a.id)
+      const pages = Array.from(await run(Stream.runCollect(admin.authorPages({ per_page: 3 }))))
+      expect(pages.length).toBe(Math.ceil(everyone.length / 3))
+      expect(pages.flatMap((p) => p.items.map((a) => a.id))).toEqual(everyone)
+      expect(pages.map((p) => p.meta.has_more)).toEqual([...pages.slice(1).map(() => true), false])
+      // Filters apply to every page.
+      const [one] = everyone
+      const filtered = Array.from(await run(Stream.runCollect(admin.authorPages({ id: one! }))))
+      expect(filtered.map((p) => p.items.map((a) => a.id))).toEqual([[one]])
+
+      const error = await failure(admin.api.authors.paginated({ query: { cursor: "not-a-cursor" } }))
+      expect(error).toMatchObject({ detail: [{ loc: ["query", "cursor"], msg: "Invalid cursor", type: "value_error" }] })
     })
 
     it("refreshes an expired access token before the call", async () => {
