@@ -18,7 +18,7 @@
  */
 import { Effect, FiberSet, Layer, Option, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
-import { type IncomingMessage, STATUS_CODES } from "node:http"
+import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
 import { AuditLog } from "../AuditLogs/AuditLog.ts"
@@ -51,17 +51,6 @@ const headerText = (value: string | ReadonlyArray<string> | undefined) =>
   typeof value === "string" || value === undefined ? value : value.join(",")
 
 const UPGRADE_WINDOW_MS = 60_000
-
-/** A refused upgrade: the HTTP answer on the raw socket (CONTRACT §3 error body), then closed. */
-const refuseUpgrade = (socket: Duplex, status: number, detail: string, correlationId: string, headers: Record<string, string> = {}) => {
-  const body = JSON.stringify({ detail })
-  const extra = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join("")
-  socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Error"}\r\nContent-Type: application/json\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\n` +
-      `X-Correlation-ID: ${correlationId}\r\n${extra}Connection: close\r\n\r\n${body}`
-  )
-}
 
 const rateHeaders = (d: RateDecision): Record<string, string> => ({
   "Retry-After": String(d.retryAfterSeconds),
@@ -213,7 +202,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     const correlationId = correlationIdFrom(headerText(request.headers["x-correlation-id"]))
     if (sockets.size + admitting >= config.wsMaxConnections) {
       wsUpgradesRefusedTotal.inc({ reason: "capacity" })
-      return refuseUpgrade(socket, 503, "Too many connections", correlationId, { "Retry-After": "5" })
+      return refuseOnSocket(socket, 503, "Too many connections", { correlationId, headers: { "Retry-After": "5" } })
     }
     if (!config.rateLimitEnabled) return complete(request, socket, head, url, correlationId)
     const ip = clientIp(request.socket.remoteAddress, headerText(request.headers["x-forwarded-for"]), config.trustedProxies)
@@ -223,7 +212,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
         Effect.map((decision) => {
           if (Option.isSome(decision) && !decision.value.allowed) {
             wsUpgradesRefusedTotal.inc({ reason: "rate_limit" })
-            return refuseUpgrade(socket, 429, "Rate limit exceeded", correlationId, rateHeaders(decision.value))
+            return refuseOnSocket(socket, 429, "Rate limit exceeded", { correlationId, headers: rateHeaders(decision.value) })
           }
           if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable")
           complete(request, socket, head, url, correlationId)
