@@ -1,19 +1,30 @@
 /**
  * The Redis implementation of `RateLimiter` (CONTRACT §4): one Lua script per hit, so the check
  * and the admission are one atomic step and one round trip — exact under concurrency and across
- * instances. `now` comes from Effect's Clock (a test clock drives both implementations alike);
- * each key is a ZSET of admitted hits only, so its size is bounded by `limit` and it expires
- * with the window. `reserve` is the same script; its release removes that hit's member (ZREM).
+ * instances. `now` is Redis's clock (TIME, read inside the script): one clock for every instance,
+ * however far their own clocks drift apart (Review F18). When the fiber's Clock is not the live
+ * one (a TestClock: the contract suite), that clock drives the script instead, as it drives the
+ * in-process implementation. Each key is a ZSET of admitted hits only, so its size is bounded by
+ * `limit` and it expires with the window. `reserve` is the same script; its release removes that
+ * hit's member (ZREM).
  */
-import { Clock, Effect, Layer } from "effect"
+import { Clock, Context, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { decision, RateLimiter, RateLimiterUnavailable } from "./RateLimiter.ts"
 
-/** KEYS[1] = window key; ARGV = now (ms), window (ms), limit, member. Returns {allowed, count, oldest|-1}. */
+/**
+ * KEYS[1] = window key; ARGV = now (ms, or "" for Redis's TIME), window (ms), limit, member.
+ * Returns {allowed, count, oldest|-1, now}. (TIME in a script that writes needs effects
+ * replication: the only mode since Redis 7, the default since 5.)
+ */
 export const SLIDING_WINDOW_LUA = `
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
+if not now then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
 local window = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
@@ -28,30 +39,38 @@ local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
 local oldestScore = -1
 if oldest[2] then oldestScore = tonumber(oldest[2]) end
 if count > 0 then redis.call('PEXPIRE', key, window) end
-return {allowed, count, oldestScore}
+return {allowed, count, oldestScore, now}
 `
 
 /** A store that does not answer within this bound counts as failed (RATE_LIMIT_FAIL_MODE decides). */
 const STORE_TIMEOUT_MS = 1000
 
+/** Effect's own clock (`Clock.Clock`'s default): in its presence Redis's TIME is the clock. */
+const liveClock = Context.get(Context.empty(), Clock.Clock)
+
 export const makeRedisRateLimiter = Effect.gen(function*() {
   const { client, prefix } = yield* RedisClient
-  const slidingWindow = defineScript<[number, number, number]>(client, "adsSlidingWindow", 1, SLIDING_WINDOW_LUA)
+  const slidingWindow = defineScript<[number, number, number, number]>(client, "adsSlidingWindow", 1, SLIDING_WINDOW_LUA)
   // ZSET members must be unique per hit: two hits in the same millisecond are two admissions.
   const instance = randomBytes(6).toString("hex")
   let sequence = 0
   const admit = (key: string, limit: number, windowMs: number) =>
-    Effect.gen(function*() {
-      const now = yield* Clock.currentTimeMillis
-      const member = `${now}:${instance}:${(sequence = (sequence + 1) % Number.MAX_SAFE_INTEGER)}`
+    Effect.clockWith((clock) => {
+      const member = `${instance}:${(sequence = (sequence + 1) % Number.MAX_SAFE_INTEGER)}`
       // Not connected: fail now (RATE_LIMIT_FAIL_MODE) rather than queue behind reconnects.
-      if (isDisconnected(client)) return yield* Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
-      const [allowed, count, oldest] = yield* redisCommand(
+      if (isDisconnected(client)) return Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
+      const now = clock === liveClock ? "" : clock.currentTimeMillisUnsafe()
+      return redisCommand(
         "EVALSHA sliding_window",
         () => slidingWindow(`${prefix}ratelimit:${key}`, now, windowMs, limit, member),
         STORE_TIMEOUT_MS
-      ).pipe(Effect.mapError((error) => new RateLimiterUnavailable(error.cause)))
-      return { member, decision: decision(allowed === 1, limit, count, oldest < 0 ? undefined : oldest, now, windowMs) }
+      ).pipe(
+        Effect.mapError((error) => new RateLimiterUnavailable(error.cause)),
+        Effect.map(([allowed, count, oldest, at]) => ({
+          member,
+          decision: decision(allowed === 1, limit, count, oldest < 0 ? undefined : oldest, at, windowMs)
+        }))
+      )
     })
   /** Removes one admitted hit (its member is unique): the window is as if it had never been admitted. */
   const takeBack = (key: string, member: string) =>

@@ -14,19 +14,53 @@ export class RedisClient extends Context.Service<RedisClient, {
   readonly duplicate: Effect.Effect<Redis, never, Scope.Scope>
 }>()("Store/RedisClient") {}
 
-export const makeRedis = (url: string) =>
-  new Redis(url, {
+/**
+ * Review F11: a Redis that accepts and never answers (half-open, blackholed) must not hold
+ * anything. With commands waiting and no byte back for this long, ioredis destroys the socket,
+ * fails what waited and reconnects — and until it is ready again `isDisconnected` makes callers
+ * fail at once instead of each waiting for its own deadline. Longer than the audit reader's
+ * XREADGROUP BLOCK (1 s), whose answer comes when the block ends.
+ */
+export const SOCKET_TIMEOUT_MS = 2000
+
+/** Clients that were ready once: their reconnections count as down (`isDisconnected`). */
+const everReady = new WeakSet<Redis>()
+
+export const makeRedis = (url: string) => {
+  const client = new Redis(url, {
     // Fail commands fast while disconnected instead of queueing them forever.
     maxRetriesPerRequest: 1,
     enableOfflineQueue: true,
     connectTimeout: 2000,
+    socketTimeout: SOCKET_TIMEOUT_MS,
     retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
     lazyConnect: false,
     // Commands issued in the same tick (audit XADDs, rate-limit scripts) share one write.
     enableAutoPipelining: true
   })
+  return trackReady(client)
+}
 
-const closeRedis = (redis: Redis) => Effect.promise(() => redis.quit().catch(() => redis.disconnect()))
+const trackReady = (client: Redis) => {
+  client.once("ready", () => everReady.add(client))
+  return client
+}
+
+/** How long `QUIT` may take at shutdown before the connection is simply dropped. */
+const QUIT_TIMEOUT_MS = 300
+
+/** QUIT (Redis closes the connection after what was sent), or a plain disconnect when Redis does not answer in time. */
+const closeRedis = (redis: Redis) =>
+  Effect.callback<void>((resume) => {
+    const timer = setTimeout(() => {
+      redis.disconnect()
+      resume(Effect.void)
+    }, QUIT_TIMEOUT_MS)
+    redis.quit().catch(() => redis.disconnect()).finally(() => {
+      clearTimeout(timer)
+      resume(Effect.void)
+    })
+  })
 
 export const redisLayer = (url: Redacted.Redacted<string>, prefix: string) =>
   Layer.effect(
@@ -38,7 +72,7 @@ export const redisLayer = (url: Redacted.Redacted<string>, prefix: string) =>
         client,
         prefix,
         duplicate: Effect.acquireRelease(Effect.sync(() => {
-          const dup = client.duplicate()
+          const dup = trackReady(client.duplicate())
           dup.on("error", () => {})
           return dup
         }), closeRedis)
@@ -57,12 +91,15 @@ export class RedisError {
 }
 
 /**
- * True when the connection was lost and ioredis is between reconnect attempts: a command would
- * wait in the offline queue. Callers with a fallback (rate-limit fail mode, the audit buffer) use
- * it to fail at once. A connection still being established the first time is not "down".
+ * True when the connection was lost and is not ready again: ioredis is between reconnect
+ * attempts, or reconnecting to a server that has not answered its handshake yet (a blackholed
+ * Redis: the socket connects, nothing answers). A command would wait in the offline queue.
+ * Callers with a fallback (rate-limit fail mode, the audit buffer) use it to fail at once. A
+ * connection still being established the first time is not "down".
  */
 export const isDisconnected = (client: Redis) =>
-  client.status === "reconnecting" || client.status === "close" || client.status === "end"
+  client.status === "reconnecting" || client.status === "close" || client.status === "end" ||
+  ((client.status === "connecting" || client.status === "connect") && everReady.has(client))
 
 /** What a command that outlived its deadline fails with (the command itself may still complete). */
 export class RedisTimeout extends Error {
@@ -73,25 +110,33 @@ export class RedisTimeout extends Error {
   }
 }
 
+/** The deadline of a command whose caller names none (Review F11: every command has one). */
+export const COMMAND_TIMEOUT_MS = 1000
+
 /**
  * One Redis command (or pipeline) as an Effect, traced as a client span (CONTRACT §8: a span per
- * Redis command). Every module that talks to Redis goes through this. With `timeoutMs`, the
- * command fails with `RedisTimeout` when Redis has not answered by then — a plain timer on the
- * promise, not `Effect.timeout`, which forks two fibers per call: on the hot paths (a rate-limit
- * hit per request and per WebSocket message, and the audit append) those races were about a fifth
- * of a W6 request's CPU.
+ * Redis command). Every module that talks to Redis goes through this. The command fails with
+ * `RedisTimeout` when Redis has not answered within `timeoutMs` (COMMAND_TIMEOUT_MS unless given;
+ * a blocking command names its block plus a margin) — a plain timer on the promise, not
+ * `Effect.timeout`, which forks two fibers per call: on the hot paths (a rate-limit hit per
+ * request and per WebSocket message, and the audit append) those races were about a fifth of a W6
+ * request's CPU.
  */
-export const redisCommand = <A>(command: string, run: () => Promise<A>, timeoutMs?: number): Effect.Effect<A, RedisError> =>
+export const redisCommand = <A>(
+  command: string,
+  run: () => Promise<A>,
+  timeoutMs: number = COMMAND_TIMEOUT_MS
+): Effect.Effect<A, RedisError> =>
   Effect.callback<A, RedisError>((resume) => {
     let settled = false
-    const timer = timeoutMs === undefined ? undefined : setTimeout(() => {
+    const timer = setTimeout(() => {
       settled = true
       resume(Effect.fail(new RedisError(command, new RedisTimeout(timeoutMs))))
     }, timeoutMs)
     const settle = (result: Effect.Effect<A, RedisError>) => {
       if (settled) return
       settled = true
-      if (timer !== undefined) clearTimeout(timer)
+      clearTimeout(timer)
       resume(result)
     }
     try {
@@ -102,7 +147,7 @@ export const redisCommand = <A>(command: string, run: () => Promise<A>, timeoutM
     // Interrupted while waiting: the timer goes with the fiber.
     return Effect.sync(() => {
       settled = true
-      if (timer !== undefined) clearTimeout(timer)
+      clearTimeout(timer)
     })
   }).pipe(
     Effect.withSpan(`redis ${command}`, {

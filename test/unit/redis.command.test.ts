@@ -1,14 +1,31 @@
 /**
  * `redisCommand`'s deadline (Store/Redis.ts): a command Redis does not answer in time fails with
- * `RedisTimeout` (a timer on the promise, not a forked race), an answer after that is ignored, and
+ * `RedisTimeout` (a timer on the promise, not a forked race) — every command, with
+ * COMMAND_TIMEOUT_MS when its caller names none (Review F11) — an answer after that is ignored, and
  * a Redis that accepts connections but never answers makes the rate limiter unavailable — so
- * RATE_LIMIT_FAIL_MODE decides — instead of holding the request.
+ * RATE_LIMIT_FAIL_MODE decides — instead of holding the request; once the silence outlasts
+ * SOCKET_TIMEOUT_MS the connection counts as down and the limiter fails at once. With a real
+ * Redis: the limiter's window runs on Redis's clock (TIME), not the instance's (Review F18).
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Layer, Option } from "effect"
+import { Redis } from "ioredis"
+import { randomUUID } from "node:crypto"
 import { createServer, type Socket } from "node:net"
+import { vi } from "vitest"
 import { makeRedisRateLimiter } from "../../src/RateLimit/RedisRateLimiter.ts"
-import { makeRedis, RedisClient, redisCommand, RedisError, RedisTimeout } from "../../src/Store/Redis.ts"
+import {
+  COMMAND_TIMEOUT_MS,
+  isDisconnected,
+  makeRedis,
+  RedisClient,
+  redisCommand,
+  RedisError,
+  RedisTimeout
+} from "../../src/Store/Redis.ts"
+import { waitFor } from "../support/Spawn.ts"
+import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
+import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
 const failureOf = <A, E>(exit: Exit.Exit<A, E>) => Option.getOrUndefined(Exit.findErrorOption(exit))
 
@@ -28,6 +45,13 @@ describe("redisCommand", () => {
       expect(error).toBeInstanceOf(RedisError)
       expect(error?.command).toBe("GET")
       expect(error?.cause).toBeInstanceOf(RedisTimeout)
+    }))
+
+  it.live("a command whose caller names no deadline gets COMMAND_TIMEOUT_MS", () =>
+    Effect.gen(function*() {
+      const error = failureOf(yield* Effect.exit(redisCommand("PUBLISH", () => new Promise<number>(() => {}))))
+      expect(error?.cause).toBeInstanceOf(RedisTimeout)
+      expect((error?.cause as RedisTimeout).ms).toBe(COMMAND_TIMEOUT_MS)
     }))
 
   it.effect("a rejected or throwing command fails with RedisError carrying the cause", () =>
@@ -71,5 +95,56 @@ describe("a Redis that accepts connections and never answers", () => {
       const error = failureOf(exit)
       expect(error?._tag).toBe("RateLimiterUnavailable")
       expect(error?.cause).toBeInstanceOf(RedisTimeout)
+    }).pipe(Effect.scoped))
+})
+
+describe.runIf(TEST_REDIS_URL !== undefined)("with a real Redis", () => {
+  it.live("a Redis that stops answering (blackholed) counts as down once the silence outlasts SOCKET_TIMEOUT_MS: the limiter then fails at once", () =>
+    Effect.gen(function*() {
+      const { host, port } = hostPort(TEST_REDIS_URL!)
+      const proxy = yield* Effect.promise(() => startTcpProxy(host, port))
+      yield* Effect.addFinalizer(() => Effect.promise(() => proxy.close()))
+      const client = makeRedis(viaProxy(TEST_REDIS_URL!, proxy))
+      client.on("error", () => {})
+      yield* Effect.addFinalizer(() => Effect.sync(() => client.disconnect()))
+      const redis = Layer.succeed(RedisClient, { client, prefix: `blackholed:${randomUUID()}:`, duplicate: Effect.succeed(client) })
+      const limiter = yield* makeRedisRateLimiter.pipe(Effect.provide(redis))
+      expect((yield* limiter.hit("k", 10, 60_000)).allowed).toBe(true)
+      proxy.blackhole()
+      // Still "ready": the first hit waits for its deadline.
+      const first = failureOf(yield* Effect.exit(limiter.hit("k", 10, 60_000)))
+      expect(first?.cause).toBeInstanceOf(RedisTimeout)
+      yield* Effect.promise(() => waitFor(() => isDisconnected(client), "the silent connection to be dropped", 10_000))
+      const next = failureOf(yield* Effect.exit(limiter.hit("k", 10, 60_000)))
+      expect(next?._tag).toBe("RateLimiterUnavailable")
+      expect(next?.cause).not.toBeInstanceOf(RedisTimeout) // refused at once, not after a deadline
+      console.log(`[redis] blackholed: first hit ${String(first?.cause)}; then ${String(next?.cause)} (status ${client.status})`)
+      // Back once Redis answers again.
+      yield* Effect.promise(() => proxy.restore())
+      yield* Effect.promise(() => waitFor(() => client.status === "ready", "the reconnection", 20_000))
+      expect((yield* limiter.hit("k", 10, 60_000)).allowed).toBe(true)
+    }).pipe(Effect.scoped), 40_000)
+
+  it.live("the sliding window runs on Redis's clock (TIME): an instance whose clock is 10 minutes ahead scores its hit at Redis's time", () =>
+    Effect.gen(function*() {
+      const client = makeRedis(TEST_REDIS_URL!)
+      client.on("error", () => {})
+      yield* Effect.addFinalizer(() => Effect.sync(() => client.disconnect()))
+      const probe = new Redis(TEST_REDIS_URL!)
+      yield* Effect.addFinalizer(() => Effect.sync(() => probe.disconnect()))
+      const prefix = `clock:${randomUUID()}:`
+      const limiter = yield* makeRedisRateLimiter.pipe(Effect.provide(Layer.succeed(RedisClient, { client, prefix, duplicate: Effect.succeed(client) })))
+      const realNow = Date.now
+      const skewMs = 10 * 60_000
+      const skewed = vi.spyOn(Date, "now").mockImplementation(() => realNow() + skewMs)
+      const decision = yield* limiter.hit("skewed", 5, 60_000).pipe(Effect.ensuring(Effect.sync(() => skewed.mockRestore())))
+      const [seconds, micros] = yield* Effect.promise(() => probe.time())
+      const redisNow = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+      const scores = yield* Effect.promise(() => probe.zrange(`${prefix}ratelimit:skewed`, 0, -1, "WITHSCORES"))
+      const score = Number(scores[1])
+      console.log(`[redis] hit scored ${redisNow - score} ms before Redis's now; the instance's clock was ${skewMs} ms ahead`)
+      expect(decision).toMatchObject({ allowed: true, remaining: 4, resetSeconds: 60 })
+      // Scored at Redis's time (moments ago), not 10 minutes in the future.
+      expect(Math.abs(redisNow - score)).toBeLessThan(skewMs / 2)
     }).pipe(Effect.scoped))
 })
