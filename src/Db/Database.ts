@@ -58,35 +58,60 @@ const connectTimedOut = () =>
   })
 
 /**
+ * A connection idle this long gets TCP keepalive probes, so one whose peer vanished (a dead host,
+ * a dropped route) errors and is replaced instead of waiting in the pool to fail a statement.
+ */
+const KEEPALIVE = "10 seconds"
+
+export interface ClientOptions {
+  /** Named prepared statements (Db/Instrumentation.ts `preparable`): only for a real server, where each connection is its own session. */
+  readonly prepare?: boolean
+  readonly migrationsDir?: string
+  /**
+   * DATABASE_STATEMENT_TIMEOUT_SECONDS in ms (Review F12): the service's own deadline for the
+   * wait for a connection plus the statement — it holds when the server never answers — and, on
+   * a real server, PostgreSQL's `statement_timeout` for each session, so the server also stops a
+   * statement the service gave up on.
+   */
+  readonly statementTimeoutMs?: number
+}
+
+/** The default of DATABASE_STATEMENT_TIMEOUT_SECONDS. */
+export const STATEMENT_TIMEOUT_MS = 5_000
+
+/**
  * Our measured `PgClient` (Db/Instrumentation.ts) on a URL. Connections open lazily, so it is
  * checked with `SELECT 1` before the layer is ready: a wrong URL stops start-up.
  */
-const connectedClient = (url: Redacted.Redacted<string>, maxConnections: number, prepare: boolean) =>
-  Effect.tap(
+const connectedClient = (url: Redacted.Redacted<string>, maxConnections: number, options: ClientOptions) => {
+  const statementMs = options.statementTimeoutMs ?? STATEMENT_TIMEOUT_MS
+  return Effect.tap(
     makePgClient({
       url,
       maxConnections,
       applicationName: APPLICATION_NAME,
       connectTimeout: CONNECT_TIMEOUT,
-      prepare,
-      preparedStatementCacheSize: PREPARED_STATEMENTS_MAX
-    }),
+      keepAlive: KEEPALIVE,
+      prepare: options.prepare ?? false,
+      preparedStatementCacheSize: PREPARED_STATEMENTS_MAX,
+      // The server's own timer, in every session (PGlite, embedded, ignores it).
+      startupParameters: { statement_timeout: String(statementMs) }
+    }, { statementMs }),
     (client) => client`SELECT 1`.pipe(Effect.timeoutOrElse({ duration: CONNECT_TIMEOUT, orElse: () => Effect.fail(connectTimedOut()) }))
   )
+}
 
 /**
  * A `PgClient` (and `SqlClient`) on a URL, with migrations applied before the layer is ready.
- * `maxConnections`: the pool's size (DATABASE_POOL_MAX). `prepare`: named prepared statements
- * (Db/Instrumentation.ts `preparable`) — only for a real server, where each connection is its own
- * session.
+ * `maxConnections`: the pool's size (DATABASE_POOL_MAX).
  */
 export const pgClientLayer = (
   url: Redacted.Redacted<string>,
   maxConnections: number,
-  options: { readonly prepare?: boolean; readonly migrationsDir?: string } = {}
+  options: ClientOptions = {}
 ): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError.SqlError> =>
   Layer.effectDiscard(runMigrations(options.migrationsDir ?? "migrations")).pipe(
-    Layer.provideMerge(PgClient.layerFrom(connectedClient(url, maxConnections, options.prepare ?? false)))
+    Layer.provideMerge(PgClient.layerFrom(connectedClient(url, maxConnections, options)))
   )
 
 export type DatabaseKind = "postgres" | "embedded"
@@ -96,7 +121,10 @@ export const DatabaseLive: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, 
   Effect.gen(function*() {
     const config = yield* AppConfig
     if (Option.isSome(config.databaseUrl)) {
-      return pgClientLayer(config.databaseUrl.value, config.databasePoolMax, { prepare: config.databasePreparedStatements })
+      return pgClientLayer(config.databaseUrl.value, config.databasePoolMax, {
+        prepare: config.databasePreparedStatements,
+        statementTimeoutMs: config.databaseStatementTimeoutSeconds * 1000
+      })
     }
     // pglite-socket closes a connection beyond its maximum during the startup handshake ("Connection
     // closed during startup" → 500s while the pool grew under load: the sockets of connections the
@@ -106,7 +134,7 @@ export const DatabaseLive: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, 
       dataDir: Option.some(join(config.dataDir, "pgdata")),
       maxConnections: Math.max(64, config.databasePoolMax * 4)
     })
-    return pgClientLayer(embedded.url, config.databasePoolMax)
+    return pgClientLayer(embedded.url, config.databasePoolMax, { statementTimeoutMs: config.databaseStatementTimeoutSeconds * 1000 })
   })
 )
 

@@ -8,13 +8,16 @@
  * `@effect/sql-pg` 4 speaks the wire protocol itself (no `pg` pool to patch) and offers no hook
  * around a statement, so `makePgClient` is `PgClient.make` (same pool, compiler, transactions,
  * `json`/`listen`/`notify`) with its connections wrapped to measure, and with the prepare policy
- * below.
+ * below — and with the deadlines of Review F12: waiting for a connection and running a statement
+ * are bounded (DATABASE_STATEMENT_TIMEOUT_SECONDS; Db/Deadline.ts), also when the server accepts and
+ * never answers.
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type * as PgConnection from "@effect/sql-pg/PgConnection"
 import * as PgPool from "@effect/sql-pg/PgPool"
 import type { NonEmptyReadonlyArray } from "effect/Array"
 import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type * as Reactivity from "effect/reactivity/Reactivity"
@@ -25,6 +28,7 @@ import * as SqlError from "effect/sql/SqlError"
 import * as Statement from "effect/sql/Statement"
 import * as Stream from "effect/Stream"
 import { dbConnectionsActive, dbErrorsTotal, dbQueryDuration } from "../Observability/Metrics.ts"
+import { databaseTimeout, detached, discarded, isDatabaseTimeout, StatementTimeoutMs } from "./Deadline.ts"
 
 /** Bounded label values: the statement's leading keyword, or `other`. */
 const OPERATIONS: ReadonlySet<string> = new Set([
@@ -71,6 +75,7 @@ export const sqlStateOf = (error: unknown): string | undefined => {
 }
 
 export const errorTypeOf = (error: unknown): string => {
+  if (isDatabaseTimeout(error)) return "timeout"
   const code = sqlStateOf(error)
   return code === undefined ? "connection" : SQLSTATE[code] ?? `sqlstate_${code}`
 }
@@ -107,18 +112,50 @@ const measured = <A>(text: string, statement: Effect.Effect<A, SqlError.SqlError
 
 type TransformRows = (<A extends object>(rows: ReadonlyArray<A>) => ReadonlyArray<A>) | undefined
 
-/** A pooled session as `effect/sql` uses it (PgClient's own, measured); streams pass through untimed. */
+interface Deadline {
+  /** The statement's own deadline; none when the borrower's covers it (`makePgClient`). */
+  readonly timeoutMs: number | undefined
+  /** Takes the connection out of the pool: it is closed once given back. */
+  readonly discard: Effect.Effect<void>
+}
+
+/**
+ * A pooled session as `effect/sql` uses it (PgClient's own, measured, bounded); streams pass
+ * through untimed (the service runs none: `GET /authors` reads keyset batches). A statement given
+ * up on (its deadline, or its caller interrupted) leaves the connection in an unknown state: the
+ * connection is discarded, and later statements on it (a transaction's ROLLBACK) fail at once.
+ */
 class MeasuredConnection implements SqlConnection.Connection {
   readonly connection: PgConnection.PgConnection
   readonly prepare: boolean
+  readonly deadline: Deadline
+  /** The last statement's text, for the `operation` label of a timeout the borrower counts. */
+  text = ""
+  private dead: SqlError.SqlError | undefined
 
-  constructor(connection: PgConnection.PgConnection, prepare: boolean) {
+  constructor(connection: PgConnection.PgConnection, prepare: boolean, deadline: Deadline) {
     this.connection = connection
     this.prepare = prepare
+    this.deadline = deadline
+  }
+
+  private readonly abandon = Effect.suspend(() => {
+    this.dead ??= discarded()
+    return this.deadline.discard
+  })
+
+  private bounded<A>(text: string, statement: Effect.Effect<A, SqlError.SqlError>): Effect.Effect<A, SqlError.SqlError> {
+    if (this.dead !== undefined) return Effect.fail(this.dead)
+    this.text = text
+    const { timeoutMs } = this.deadline
+    return measured(
+      text,
+      detached(statement, timeoutMs, this.abandon, () => (this.dead = databaseTimeout("statement", timeoutMs ?? 0)))
+    )
   }
 
   private rows(text: string, params: ReadonlyArray<unknown>, prepare: boolean, transformRows: TransformRows) {
-    const rows = measured(text, Effect.map(this.connection.query(text, params, prepare), (result) => result.rows))
+    const rows = this.bounded(text, Effect.map(this.connection.query(text, params, prepare), (result) => result.rows))
     return transformRows === undefined ? rows : Effect.map(rows, transformRows)
   }
 
@@ -129,13 +166,13 @@ class MeasuredConnection implements SqlConnection.Connection {
     return this.rows(text, params, false, transformRows)
   }
   executeRaw(text: string, params: ReadonlyArray<unknown>) {
-    return measured(text, this.connection.query(text, params, this.prepare && preparable(text, params)))
+    return this.bounded(text, this.connection.query(text, params, this.prepare && preparable(text, params)))
   }
   executeValues(text: string, params: ReadonlyArray<unknown>) {
-    return measured(text, this.connection.queryValues(text, params, this.prepare && preparable(text, params)))
+    return this.bounded(text, this.connection.queryValues(text, params, this.prepare && preparable(text, params)))
   }
   executeValuesUnprepared(text: string, params: ReadonlyArray<unknown>) {
-    return measured(text, this.connection.queryValues(text, params, false))
+    return this.bounded(text, this.connection.queryValues(text, params, false))
   }
   executeStream(text: string, params: ReadonlyArray<unknown>, transformRows: TransformRows) {
     const stream = this.connection.stream(text, params)
@@ -167,13 +204,23 @@ const commit = (connection: SqlConnection.Connection): Effect.Effect<void, SqlEr
 /** The kind PgClient's compiler encodes as jsonb. */
 const PgJson = Statement.custom<Statement.Custom<"PgJson", unknown>>("PgJson")
 
+export interface Deadlines {
+  /**
+   * DATABASE_STATEMENT_TIMEOUT_SECONDS in ms: how long a statement may wait for a connection and
+   * then for its answer (the borrower's one deadline covers both); a transaction's wait for its
+   * connection and each of its statements get it as well.
+   */
+  readonly statementMs: number
+}
+
 /**
- * `PgClient.make(config)` with every statement measured and prepared by `preparable`; connections
- * checked out are `db_connections_active`. Statement spans keep the name `sql.execute` (only
- * `db.system` is set: `db.namespace` / `server.address` would rename them).
+ * `PgClient.make(config)` with every statement measured, bounded by `deadlines` and prepared by
+ * `preparable`; connections checked out are `db_connections_active`. Statement spans keep the
+ * name `sql.execute` (only `db.system` is set: `db.namespace` / `server.address` would rename them).
  */
 export const makePgClient = (
-  config: PgClient.PgPoolConfig
+  config: PgClient.PgPoolConfig,
+  deadlines: Deadlines
 ): Effect.Effect<PgClient.PgClient, SqlError.SqlError, Scope.Scope | Reactivity.Reactivity> =>
   Effect.gen(function*() {
     const pool = yield* PgPool.make(config)
@@ -182,27 +229,56 @@ export const makePgClient = (
       Effect.sync(() => dbConnectionsActive.inc()),
       () => Effect.sync(() => dbConnectionsActive.dec())
     )
-    /** A checkout held until the scope closes (transactions, `reserve`, streams). */
+    const timeoutOf = (fiber: { readonly getRef: <A>(ref: Context.Reference<A>) => A }) =>
+      fiber.getRef(StatementTimeoutMs) ?? deadlines.statementMs
+    const countTimeout = (operation: string) => Effect.sync(() => dbErrorsTotal.inc({ operation, error_type: "timeout" }))
+    /**
+     * A checkout held until the scope closes (transactions, `reserve`, streams). Waiting for it is
+     * bounded like a statement (interrupting that wait is cheap: `Effect.timeout` does); then each
+     * statement on it has its own deadline.
+     */
     const checkedOut = (acquire: Effect.Effect<PgConnection.PgConnection, SqlError.SqlError, Scope.Scope>) =>
-      acquire.pipe(
-        Effect.tapError(countConnectError),
-        Effect.tap(() => active),
-        Effect.map((connection): SqlConnection.Connection => new MeasuredConnection(connection, prepare))
-      )
-    /** A connection lent for one statement. */
+      Effect.withFiber((fiber) => {
+        const ms = timeoutOf(fiber)
+        const bounded = Number.isFinite(ms)
+          ? Effect.timeoutOrElse(acquire, {
+            duration: ms,
+            orElse: () => Effect.andThen(countTimeout("connect"), Effect.fail(databaseTimeout("acquire", ms)))
+          })
+          : acquire
+        return bounded.pipe(
+          Effect.tapError((error) => (isDatabaseTimeout(error) ? Effect.void : countConnectError(error))),
+          Effect.tap(() => active),
+          Effect.map((connection): SqlConnection.Connection =>
+            new MeasuredConnection(connection, prepare, { timeoutMs: ms, discard: pool.invalidate(connection) })
+          )
+        )
+      })
+    /**
+     * A connection lent for one statement, with one deadline for the wait and the statement. At
+     * the deadline the caller gets the database error at once; the statement's fiber is
+     * interrupted in the background, where the statement (detached in its turn) gives the
+     * connection back at once, discarded.
+     */
     const borrower: SqlConnection.Borrower = (f) =>
-      Effect.suspend(() => {
-        let lent = false
-        return pool.use((connection) =>
+      Effect.withFiber((fiber) => {
+        const ms = timeoutOf(fiber)
+        let lent: MeasuredConnection | undefined
+        const borrow = pool.use((connection) =>
           Effect.acquireUseRelease(
             Effect.sync(() => {
-              lent = true
+              lent = new MeasuredConnection(connection, prepare, { timeoutMs: undefined, discard: pool.invalidate(connection) })
               dbConnectionsActive.inc()
+              return lent
             }),
-            () => f(new MeasuredConnection(connection, prepare)),
+            f,
             () => Effect.sync(() => dbConnectionsActive.dec())
           )
-        ).pipe(Effect.tapError((error) => (lent ? Effect.void : countConnectError(error))))
+        ).pipe(Effect.tapError((error) => (lent === undefined ? countConnectError(error) : Effect.void)))
+        return detached(borrow, ms, Effect.void, () => {
+          dbErrorsTotal.inc({ operation: lent === undefined ? "connect" : operationOf(lent.text), error_type: "timeout" })
+          return databaseTimeout(lent === undefined ? "acquire" : "statement", ms)
+        })
       })
 
     const client = yield* SqlClient.make({

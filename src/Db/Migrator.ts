@@ -6,6 +6,7 @@ import { Effect } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import { readdir, readFile } from "node:fs/promises"
 import { join } from "node:path"
+import { StatementTimeoutMs } from "./Deadline.ts"
 
 /** An arbitrary, fixed key: every instance of this service contends for the same lock. */
 const MIGRATION_LOCK_KEY = 727_172_001
@@ -101,12 +102,17 @@ export const splitStatements = (text: string): Array<string> => {
   return statements
 }
 
-/** Applies the pending migrations; returns the ids applied now. */
+/**
+ * Applies the pending migrations; returns the ids applied now. Without the statement deadline
+ * (DATABASE_STATEMENT_TIMEOUT_SECONDS), the service's and the server's: an instance waits for
+ * another's lock, and a migration may build an index over millions of rows.
+ */
 export const runMigrations = (dir: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const migrations = yield* listMigrations(dir)
     return yield* sql.withTransaction(Effect.gen(function*() {
+      yield* sql`SET LOCAL statement_timeout = 0`
       yield* sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`
       yield* sql`CREATE TABLE IF NOT EXISTS schema_migrations (
         id integer PRIMARY KEY,
@@ -128,5 +134,6 @@ export const runMigrations = (dir: string) =>
   }).pipe(
     Effect.tap((applied) => applied.length > 0 ? Effect.logInfo(`Applied migrations ${applied.join(", ")}`) : Effect.void),
     Effect.catch((error) => Effect.die(new Error(`Migration failed: ${String(error)}`))),
+    Effect.provideService(StatementTimeoutMs, Infinity),
     Effect.withSpan("Db.migrate")
   )

@@ -3,7 +3,7 @@
  * 503 with the same shape when any dependency is unhealthy.
  */
 import { SqlClient } from "effect/sql"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Exit, Layer } from "effect"
 
 export type Status = "healthy" | "unhealthy"
 
@@ -35,13 +35,36 @@ export class WebSocketProbe extends Context.Service<WebSocketProbe, {
   readonly activeConnections: Effect.Effect<number>
 }>()("Health/WebSocketProbe") {}
 
-const TIMEOUT = "1 second"
+const TIMEOUT_MS = 1000
 
+/**
+ * A probe's verdict within 1 s. The probe runs on a fiber of its own and is not waited for once
+ * the second is up (it is interrupted in the background): `Effect.timeout` would wait for it to
+ * stop, and a statement stuck on a database that accepts and never answers takes seconds to stop
+ * (Db/Instrumentation.ts `detached`) — /health must say "unhealthy" at 1 s, not then.
+ */
 const run = (probe: Probe): Effect.Effect<Status> =>
-  probe.pipe(
-    Effect.timeout(TIMEOUT),
-    Effect.as<Status>("healthy"),
-    Effect.catchCause(() => Effect.succeed<Status>("unhealthy"))
+  Effect.withFiber((parent) =>
+    Effect.callback<Status>((resume) => {
+      let done = false
+      const settle = (status: Status) => {
+        if (done) return
+        done = true
+        clearTimeout(timer)
+        resume(Effect.succeed(status))
+      }
+      const fiber = Effect.runForkWith(parent.context)(probe)
+      const timer = setTimeout(() => {
+        settle("unhealthy")
+        fiber.interruptUnsafe()
+      }, TIMEOUT_MS)
+      fiber.addObserver((exit) => settle(Exit.isSuccess(exit) ? "healthy" : "unhealthy"))
+      return Effect.sync(() => {
+        done = true
+        clearTimeout(timer)
+        fiber.interruptUnsafe()
+      })
+    })
   )
 
 export class Health extends Context.Service<Health, {
