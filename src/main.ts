@@ -2,6 +2,7 @@
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Effect, Exit, Layer, type Runtime } from "effect"
 import { makeServedAppLive } from "./App.ts"
+import { ShutdownDeadline } from "./AuditLogs/Writer.ts"
 import { AppConfig } from "./Config.ts"
 import { drainOnShutdown, nodeServerLayer } from "./Http/NodeServer.ts"
 import { LoggerLive } from "./Observability/Logging.ts"
@@ -11,12 +12,35 @@ const ServerLive = Layer.unwrap(Effect.gen(function*() {
   return nodeServerLayer({ port: config.port, host: config.host })
 }))
 
+/**
+ * The shutdown's budget (CONTRACT §9: exit within 10 s of SIGTERM in every state — database or
+ * Redis down or not answering, records the database refuses, clients that do not read), step by
+ * step, each with its own deadline:
+ * - 0–5 s: stop accepting, close the WebSockets (one that does not answer its close is cut), let
+ *   the requests in flight finish (a statement waits at most DATABASE_STATEMENT_TIMEOUT_SECONDS,
+ *   a Redis command 1–2 s); a response its client does not read ends with the drain;
+ * - the audit flush: at most 3.5 s (AuditLogs/Writer.ts) and done by 7.5 s after the signal;
+ * - then Redis (QUIT, 300 ms per connection, else dropped) and the pool (statements are never
+ *   waited for: Db/Instrumentation.ts `detached`) close at once;
+ * - at 9 s the watchdog below ends the process should a step still hang.
+ */
+const DRAIN_MS = 5_000
+const FLUSH_DONE_BY_MS = 7_500
+const SHUTDOWN_DEADLINE_MS = 9_000
+
+/** When the first SIGTERM/SIGINT came (epoch ms). */
+let signalledAt: number | undefined
+
+const ShutdownDeadlineLive = Layer.succeed(ShutdownDeadline, {
+  at: () => (signalledAt === undefined ? undefined : signalledAt + FLUSH_DONE_BY_MS)
+})
+
 // The port opens last, once the database is migrated and the routes are built (STACK-NOTES
-// pitfall 1). drainOnShutdown wraps the app, so on SIGTERM/SIGINT it stops accepting, closes the
-// WebSockets and waits up to 5 s for the requests in flight before the app's layers close; the
-// audit flush then has 3.5 s (AuditLogs/Writer.ts) — CONTRACT §5/§9: exit within 10 s.
-const MainLive = drainOnShutdown(5_000).pipe(
+// pitfall 1). drainOnShutdown wraps the app, so its finalizer runs first: the app's handler and
+// services are still in place while the requests in flight finish.
+const MainLive = drainOnShutdown(DRAIN_MS).pipe(
   Layer.provideMerge(makeServedAppLive(ServerLive)),
+  Layer.provide(ShutdownDeadlineLive),
   Layer.provide(LoggerLive),
   Layer.provide(AppConfig.layer)
 )
@@ -38,13 +62,12 @@ const teardown: Runtime.Teardown = (exit, onExit) =>
   onExit(Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause) ? 0 : 1)
 
 /**
- * The backstop of CONTRACT §9 "exits within 10 s of SIGTERM in every state" (database or Redis
- * down, records the database refuses, clients that do not read): every step of the shutdown has
- * its own deadline, and should one of them still hang, the process ends here, saying so.
+ * The backstop of CONTRACT §9: every step of the shutdown has its own deadline (above), and
+ * should one of them still hang, the process ends here, saying so.
  */
-const SHUTDOWN_DEADLINE_MS = 9_000
 for (const signal of ["SIGTERM", "SIGINT"] as const) {
   process.once(signal, () => {
+    signalledAt ??= Date.now()
     setTimeout(() => {
       process.stderr.write(`Shutdown did not finish within ${SHUTDOWN_DEADLINE_MS} ms of ${signal}; exiting\n`)
       process.exit(1)

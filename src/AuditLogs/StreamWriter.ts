@@ -5,16 +5,26 @@
  * of Writer.ts; entries are acknowledged (XACK + XDEL) only after their batch committed. Entries of
  * a killed instance stay pending: the restarted instance (same consumer name) reads them first, any
  * other claims them with XAUTOCLAIM. A record whose XADD fails (Redis down) falls back to the
- * in-process buffer.
+ * in-process buffer. Every command has a deadline (Review F11): a blocking read its block plus
+ * COMMAND_TIMEOUT_MS, the others COMMAND_TIMEOUT_MS (Store/Redis.ts), the XADD pipeline 2 s.
  */
 import { Duration, Effect, Fiber, Queue } from "effect"
 import type { Redis } from "ioredis"
 import { hostname } from "node:os"
 import { AppConfig } from "../Config.ts"
-import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { COMMAND_TIMEOUT_MS, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { AuditLog, type AuditEntry } from "./AuditLog.ts"
 import { INSERT_BATCH_MAX, type StoredEntry } from "./Repo.ts"
-import { countDropped, defaultWriterOptions, makeBuffer, makeInserter, newEntry, type WriterOptions } from "./Writer.ts"
+import {
+  countDropped,
+  defaultWriterOptions,
+  flushBudgetMs,
+  makeBuffer,
+  makeInserter,
+  newEntry,
+  ShutdownDeadline,
+  type WriterOptions
+} from "./Writer.ts"
 
 type StreamEntry = { readonly id: string; readonly stored: StoredEntry | undefined }
 
@@ -25,6 +35,8 @@ type PendingAppend = { readonly stored: StoredEntry; readonly resume: () => void
 const APPEND_TIMEOUT_MS = 2000
 /** The longest a request waits for its record's XADD (loopback Redis answers in well under 1 ms). */
 const REQUEST_WAIT_MS = 100
+/** How long the consumer's XREADGROUP blocks for new entries. */
+const BLOCK_MS = 1000
 
 const encodeEntry = (stored: StoredEntry) => JSON.stringify({ ...stored.entry, timestamp: stored.entry.timestamp.toISOString() })
 
@@ -60,6 +72,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     const config = yield* AppConfig
     const insert = yield* makeInserter
     const buffer = yield* makeBuffer(options)
+    const shutdown = yield* ShutdownDeadline
     const stream = `${redis.prefix}audit:stream`
     const group = "audit-writers"
     // Stable across restarts of the same instance, so a restarted process reads its own pending entries first.
@@ -83,12 +96,17 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
         yield* redisCommand("XACK+XDEL", () => client.multi().xack(stream, group, ...ids).xdel(stream, ...ids).exec())
       })
 
+    /** Fails at once while the connection is down: the caller retries (or, at shutdown, leaves the entries pending). */
     const readGroup = (client: Redis, id: ">" | "0", blockMs: number | undefined) =>
-      redisCommand("XREADGROUP", () =>
-        client.call(
-          "XREADGROUP", "GROUP", group, consumer, "COUNT", String(INSERT_BATCH_MAX),
-          ...(blockMs === undefined ? [] : ["BLOCK", String(blockMs)]), "STREAMS", stream, id
-        )).pipe(Effect.map(parseRead))
+      isDisconnected(client) ? Effect.fail(new Error(`Redis ${client.status}`)) : redisCommand(
+        "XREADGROUP",
+        () =>
+          client.call(
+            "XREADGROUP", "GROUP", group, consumer, "COUNT", String(INSERT_BATCH_MAX),
+            ...(blockMs === undefined ? [] : ["BLOCK", String(blockMs)]), "STREAMS", stream, id
+          ),
+        (blockMs ?? 0) + COMMAND_TIMEOUT_MS
+      ).pipe(Effect.map(parseRead))
 
     let claimCursor = "0-0"
     let lastClaim = 0
@@ -116,7 +134,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
           lastClaim = Date.now()
           yield* commit(reader, yield* claim(reader))
         }
-        yield* commit(reader, yield* readGroup(reader, ">", 1000))
+        yield* commit(reader, yield* readGroup(reader, ">", BLOCK_MS))
         backlog = yield* redisCommand("XLEN", () => reader.xlen(stream))
       }
     }).pipe(
@@ -175,23 +193,33 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
         yield* stopAppender
         yield* Fiber.interrupt(fiber)
         // One deadline for both (CONTRACT §9: exit within 10 s in every state). The in-process
-        // buffer first: its records exist nowhere else. Then whatever this instance holds or is
-        // still queued in the stream; what does not fit stays in the stream for the next consumer.
-        const deadline = Date.now() + Duration.toMillis(Duration.fromInputUnsafe(options.flushTimeout))
-        yield* buffer.flush(options.flushTimeout)
+        // buffer first: its records exist nowhere else (what it cannot write is counted, reason
+        // `shutdown`). Then whatever this instance holds or is still queued in the stream; what
+        // does not fit, or finds Redis or PostgreSQL away, stays in the stream for the next consumer.
+        const deadline = Date.now() + flushBudgetMs(options, shutdown)
+        yield* buffer.flush(Math.max(0, deadline - Date.now()))
+        let drained = 0
         const drain = Effect.gen(function*() {
           for (const id of ["0", ">"] as const) {
             while (true) {
               const entries = yield* readGroup(redis.client, id, undefined)
               if (entries.length === 0) break
               yield* commit(redis.client, entries)
+              drained += entries.length
             }
           }
+          return true
         })
-        yield* drain.pipe(
+        const done = yield* drain.pipe(
           Effect.timeoutOption(Math.max(0, deadline - Date.now())),
-          Effect.catch((error) => Effect.logWarning("Audit stream not drained at shutdown; entries stay pending", error))
+          Effect.map((finished) => finished._tag === "Some"),
+          Effect.catch((error) => Effect.as(Effect.logWarning("Audit stream not drained at shutdown", error), false))
         )
+        if (!done) {
+          yield* Effect.logWarning("Audit stream entries left pending at shutdown; the next consumer writes them").pipe(
+            Effect.annotateLogs({ drained })
+          )
+        }
       })
     )
 

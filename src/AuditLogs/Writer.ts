@@ -8,7 +8,7 @@
  * - With Redis: StreamWriter.ts, which uses this buffer as its fallback.
  * Redelivery is idempotent: each record carries an `entry_id` (ON CONFLICT DO NOTHING).
  */
-import { Duration, Effect, Fiber, Queue, Schedule } from "effect"
+import { Context, Duration, Effect, Fiber, Queue, Schedule } from "effect"
 import type * as SqlError from "effect/sql/SqlError"
 import { randomUUID } from "node:crypto"
 import { sqlStateOf } from "../Db/Instrumentation.ts"
@@ -38,6 +38,25 @@ export const defaultWriterOptions: WriterOptions = {
   claimIdle: "30 seconds",
   // CONTRACT §5/§9: exit within 10 s of SIGTERM, flush included: main.ts drains HTTP for 5 s first.
   flushTimeout: "3500 millis"
+}
+
+/**
+ * When the process's shutdown must be over (epoch ms), once a signal has started it: main.ts
+ * provides it (CONTRACT §9, exit within 10 s of SIGTERM in every state). The flush at shutdown
+ * ends at `flushTimeout` or at this moment, whichever comes first, so that a drain of the
+ * requests in flight that took its whole 5 s still leaves the closing of Redis and the pool
+ * their time. Undefined (the default, and tests closing a scope): `flushTimeout` alone.
+ */
+export const ShutdownDeadline = Context.Reference<{ readonly at: () => number | undefined }>(
+  "AuditLogs/ShutdownDeadline",
+  { defaultValue: () => ({ at: () => undefined }) }
+)
+
+/** How long the flush may take from now. */
+export const flushBudgetMs = (options: WriterOptions, deadline: { readonly at: () => number | undefined }) => {
+  const ms = Duration.toMillis(Duration.fromInputUnsafe(options.flushTimeout))
+  const at = deadline.at()
+  return at === undefined ? ms : Math.max(0, Math.min(ms, at - Date.now()))
 }
 
 /** Capped exponential backoff, forever: a batch waits for the database, it is never discarded. */
@@ -206,6 +225,7 @@ export const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUU
 export const makeBufferedAuditLog = (options: WriterOptions = defaultWriterOptions) =>
   Effect.gen(function*() {
     const buffer = yield* makeBuffer(options)
-    yield* Effect.addFinalizer(() => buffer.flush(options.flushTimeout))
+    const shutdown = yield* ShutdownDeadline
+    yield* Effect.addFinalizer(() => Effect.suspend(() => buffer.flush(flushBudgetMs(options, shutdown))))
     return AuditLog.of({ record: (entry) => buffer.offer(newEntry(entry)) })
   })
