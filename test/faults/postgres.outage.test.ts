@@ -22,6 +22,7 @@ import {
   type Answer,
   byStatus,
   type Cleanups,
+  proxiedDatabase,
   runCleanups,
   type Running,
   startLoad,
@@ -29,8 +30,8 @@ import {
   terminate
 } from "../support/ServiceProcess.ts"
 import { waitFor } from "../support/Spawn.ts"
-import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
-import { createPostgresDatabase, login, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
+import { viaProxy } from "../support/TcpProxy.ts"
+import { login, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
 
 /** /health runs its checks with a 1 s timeout (CONTRACT §7); the rest is margin for a loaded machine. */
 const HEALTH_BOUND_MS = 1_000 + 3_000
@@ -208,16 +209,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("PostgreSQL outages under load",
   }
 
   /** A fresh database on the shared server, behind a proxy. */
-  const proxied = async () => {
-    const db = await createPostgresDatabase(TEST_DATABASE_URL!)
-    const { host, port } = hostPort(db.url!)
-    const proxy = await startTcpProxy(host, port)
-    cleanups.push(async () => {
-      await proxy.close()
-      await db.dispose()
-    })
-    return { db, proxy }
-  }
+  const proxied = () => proxiedDatabase(cleanups)
 
   it("cut (TCP proxy: connections dropped, new ones refused): answered 500 while cut, /health follows, serving again, every record stored once", async () => {
     const { db, proxy } = await proxied()

@@ -15,6 +15,7 @@ import pg from "pg"
 import { afterEach, describe, expect, it } from "vitest"
 import {
   type Cleanups,
+  proxiedDatabase,
   logLines,
   messageOf,
   runCleanups,
@@ -22,24 +23,15 @@ import {
   startService,
   terminate
 } from "../support/ServiceProcess.ts"
-import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
-import { createPostgresDatabase, login, type TestDatabase, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
+import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
+import { login, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
 
 const CONTRACT_EXIT_MS = 10_000
 
 const cleanups: Cleanups = []
 afterEach(() => runCleanups(cleanups))
 
-const database = async (): Promise<{ db: TestDatabase; proxy: TcpProxy }> => {
-  const db = await createPostgresDatabase(TEST_DATABASE_URL!)
-  const { host, port } = hostPort(db.url!)
-  const proxy = await startTcpProxy(host, port)
-  cleanups.push(async () => {
-    await proxy.close()
-    await db.dispose()
-  })
-  return { db, proxy }
-}
+const database = () => proxiedDatabase(cleanups)
 
 /** `count` authenticated requests, 8 at a time; their statuses (0: not answered, with the reason) and the slowest answer. */
 const load = async (url: string, token: string, count: number) => {

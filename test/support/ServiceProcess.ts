@@ -7,6 +7,8 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { freePort, spawnService, type Spawned, waitFor } from "./Spawn.ts"
+import { hostPort, startTcpProxy, type TcpProxy } from "./TcpProxy.ts"
+import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "./TestApp.ts"
 
 export interface Running {
   readonly url: string
@@ -18,6 +20,18 @@ export type Cleanups = Array<() => Promise<void>>
 
 export const runCleanups = async (cleanups: Cleanups) => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
+}
+
+/** A fresh database on TEST_DATABASE_URL's server, reached through a TCP proxy the test can cut or blackhole. */
+export const proxiedDatabase = async (cleanups: Cleanups): Promise<{ db: TestDatabase; proxy: TcpProxy }> => {
+  const db = await createPostgresDatabase(TEST_DATABASE_URL!)
+  const { host, port } = hostPort(db.url!)
+  const proxy = await startTcpProxy(host, port)
+  cleanups.push(async () => {
+    await proxy.close()
+    await db.dispose()
+  })
+  return { db, proxy }
 }
 
 /** Starts the service with `env` (rate limit off and only errors logged unless `env` says otherwise) and waits until it is ready. */
