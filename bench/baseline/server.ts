@@ -104,16 +104,16 @@ const redisOptions = { maxRetriesPerRequest: 1, enableOfflineQueue: true, connec
 const redis = process.env["REDIS_URL"] ? new Redis(process.env["REDIS_URL"], redisOptions) : undefined
 redis?.on("error", () => {})
 redis?.defineCommand("adsSlidingWindow", { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA })
-type Script = (key: string, now: number, windowMs: number, limit: number, member: string) => Promise<[number, number, number]>
+type Script = (key: string, now: number | "", windowMs: number, limit: number, member: string) => Promise<[number, number, number, number]>
 const script = redis === undefined ? undefined : (redis as unknown as { adsSlidingWindow: Script }).adsSlidingWindow.bind(redis)
 const member = memberFactory()
 const memoryLimiter = makeMemoryLimiter()
 /** One hit; a store failure admits (RATE_LIMIT_FAIL_MODE=open, the service's default). */
 const hit = async (key: string, limit: number): Promise<RateDecision | undefined> => {
   if (script === undefined) return memoryLimiter(key, limit, WINDOW_MS)
-  const now = Date.now()
   try {
-    const [allowed, count, oldest] = await script(`${PREFIX}ratelimit:${key}`, now, WINDOW_MS, limit, member(now))
+    // "" = the script scores the hit on Redis's TIME, as the service's does.
+    const [allowed, count, oldest, now] = await script(`${PREFIX}ratelimit:${key}`, "", WINDOW_MS, limit, member(Date.now()))
     return decision(allowed === 1, limit, count, oldest < 0 ? undefined : oldest, now, WINDOW_MS)
   } catch {
     return undefined

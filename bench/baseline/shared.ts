@@ -31,6 +31,10 @@ export const SQL = {
 export const SLIDING_WINDOW_LUA = `
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
+if not now then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
 local window = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
@@ -45,7 +49,7 @@ local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
 local oldestScore = -1
 if oldest[2] then oldestScore = tonumber(oldest[2]) end
 if count > 0 then redis.call('PEXPIRE', key, window) end
-return {allowed, count, oldestScore}
+return {allowed, count, oldestScore, now}
 `
 
 export interface RateDecision {
