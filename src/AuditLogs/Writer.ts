@@ -12,7 +12,7 @@ import { Context, Duration, Effect, Fiber, Queue, Schedule } from "effect"
 import type * as SqlError from "effect/sql/SqlError"
 import { randomUUID } from "node:crypto"
 import { sqlStateOf } from "../Db/Instrumentation.ts"
-import { type AuditDropReason, auditRecordsDroppedTotal } from "../Observability/Metrics.ts"
+import { auditBufferBytes, type AuditDropReason, auditRecordsDroppedTotal } from "../Observability/Metrics.ts"
 import { AuditLog, type AuditEntry } from "./AuditLog.ts"
 import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "./Repo.ts"
 import { requestDataBytes } from "./RequestData.ts"
@@ -183,23 +183,27 @@ export const makeBuffer = (options: WriterOptions) =>
   Effect.gen(function*() {
     const insert = yield* makeInserter
     const queue = yield* Queue.dropping<Buffered>(options.bufferMax)
-    /** Estimated bytes of the records in `queue` (the batch in flight is out of it). */
+    /** Estimated bytes of the records in `queue` (the batch in flight is out of it), also `audit_buffer_bytes`. */
     let bufferedBytes = 0
+    const setBufferedBytes = (bytes: number) => {
+      bufferedBytes = bytes
+      auditBufferBytes.set(bytes)
+    }
     let inFlight: ReadonlyArray<StoredEntry> = []
     const offer = (stored: StoredEntry) =>
       Effect.suspend(() => {
         const bytes = estimateRecordBytes(stored.entry)
         if (bufferedBytes + bytes > options.bufferMaxBytes) return countDropped(1, "buffer_full")
-        bufferedBytes += bytes
+        setBufferedBytes(bufferedBytes + bytes)
         return Effect.flatMap(Queue.offer(queue, { stored, bytes }), (accepted) => {
           if (accepted) return Effect.void
-          bufferedBytes -= bytes
+          setBufferedBytes(bufferedBytes - bytes)
           return countDropped(1, "buffer_full")
         })
       })
     const loop = Effect.forever(Effect.gen(function*() {
       const taken = yield* Queue.takeBetween(queue, 1, INSERT_BATCH_MAX)
-      bufferedBytes -= sumBytes(taken)
+      setBufferedBytes(bufferedBytes - sumBytes(taken))
       inFlight = taken.map((item) => item.stored)
       yield* insert(inFlight)
       inFlight = []
@@ -210,7 +214,7 @@ export const makeBuffer = (options: WriterOptions) =>
       yield* Fiber.interrupt(fiber)
       // `Queue.clear`, not `takeAll`: that one waits for at least one record.
       const queued = yield* Queue.clear(queue)
-      bufferedBytes -= sumBytes(queued)
+      setBufferedBytes(bufferedBytes - sumBytes(queued))
       const rest = [...inFlight, ...queued.map((item) => item.stored)]
       const left = yield* flushWithin(insert, rest, timeout)
       yield* countDropped(left, "shutdown")

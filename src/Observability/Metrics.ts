@@ -192,6 +192,20 @@ export const auditRecordsDroppedTotal = new client.Counter({
 })
 // Every reason shows from the start at 0, so an alert on its rate has a series to watch.
 for (const reason of auditDropReasons) auditRecordsDroppedTotal.inc({ reason }, 0)
+export const auditBufferBytes = new client.Gauge({
+  name: "audit_buffer_bytes",
+  help: "Estimated bytes of audit records waiting in the in-process buffer (bounded; over it records are dropped as buffer_full)",
+  registers: [registry]
+})
+/** Why an on-demand profiling capture was refused (CONTRACT §9: one at a time; none when disabled). */
+export const profilingRefusals = ["running", "disabled"] as const
+export const profilingCapturesRefusedTotal = new client.Counter({
+  name: "profiling_captures_refused_total",
+  help: "On-demand profiling captures refused with 409, by reason (running, disabled)",
+  labelNames: ["reason"] as const,
+  registers: [registry]
+})
+for (const reason of profilingRefusals) profilingCapturesRefusedTotal.inc({ reason }, 0)
 export const appInfo = new client.Gauge({
   name: "app_info",
   help: "Application information",

@@ -14,6 +14,7 @@ import { Session } from "node:inspector/promises"
 import { join, resolve, sep } from "node:path"
 import { AppConfig } from "../Config.ts"
 import { CaptureRefused, InvalidFilename, ReportNotFound } from "../Errors.ts"
+import { profilingCapturesRefusedTotal, type profilingRefusals } from "../Observability/Metrics.ts"
 import type { ReportDescriptor } from "./Api.ts"
 import { type CpuProfile, renderReport } from "./Report.ts"
 
@@ -129,12 +130,17 @@ const make = Effect.gen(function*() {
   // while the first runs or waits is refused, so nothing queues without bound.
   const sampling = yield* Semaphore.make(1)
   const onDemand = yield* Semaphore.make(1)
+  const refuse = (reason: typeof profilingRefusals[number]) =>
+    Effect.suspend(() => {
+      profilingCapturesRefusedTotal.inc({ reason })
+      return Effect.fail(CaptureRefused[reason])
+    })
   const captureNow = (seconds: number) =>
     config.profilingEnabled
       ? onDemand.withPermitsIfAvailable(1)(sampling.withPermit(capture(seconds))).pipe(
-        Effect.flatMap(Option.match({ onNone: () => Effect.fail(CaptureRefused.running), onSome: Effect.succeed }))
+        Effect.flatMap(Option.match({ onNone: () => refuse("running"), onSome: Effect.succeed }))
       )
-      : Effect.fail(CaptureRefused.disabled)
+      : refuse("disabled")
 
   const status = {
     enabled: config.profilingEnabled,

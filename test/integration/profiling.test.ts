@@ -13,6 +13,13 @@ import { KEEP_REPORTS } from "../../src/Profiling/Profiler.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { burnUntil } from "../support/Burn.ts"
 
+/** `profiling_captures_refused_total{reason}` as the service's /metrics shows it. */
+const refusedCount = async (app: TestApp, reason: string) => {
+  const text = await (await fetch(`${app.url}/metrics`)).text()
+  const line = text.split("\n").find((l) => l.startsWith(`profiling_captures_refused_total{reason="${reason}"}`))
+  return Number(line?.split(" ")[1] ?? Number.NaN)
+}
+
 
 interface Descriptor {
   readonly filename: string
@@ -92,8 +99,10 @@ describe("profiling endpoints", () => {
 
   it("refuses a capture while disabled with 409; listing, download and delete keep working", async () => {
     writeReport(dir(), "kept.html")
+    const refusedBefore = await refusedCount(app, "disabled")
     const res = await request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } })
     expect(res).toMatchObject({ status: 409, body: { detail: "Profiling is disabled" } })
+    expect(await refusedCount(app, "disabled")).toBe(refusedBefore + 1)
     expect(readdirSync(dir())).toEqual(["kept.html"])
 
     const listed = (await request(app, "GET", "/api/profiling/reports")).body as { reports: Array<Descriptor> }
@@ -244,10 +253,12 @@ describe("captures while enabled", () => {
   it("refuses a second on-demand capture with 409 while one runs, then accepts the next", async () => {
     // The first samples for 3 s (after waiting for the interval capture); the second is sent while
     // the first is pending. Whichever the service takes first, the other is refused at once.
+    const refusedBefore = await refusedCount(app, "running")
     const first = request(app, "POST", "/api/profiling/reports", { body: { seconds: 3 } })
     const second = request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } })
     const refused = await Promise.race([first, second])
     expect(refused).toMatchObject({ status: 409, body: { detail: "A capture is already running" } })
+    expect(await refusedCount(app, "running")).toBe(refusedBefore + 1)
     expect((await Promise.all([first, second])).map((r) => r.status).sort()).toEqual([201, 409])
     const next = await request(app, "POST", "/api/profiling/reports", { body: { seconds: 1 } })
     expect(next.status).toBe(201)

@@ -18,7 +18,7 @@ import {
   makeBufferedAuditLog,
   ShutdownDeadline
 } from "../../src/AuditLogs/Writer.ts"
-import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
+import { auditBufferBytes, auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
 
 const entry = (n: number): AuditEntry => ({
   timestamp: new Date(1_700_000_000_000 + n),
@@ -194,6 +194,8 @@ describe("audit writer: the buffer is bounded in bytes (CONTRACT §6)", () => {
       yield* waitUntil(() => state.attempts >= 1) // the first record is in flight: its bytes left the buffer
       for (let i = 1; i <= 12; i++) yield* audit.record(big(i))
       expect((yield* Effect.promise(() => droppedCount())) - before).toBe(7)
+      // audit_buffer_bytes shows what waits: the five records that fit.
+      expect((yield* Effect.promise(() => auditBufferBytes.get())).values[0]?.value).toBe(5 * size)
       state.down = false
       yield* waitUntil(() => state.stored.size === 6)
       // The buffer emptied: its estimate is back to zero, so five more fit again.
