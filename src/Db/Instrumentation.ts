@@ -10,7 +10,8 @@
  * `json`/`listen`/`notify`) with its connections wrapped to measure, and with the prepare policy
  * below — and with the deadlines of Review F12: waiting for a connection and running a statement
  * are bounded (DATABASE_STATEMENT_TIMEOUT_SECONDS; Db/Deadline.ts), also when the server accepts and
- * never answers.
+ * never answers. One module on purpose (~310 lines): metrics, prepare policy and deadlines are one
+ * wrapper around the driver's connection, which each of them needs whole.
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type * as PgConnection from "@effect/sql-pg/PgConnection"

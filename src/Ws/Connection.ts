@@ -16,6 +16,9 @@
  *
  * Inbound: frames are handled one at a time, in order; past `INBOX_HIGH` waiting frames the
  * socket stops being read (TCP backpressure) until the inbox is down to `INBOX_LOW`.
+ *
+ * One module on purpose (~330 lines): the queue, the fragmented message and the inbox share the
+ * one socket's state and its single writer; apart, each would reach into the others.
  */
 import { type RawData, WebSocket } from "ws"
 import type { Principal } from "../Domain/User.ts"

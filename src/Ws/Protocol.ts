@@ -2,6 +2,8 @@
  * The `/web` package protocol (INTERFACE §WebSocket endpoint, CONTRACT §5, §9): envelopes, status
  * codes, close codes and the framing rules that decide between a `status_code 2` answer and a
  * 1003 close. These schemas are what the server checks and what `/asyncapi.json` publishes.
+ * One module on purpose (~310 lines): the protocol's whole vocabulary, read by the server, the
+ * AsyncAPI document and the tests, in the one place a client developer looks.
  */
 import { Result, Schema, SchemaAST, SchemaIssue } from "effect"
 import { Author, PageMeta } from "../Domain/Author.ts"
