@@ -16,6 +16,7 @@ import { afterEach, describe, expect, it } from "vitest"
 import {
   type Cleanups,
   proxiedDatabase,
+  untilInFlight,
   logLines,
   messageOf,
   runCleanups,
@@ -99,7 +100,8 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavail
       // Blackholed, each of these waits for DATABASE_STATEMENT_TIMEOUT_SECONDS (5 s): SIGTERM
       // comes while they are in flight, the worst case for the budget (the drain waits for them).
       const during = load(running.url, token, 8)
-      await new Promise((resolve) => setTimeout(resolve, fault === "blackholed" ? 1_000 : 200))
+      // SIGTERM once they are at the service (cut, they may all be answered 500 before that).
+      await untilInFlight(running.url, fault === "blackholed" ? 8 : 1, during)
       const { code, ms } = await terminate(running)
       const answeredDuring = (await during).answered
       const stored = await storedRecords(db.url!)
@@ -166,7 +168,8 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavail
       `GET /web?Authorization=${encodeURIComponent(`Bearer ${token}`)} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n` +
         `Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${Buffer.from(randomUUID().slice(0, 16)).toString("base64")}\r\n\r\n`
     )
-    // Time for the server to fill the buffers of the response nobody reads.
+    // Time for the server to fill the buffers of the response nobody reads (no event marks full
+    // kernel buffers: the server's write just stops making progress).
     await new Promise((resolve) => setTimeout(resolve, 500))
     const { code, ms } = await terminate(running)
     console.log(`[fault] SIGTERM with clients that do not read: exit ${code} after ${ms} ms`)

@@ -51,6 +51,21 @@ export const startService = async (env: Record<string, string>, cleanups: Cleanu
   return { url, service }
 }
 
+/** Requests the service is answering right now: the sum of `http_requests_in_progress` on /metrics. */
+export const requestsInFlight = async (url: string): Promise<number> => {
+  const text = await (await fetch(`${url}/metrics`)).text()
+  return text.split("\n")
+    .filter((line) => line.startsWith("http_requests_in_progress{") && !line.includes('endpoint="/metrics"'))
+    .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(" ") + 1)), 0)
+}
+
+/** Resolves once at least `count` requests are in flight at the service (or `settled` resolved first: they were all answered). */
+export const untilInFlight = async (url: string, count: number, settled: Promise<unknown>) => {
+  let done = false
+  void settled.then(() => (done = true))
+  await waitFor(async () => done || (await requestsInFlight(url)) >= count, `${count} requests in flight`, 30_000)
+}
+
 /** Sends SIGTERM and resolves with the exit code and how long the process took to exit. */
 export const terminate = async ({ service }: Running) => {
   const started = performance.now()
