@@ -2,16 +2,11 @@ import { Effect, Option, Stream } from "effect"
 import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
-import type { AuthorRow } from "../Domain/Author.ts"
+import { authorRowsJson } from "../Domain/Author.ts"
 import { Authors } from "./Authors.ts"
 import { type AuthorFilters, LIST_BATCH_SIZE } from "./Repo.ts"
 
 const encoder = new TextEncoder()
-
-/** One author as the `Author` schema encodes it (keys in its order). */
-const authorJson = (row: AuthorRow) => JSON.stringify({ id: row.id, name: row.name, created_at: row.created_at })
-
-const rowsJson = (rows: ReadonlyArray<AuthorRow>) => rows.map(authorJson).join(",")
 
 /**
  * GET /authors (unpaginated, INTERFACE): a JSON array written batch by batch (chunked), byte for
@@ -24,11 +19,11 @@ const rowsJson = (rows: ReadonlyArray<AuthorRow>) => rows.map(authorJson).join("
 const streamList = (authors: Authors["Service"], filters: AuthorFilters) =>
   Effect.map(authors.listBatches(filters), ({ first, rest }) =>
     first.length < LIST_BATCH_SIZE
-      ? HttpServerResponse.text(`[${rowsJson(first)}]`, { contentType: "application/json" })
+      ? HttpServerResponse.text(`[${authorRowsJson(first)}]`, { contentType: "application/json" })
       : HttpServerResponse.stream(
         Stream.concat(
-          Stream.make(`[${rowsJson(first)}`),
-          Stream.concat(Stream.map(rest, (rows) => `,${rowsJson(rows)}`), Stream.make("]"))
+          Stream.make(`[${authorRowsJson(first)}`),
+          Stream.concat(Stream.map(rest, (rows) => `,${authorRowsJson(rows)}`), Stream.make("]"))
         ).pipe(Stream.map((text) => encoder.encode(text))),
         { contentType: "application/json" }
       ))

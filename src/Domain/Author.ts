@@ -19,6 +19,14 @@ export interface AuthorRow {
 }
 
 /**
+ * Rows as the members of a JSON array, byte for byte what encoding `Schema.Array(Author)` gives
+ * (keys in the schema's order), without the brackets: the unpaginated list is written batch by
+ * batch (GET /authors, WebSocket package 1), never held whole.
+ */
+export const authorRowsJson = (rows: ReadonlyArray<AuthorRow>): string =>
+  rows.map((row) => JSON.stringify({ id: row.id, name: row.name, created_at: row.created_at })).join(",")
+
+/**
  * CONTRACT §9: names are trimmed, then 1–255 Unicode code points; stored as given.
  * NUL cannot be stored in PostgreSQL text, so it is refused here rather than failing in SQL.
  */

@@ -29,7 +29,7 @@ import { type FileHandle, open, unlink } from "node:fs/promises"
 import { randomUUID } from "node:crypto"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import type { AuthorRow } from "../Domain/Author.ts"
+import { authorRowsJson, type AuthorRow } from "../Domain/Author.ts"
 import { WsStatus } from "../Errors.ts"
 import type { Connection, FragmentedMessage } from "./Connection.ts"
 import { encodeResponse, encodeResponseHead } from "./Protobuf.ts"
@@ -51,10 +51,6 @@ export type StreamOutcome = "sent" | "failed" | "aborted"
 /** Bytes read from the spool file per protobuf fragment. */
 const SPOOL_CHUNK = 64 * 1024
 
-/** One author as `JSON.stringify` gives the row (keys in the `Author` schema's order). */
-const authorJson = (row: AuthorRow) => JSON.stringify({ id: row.id, name: row.name, created_at: row.created_at })
-const rowsJson = (rows: ReadonlyArray<AuthorRow>) => rows.map(authorJson).join(",")
-
 const ready = (message: FragmentedMessage) => Effect.promise(() => message.ready())
 
 /** The message being written, for the failure handler: has the client got part of it? */
@@ -73,7 +69,7 @@ const eachBatch = <E>(
   onLast: (json: string, single: boolean) => Effect.Effect<void, E>
 ) =>
   Effect.gen(function*() {
-    let pending = rowsJson(list.first)
+    let pending = authorRowsJson(list.first)
     let any = list.first.length > 0
     let single = true
     let stopped = false
@@ -85,7 +81,7 @@ const eachBatch = <E>(
           stopped = true
           return false
         }
-        pending = `${any ? "," : ""}${rowsJson(rows)}`
+        pending = `${any ? "," : ""}${authorRowsJson(rows)}`
         any = true
         return true
       }))
