@@ -30,8 +30,6 @@ const make = Effect.gen(function*() {
   const announce = (event: AuthorEvent["event"]) => (author: AuthorRow) =>
     Effect.forkDetach(events.publish({ event, author }))
 
-  const list = (filters: AuthorFilters) => repo.list(filters)
-
   /**
    * The whole list, by id, in keyset batches of LIST_BATCH_SIZE rows, so memory does not grow
    * with the table. The first batch is read by the returned effect (a failure there is the
@@ -74,7 +72,7 @@ const make = Effect.gen(function*() {
 
   // No span of their own: the request's (or WebSocket message's) span names the operation and
   // each statement has its `sql.execute` span; a span costs a copy of the fiber's whole context.
-  return { list, listBatches, paginate, create, update, remove } as const
+  return { listBatches, paginate, create, update, remove } as const
 })
 
 export class Authors extends Context.Service<Authors>()("Authors/Authors", { make }) {

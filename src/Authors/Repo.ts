@@ -49,10 +49,6 @@ const make = Effect.gen(function*() {
 
   // `authors.id`, not `id`: a bare `id` would name the output column `id::int AS id`, which no
   // index serves (every page became a full scan and sort).
-  const list = (filters: AuthorFilters) =>
-    sql<AuthorRow>`SELECT ${columns} FROM authors ${where(filters)} ORDER BY authors.id`.pipe(
-      Effect.orDie
-    )
 
   /** One keyset batch of the list: at most LIST_BATCH_SIZE rows with an id above `afterId`, by id. */
   const listBatch = (filters: AuthorFilters, afterId: Option.Option<number>) =>
@@ -103,7 +99,7 @@ const make = Effect.gen(function*() {
       Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id)))
     )
 
-  return { list, listBatch, page, create, update, remove } as const
+  return { listBatch, page, create, update, remove } as const
 })
 
 export class AuthorRepo extends Context.Service<AuthorRepo>()("Authors/Repo", { make }) {

@@ -259,7 +259,6 @@ describe("a database failure while the list is read", () => {
     )
     const unused = Effect.die("not used here")
     const FailingAuthors = Layer.succeed(Authors, Authors.of({
-      list: () => unused,
       listBatches: () => Effect.succeed({ first: batch(1), rest: failing }),
       paginate: () => unused,
       create: () => unused,
