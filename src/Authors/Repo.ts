@@ -47,10 +47,11 @@ const make = Effect.gen(function*() {
   }
   const isFiltered = (f: AuthorFilters) => f.id !== undefined || f.name !== undefined || f.search !== undefined
 
-  // `authors.id`, not `id`: a bare `id` would name the output column `id::int AS id`, which no
-  // index serves (every page became a full scan and sort).
-
-  /** One keyset batch of the list: at most LIST_BATCH_SIZE rows with an id above `afterId`, by id. */
+  /**
+   * One keyset batch of the list: at most LIST_BATCH_SIZE rows with an id above `afterId`, by id.
+   * `authors.id`, not `id`: a bare `id` would name the output column `id::int AS id`, which no
+   * index serves (every page became a full scan and sort).
+   */
   const listBatch = (filters: AuthorFilters, afterId: Option.Option<number>) =>
     sql<AuthorRow>`SELECT ${columns} FROM authors ${where(filters, afterId)} ORDER BY authors.id LIMIT ${LIST_BATCH_SIZE}`.pipe(
       Effect.orDie
