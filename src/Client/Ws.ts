@@ -8,11 +8,11 @@
  * are one state machine.
  */
 import { randomUUID } from "node:crypto"
-import protobuf from "protobufjs"
 import WebSocket from "ws"
-import { PROTO_TEXT } from "../Ws/Protobuf.ts"
+import { RequestType, ResponseType } from "../Ws/Protobuf.ts"
+import { BROADCAST_REQ_ID, Close } from "../Ws/Protocol.ts"
 
-export const BROADCAST_REQ_ID = "00000000-0000-0000-0000-000000000000"
+export { BROADCAST_REQ_ID } from "../Ws/Protocol.ts"
 
 export interface PageMeta {
   readonly page: number
@@ -71,10 +71,6 @@ export class WsClosedError extends Error {
   }
 }
 
-const root = protobuf.parse(PROTO_TEXT, { keepCase: true }).root
-const RequestType = root.lookupType("authordirectory.websocket.Request")
-const ResponseType = root.lookupType("authordirectory.websocket.Response")
-
 export const encodeProtobufRequest = (pkgId: number, reqId: string, data: unknown): Uint8Array =>
   RequestType.encode(RequestType.fromObject({ pkg_id: pkgId, req_id: reqId, method: "", data_json: JSON.stringify(data) }))
     .finish()
@@ -110,7 +106,7 @@ export const tokenExpiry = (token: string): number | undefined => {
 /** Closes after which connecting again makes sense: going away, abnormal, server errors, session expiry. */
 const reconnectable = (code: number, reason: string) =>
   code === 1001 || code === 1005 || code === 1006 || code === 1011 || code === 1012 || code === 1013 ||
-  code === 1014 || (code === 4001 && reason === "Session expired")
+  code === 1014 || (code === Close.SessionExpired.code && reason === Close.SessionExpired.reason)
 
 interface Pending {
   readonly resolve: (response: WsResponse) => void

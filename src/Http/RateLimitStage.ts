@@ -8,18 +8,20 @@ import { Effect, Option } from "effect"
 import { HttpServerResponse } from "effect/http"
 import { RateLimited } from "../Errors.ts"
 import { rateLimitHitsTotal } from "../Observability/Metrics.ts"
-import { type FailMode, type RateDecision, RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
+import {
+  type FailMode,
+  RATE_WINDOW_MS,
+  type RateDecision,
+  RateLimiter,
+  rateLimitHeaders,
+  withFailMode
+} from "../RateLimit/RateLimiter.ts"
 import { json } from "./ErrorResponse.ts"
 import type { RequestContext } from "../Edge/RequestContext.ts"
 
-const WINDOW_MS = 60_000
-
+/** The X-RateLimit-* headers (and Retry-After when refused); HTTP header names go out lower case. */
 export const applyRateHeaders = (response: HttpServerResponse.HttpServerResponse, d: RateDecision) =>
-  HttpServerResponse.setHeaders(response, {
-    "x-ratelimit-limit": String(d.limit),
-    "x-ratelimit-remaining": String(d.remaining),
-    "x-ratelimit-reset": String(d.resetSeconds)
-  })
+  HttpServerResponse.setHeaders(response, rateLimitHeaders(d))
 
 export const makeRateLimitStage = (limiter: RateLimiter["Service"], options: {
   readonly limit: number
@@ -30,16 +32,13 @@ export const makeRateLimitStage = (limiter: RateLimiter["Service"], options: {
   /** The decision for this request (`None`: the store failed and the mode is open). */
   const check = (ctx: RequestContext): Effect.Effect<Option.Option<RateDecision>> => {
     const key = ctx.user === undefined ? `ip:${ctx.ip}` : `user:${ctx.user.id}`
-    return failMode(limiter.hit(`http:${key}`, options.limit, WINDOW_MS))
+    return failMode(limiter.hit(`http:${key}`, options.limit, RATE_WINDOW_MS))
   }
 
   /** The 429, counted in `rate_limit_hits_total{limit_type="http"}`. */
   const reject = (d: RateDecision) => {
     rateLimitHitsTotal.inc({ limit_type: "http" })
-    return applyRateHeaders(
-      HttpServerResponse.setHeader(json(429, { detail: RateLimited.instance.detail }), "retry-after", String(d.retryAfterSeconds)),
-      d
-    )
+    return applyRateHeaders(json(429, { detail: RateLimited.instance.detail }), d)
   }
 
   return { check, reject } as const

@@ -17,6 +17,20 @@ export interface RateDecision {
   readonly retryAfterSeconds: number
 }
 
+/** The trailing window of the per-minute limits: HTTP requests, WebSocket upgrades and messages. */
+export const RATE_WINDOW_MS = 60_000
+
+/**
+ * The headers of a limited response (CONTRACT §4): X-RateLimit-Limit/Remaining/Reset, and
+ * Retry-After when the hit was refused.
+ */
+export const rateLimitHeaders = (d: RateDecision): Record<string, string> => ({
+  ...(d.allowed ? {} : { "Retry-After": String(d.retryAfterSeconds) }),
+  "X-RateLimit-Limit": String(d.limit),
+  "X-RateLimit-Remaining": String(d.remaining),
+  "X-RateLimit-Reset": String(d.resetSeconds)
+})
+
 export class RateLimiterUnavailable {
   readonly _tag = "RateLimiterUnavailable"
   readonly cause: unknown

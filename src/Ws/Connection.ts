@@ -28,7 +28,7 @@ import type { CloseCode } from "./Protocol.ts"
 export type Format = "json" | "protobuf"
 
 /** `closed` as soon as either side starts closing. */
-export type Phase = "handshake" | "open" | "closed"
+type Phase = "handshake" | "open" | "closed"
 
 /** Bytes a connection may have waiting to be sent before it counts as not reading. */
 export const SEND_BUFFER_MAX = 4 * 1024 * 1024
@@ -68,8 +68,6 @@ export interface ConnectionInfo {
 }
 
 export interface Connection extends ConnectionInfo {
-  readonly ws: WebSocket
-  readonly phase: () => Phase
   readonly isOpen: () => boolean
   readonly isClosed: () => boolean
   /** The authenticated user (open connections), or undefined during the handshake. */
@@ -98,7 +96,6 @@ export interface Connection extends ConnectionInfo {
   readonly inbox: {
     readonly push: (frame: InboundFrame) => void
     readonly shift: () => InboundFrame | undefined
-    readonly size: () => number
     /** Claims the inbox for one handler fiber; false when one is at work or nothing waits. */
     readonly claim: () => boolean
     readonly release: () => void
@@ -245,8 +242,6 @@ export const makeConnection = (
 
   const conn: Connection = {
     ...info,
-    ws,
-    phase: () => phase,
     isOpen: () => phase === "open",
     isClosed: () => phase === "closed",
     user: () => user,
@@ -310,7 +305,6 @@ export const makeConnection = (
         if (ws.isPaused && inbox.length <= INBOX_LOW) ws.resume()
         return next
       },
-      size: () => inbox.length,
       claim: () => {
         if (handling || inbox.length === 0 || phase !== "open") return false
         handling = true

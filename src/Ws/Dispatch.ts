@@ -13,14 +13,12 @@ import type { AppConfigShape } from "../Config.ts"
 import type { Principal } from "../Domain/User.ts"
 import { WsStatus } from "../Errors.ts"
 import { rateLimitHitsTotal, wsMessageProcessingDuration } from "../Observability/Metrics.ts"
-import { type RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
+import { RATE_WINDOW_MS, type RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
 import { type Connection, type Format, frameBytes, frameText, type InboundFrame } from "./Connection.ts"
-import { DATABASE_ERROR, type PackageReply, Packages, reply } from "./Packages.ts"
+import { DATABASE_ERROR, type Package, type PackageReply, Packages, reply } from "./Packages.ts"
 import { encodeResponse, parseProtobufFrame } from "./Protobuf.ts"
 import { checkEnvelope, Close, type Frame, parseJsonFrame, WS_PATH } from "./Protocol.ts"
 import { sendStreamedList, StreamedList } from "./Streaming.ts"
-
-const MESSAGE_WINDOW_MS = 60_000
 
 const INTERNAL_ERROR = reply(WsStatus.ERROR, { msg: "Internal server error" })
 
@@ -62,11 +60,12 @@ export const makeDispatch = (deps: DispatchDeps) => {
   const { audit, config, limiter } = deps
   /** When messages of a connection were refused for rate, in the trailing window (flood detection). */
   const refusals = new WeakMap<Connection, Array<number>>()
+  const messageFailMode = withFailMode(config.rateLimitFailMode, "websocket_message", config.wsMessageRateLimit)
 
   /** Rate check (CONTRACT §5): undefined when admitted, else the seconds to wait. */
   const messageRate = (user: Principal) =>
-    limiter.hit(`ws:msg:user:${user.id}`, config.wsMessageRateLimit, MESSAGE_WINDOW_MS).pipe(
-      withFailMode(config.rateLimitFailMode, "websocket_message", config.wsMessageRateLimit),
+    limiter.hit(`ws:msg:user:${user.id}`, config.wsMessageRateLimit, RATE_WINDOW_MS).pipe(
+      messageFailMode,
       Effect.map((d) => (Option.isSome(d) && !d.value.allowed ? d.value.retryAfterSeconds : undefined))
     )
 
@@ -76,18 +75,30 @@ export const makeDispatch = (deps: DispatchDeps) => {
     let refused = refusals.get(conn)
     if (refused === undefined) refusals.set(conn, refused = [])
     refused.push(now)
-    while (refused.length > 0 && refused[0]! <= now - MESSAGE_WINDOW_MS) refused.shift()
+    while (refused.length > 0 && refused[0]! <= now - RATE_WINDOW_MS) refused.shift()
     return refused.length >= config.wsMessageRateLimit
   }
 
+  /**
+   * A message refused for rate: closes a flooding connection (1008, true), else counts the hit in
+   * `rate_limit_hits_total` (false).
+   */
+  const onRefused = (conn: Connection): boolean => {
+    if (flooding(conn)) {
+      conn.close(Close.MessageRateLimit)
+      return true
+    }
+    rateLimitHitsTotal.inc({ limit_type: "websocket_message" })
+    return false
+  }
+
   /** Envelope and data schema → permission → handler; a defect is answered like HTTP's 500. */
-  const process = (frame: Extract<Frame, { _tag: "Request" }>, user: Principal) =>
+  const process = (frame: Extract<Frame, { _tag: "Request" }>, pkg: Package | undefined, user: Principal) =>
     Effect.suspend(() => {
       const envelope = checkEnvelope(frame.fields)
       if (envelope._tag === "Failure") {
         return Effect.succeed(reply(WsStatus.INVALID_DATA, { msg: "Invalid request data", errors: envelope.failure }))
       }
-      const pkg = Packages.get(frame.pkgId)
       return pkg === undefined
         ? Effect.succeed(reply(WsStatus.INVALID_DATA, { msg: `Unknown pkg_id ${frame.pkgId}` }))
         : pkg.process(envelope.success.data, user)
@@ -104,11 +115,10 @@ export const makeDispatch = (deps: DispatchDeps) => {
         let result: PackageReply
         const retryAfter = yield* messageRate(user)
         if (retryAfter !== undefined) {
-          if (flooding(conn)) return conn.close(Close.MessageRateLimit)
-          rateLimitHitsTotal.inc({ limit_type: "websocket_message" })
+          if (onRefused(conn)) return
           result = reply(WsStatus.ERROR, { msg: "Rate limit exceeded", retry_after: retryAfter }, 429)
         } else {
-          result = yield* process(frame, user)
+          result = yield* process(frame, pkg, user)
         }
         // A list sent in fragments is audited once it went out (or failed: then answered as a
         // database error when nothing was sent yet, else the connection was closed 1011).
@@ -116,7 +126,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
         if (result.data instanceof StreamedList) {
           const outcome = yield* sendStreamedList(conn, frame.pkgId, frame.reqId, result.data)
           streamed = outcome !== "failed"
-          if (outcome !== "sent") result = outcome === "failed" ? DATABASE_ERROR : reply(WsStatus.ERROR, { msg: "Internal server error" })
+          if (outcome !== "sent") result = outcome === "failed" ? DATABASE_ERROR : INTERNAL_ERROR
         }
         const seconds = (performance.now() - started) / 1000
         wsMessageProcessingDuration.observe({ pkg_id: pkg === undefined ? "unknown" : String(pkg.pkgId) }, seconds)
@@ -153,8 +163,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
     Effect.gen(function*() {
       const retryAfter = yield* messageRate(user)
       if (retryAfter === undefined) return yield* deps.reauthenticate(conn, token)
-      if (flooding(conn)) return conn.close(Close.MessageRateLimit)
-      rateLimitHitsTotal.inc({ limit_type: "websocket_message" })
+      if (onRefused(conn)) return
       yield* Effect.logInfo("Re-auth frame over the message rate limit ignored")
     })
 

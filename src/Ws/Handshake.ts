@@ -32,10 +32,10 @@ const queryToken = (url: URL): string | undefined => {
 }
 
 /** INTERFACE §Authentication 7. */
-export const originAllowed = (allowed: ReadonlyArray<string>, origin: string | undefined) =>
+const originAllowed = (allowed: ReadonlyArray<string>, origin: string | undefined) =>
   allowed.includes("*") || origin === undefined || allowed.includes(origin)
 
-/** `?format=` of an upgrade request; anything but json and protobuf is refused (1003). */
+/** `?format=` of an upgrade request (`begin` takes it); anything but json and protobuf is refused (1003). */
 export const formatOf = (url: URL) => url.searchParams.get("format") ?? "json"
 
 export interface HandshakeDeps {
@@ -51,7 +51,7 @@ export interface HandshakeDeps {
 
 export interface Handshake {
   /** A new socket: either closes it, starts authenticating, or waits for the auth frame. */
-  readonly begin: (conn: Connection, request: IncomingMessage, url: URL) => void
+  readonly begin: (conn: Connection, request: IncomingMessage, url: URL, format: string) => void
   /** A frame during the handshake: true when it was the awaited auth frame (consumed here). */
   readonly offer: (conn: Connection, frame: InboundFrame) => boolean
   /** `{"type":"auth"}` on an open connection: the same user's new token extends the session. */
@@ -162,8 +162,7 @@ export const makeHandshake = (deps: HandshakeDeps): Handshake => {
   }
 
   return {
-    begin: (conn, request, url) => {
-      const format = formatOf(url)
+    begin: (conn, request, url, format) => {
       if (format !== "json" && format !== "protobuf") return conn.close(Close.UnsupportedFormat)
       const token = queryToken(url) ?? request.headers.authorization
       if (!originAllowed(config.allowedWsOrigins, request.headers.origin)) return deps.fork(conn, rejectOrigin(conn, token))

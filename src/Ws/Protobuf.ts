@@ -10,8 +10,9 @@ import { classify, type Frame, InvalidJson } from "./Protocol.ts"
 export const PROTO_TEXT = readFileSync(new URL("../../proto/websocket.proto", import.meta.url), "utf8")
 
 const root = protobuf.parse(PROTO_TEXT, { keepCase: true }).root
-const RequestType = root.lookupType("authordirectory.websocket.Request")
-const ResponseType = root.lookupType("authordirectory.websocket.Response")
+/** The compiled messages, shared with the client (Client/Ws.ts). */
+export const RequestType = root.lookupType("authordirectory.websocket.Request")
+export const ResponseType = root.lookupType("authordirectory.websocket.Response")
 
 interface DecodedRequest {
   readonly pkg_id: number

@@ -299,11 +299,10 @@ export const parseJsonFrame = (text: string): Frame => {
 const decodeEnvelope = Schema.decodeUnknownResult(RequestEnvelope, { errors: "all" })
 
 export interface Envelope {
-  readonly method: string
   readonly data: Readonly<Record<string, unknown>>
 }
 
-/** `method` and `data` of a request frame, or the `errors` of CONTRACT §5 for `status_code 2`. */
+/** The `data` of a request frame (`method` is validated, not used), or the `errors` of CONTRACT §5 for `status_code 2`. */
 export const checkEnvelope = (fields: Readonly<Record<string, unknown>>): Result.Result<Envelope, ReadonlyArray<ErrorItem>> => {
   if (fields["data"] instanceof InvalidJson) {
     return Result.fail([{ loc: ["data"], msg: "data_json is not valid JSON", type: "json_invalid" }])
@@ -312,5 +311,5 @@ export const checkEnvelope = (fields: Readonly<Record<string, unknown>>): Result
   const decoded = decodeEnvelope(fields)
   return Result.isFailure(decoded)
     ? Result.fail(errorItems(decoded.failure.issue, []))
-    : Result.succeed({ method: decoded.success.method ?? "", data: decoded.success.data ?? {} })
+    : Result.succeed({ data: decoded.success.data ?? {} })
 }

@@ -38,7 +38,7 @@ import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
 import { AppConfig } from "../Config.ts"
 import { wsBroadcastsInvalidTotal } from "../Observability/Metrics.ts"
-import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { COMMAND_TIMEOUT_MS, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { ACQUIRE_SLOT_LUA, parseBroadcast, RENEW_SLOTS_LUA } from "./RedisWire.ts"
 import {
   ConnectionRegistry,
@@ -61,9 +61,6 @@ export const hasExpiredEvents = (flags: string) => flags.includes("E") && (flags
  * not closed the connection (the events come from Redis's expiry cycle, ten times a second).
  */
 export const SESSION_BACKSTOP_MS = 250
-
-/** Deadline of the registry's own commands that a handshake or a timer waits on. */
-const COMMAND_TIMEOUT_MS = 1000
 
 type ExpiredEvents = "on" | "enabled" | "unavailable"
 
@@ -113,8 +110,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
       Effect.suspend(() =>
         isDisconnected(client) ? Effect.void : redisCommand(
           "SET (session)",
-          () => client.set(sessionKey(connectionId), "1", "PX", Math.max(1, Math.ceil(endMs - Date.now()))),
-          COMMAND_TIMEOUT_MS
+          () => client.set(sessionKey(connectionId), "1", "PX", Math.max(1, Math.ceil(endMs - Date.now())))
         ).pipe(Effect.asVoid, Effect.ignore) // the backstop timer ends the session anyway
       )
     const arm = (connectionId: string, endMs: number) => timers.start(connectionId, endMs + (keyEvents ? SESSION_BACKSTOP_MS : 0))
@@ -130,8 +126,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         if (end === undefined) return
         const ttl = isDisconnected(client) ? -2 : yield* redisCommand(
           "PTTL (session)",
-          () => client.pttl(sessionKey(connectionId)),
-          COMMAND_TIMEOUT_MS
+          () => client.pttl(sessionKey(connectionId))
         ).pipe(Effect.orElseSucceed(() => -2))
         if (sessions.get(connectionId) !== end) return // ended or extended meanwhile
         if (ttl > 0) {
@@ -301,7 +296,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         Effect.suspend(() => {
           timers.cancel(connectionId)
           if (!sessions.delete(connectionId) || isDisconnected(client)) return Effect.void
-          return redisCommand("DEL (session)", () => client.del(sessionKey(connectionId)), COMMAND_TIMEOUT_MS).pipe(Effect.ignore)
+          return redisCommand("DEL (session)", () => client.del(sessionKey(connectionId))).pipe(Effect.ignore)
         }),
       broadcast: (message) =>
         redisCommand("PUBLISH", () => client.publish(broadcastChannel, JSON.stringify(message))).pipe(

@@ -31,16 +31,12 @@ import { clientIp } from "../Edge/ClientIp.ts"
 import { refuseOnSocket, Upgrades } from "../Edge/Upgrades.ts"
 import { correlationIdFrom } from "../Edge/RequestContext.ts"
 import { wsConnectionsActive, wsMessagesReceived, wsUpgradesRefusedTotal } from "../Observability/Metrics.ts"
-import { type RateDecision, RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
+import { RATE_WINDOW_MS, RateLimiter, rateLimitHeaders, withFailMode } from "../RateLimit/RateLimiter.ts"
 import { type Connection, makeConnection } from "./Connection.ts"
 import { encodeReply, makeDispatch } from "./Dispatch.ts"
 import { formatOf, makeHandshake } from "./Handshake.ts"
 import { BROADCAST_REQ_ID, Close, WS_PATH } from "./Protocol.ts"
 import { type BroadcastMessage, ConnectionRegistry } from "./Registry.ts"
-
-export { WS_PATH } from "./Protocol.ts"
-export { SEND_BUFFER_MAX } from "./Connection.ts"
-export { originAllowed } from "./Handshake.ts"
 
 /** Dead peers (no pong to a ping) are dropped after at most two of these. */
 const HEARTBEAT = "30 seconds"
@@ -49,15 +45,6 @@ const CLOSE_GRACE_MS = 2_000
 
 const headerText = (value: string | ReadonlyArray<string> | undefined) =>
   typeof value === "string" || value === undefined ? value : value.join(",")
-
-const UPGRADE_WINDOW_MS = 60_000
-
-const rateHeaders = (d: RateDecision): Record<string, string> => ({
-  "Retry-After": String(d.retryAfterSeconds),
-  "X-RateLimit-Limit": String(d.limit),
-  "X-RateLimit-Remaining": String(d.remaining),
-  "X-RateLimit-Reset": String(d.resetSeconds)
-})
 
 export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
   const upgrades = yield* Upgrades
@@ -162,12 +149,16 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     if (allEnded !== undefined && sockets.size === 0) allEnded()
   }
 
-  const accept = (ws: WebSocket, request: IncomingMessage, url: URL, correlationId: string) => {
+  const ipOf = (request: IncomingMessage) =>
+    clientIp(request.socket.remoteAddress, headerText(request.headers["x-forwarded-for"]), config.trustedProxies)
+
+  const accept = (ws: WebSocket, request: IncomingMessage, url: URL, correlationId: string, ip: string) => {
+    const format = formatOf(url)
     const conn = makeConnection(ws, {
       id: randomUUID(),
-      format: formatOf(url) === "protobuf" ? "protobuf" : "json",
+      format: format === "protobuf" ? "protobuf" : "json",
       correlationId,
-      ip: clientIp(request.socket.remoteAddress, headerText(request.headers["x-forwarded-for"]), config.trustedProxies),
+      ip,
       userAgent: request.headers["user-agent"] ?? ""
     }, onDropped)
     sockets.add(conn)
@@ -182,7 +173,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     ws.on("close", (code) => onEnded(conn, code))
     ws.on("error", () => {}) // protocol errors (bad UTF-8 → 1007, too big → 1009): ws closes by itself
     ws.on("pong", conn.pong)
-    handshake.begin(conn, request, url)
+    handshake.begin(conn, request, url, format)
   }
 
   /** Upgrades past the checks whose WebSocket does not exist yet (they count toward the cap). */
@@ -190,9 +181,9 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
   const upgradeLimit = config.rateLimitPerMinute + config.rateLimitBurst
   const upgradeRate = withFailMode(config.rateLimitFailMode, "websocket_upgrade", upgradeLimit)
 
-  const complete = (request: IncomingMessage, socket: Duplex, head: Buffer, url: URL, correlationId: string) => {
+  const complete = (request: IncomingMessage, socket: Duplex, head: Buffer, url: URL, correlationId: string, ip: string) => {
     correlationIds.set(request, correlationId)
-    wss.handleUpgrade(request, socket, head, (ws) => accept(ws, request, url, correlationId))
+    wss.handleUpgrade(request, socket, head, (ws) => accept(ws, request, url, correlationId, ip))
   }
 
   const upgrade = (request: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -204,18 +195,18 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
       wsUpgradesRefusedTotal.inc({ reason: "capacity" })
       return refuseOnSocket(socket, 503, "Too many connections", { correlationId, headers: { "Retry-After": "5" } })
     }
-    if (!config.rateLimitEnabled) return complete(request, socket, head, url, correlationId)
-    const ip = clientIp(request.socket.remoteAddress, headerText(request.headers["x-forwarded-for"]), config.trustedProxies)
+    const ip = ipOf(request)
+    if (!config.rateLimitEnabled) return complete(request, socket, head, url, correlationId, ip)
     admitting++
     run(
-      upgradeRate(limiter.hit(`ws:upgrade:ip:${ip}`, upgradeLimit, UPGRADE_WINDOW_MS)).pipe(
+      upgradeRate(limiter.hit(`ws:upgrade:ip:${ip}`, upgradeLimit, RATE_WINDOW_MS)).pipe(
         Effect.map((decision) => {
           if (Option.isSome(decision) && !decision.value.allowed) {
             wsUpgradesRefusedTotal.inc({ reason: "rate_limit" })
-            return refuseOnSocket(socket, 429, "Rate limit exceeded", { correlationId, headers: rateHeaders(decision.value) })
+            return refuseOnSocket(socket, 429, "Rate limit exceeded", { correlationId, headers: rateLimitHeaders(decision.value) })
           }
           if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable")
-          complete(request, socket, head, url, correlationId)
+          complete(request, socket, head, url, correlationId, ip)
         }),
         Effect.ensuring(Effect.sync(() => admitting--)),
         Effect.catchCause((cause) => Effect.andThen(Effect.logError("WebSocket upgrade failed", cause), Effect.sync(() => socket.destroy())))
