@@ -10,6 +10,7 @@ import { Option, Redacted } from "effect"
 import { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { onPath } from "../support/Binaries.ts"
 import { startRedisServer, type RedisServer } from "../support/RedisServer.ts"
 import { waitFor } from "../support/Spawn.ts"
 import { request, signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
@@ -19,7 +20,8 @@ const GRACE_SECONDS = 1
 /** Printed, not tuned against: only a bound far beyond the backstop's slack. */
 const LATE_BOUND_MS = 5_000
 
-describe("WebSocket across a Redis restart", () => {
+// A private `redis-server` is started: on a machine with only Node (CONTRACT §1) there is none.
+describe.runIf(onPath("redis-server"))("WebSocket across a Redis restart", () => {
   let redis: RedisServer
   let app: TestApp
   /** The test's own connection to the private Redis (reconnects like the service's). */

@@ -102,6 +102,15 @@ describe("/openapi.json", () => {
     }
   })
 
+  it("describes the operational endpoints /livez, /readyz, /health and /metrics; /readyz documents its 503 (CONTRACT §7)", () => {
+    for (const path of ["/livez", "/readyz", "/health", "/metrics"]) expect(Object.keys(doc["paths"] as Json), path).toContain(path)
+    // Unauthenticated: no security requirement of their own, and none inherited from the document.
+    expect(doc["security"] ?? []).toEqual([])
+    for (const path of ["/livez", "/readyz", "/health", "/metrics"]) expect(op("get", path)["security"] ?? [], path).toEqual([])
+    expect(statuses(op("get", "/livez"))).toContain("200")
+    expect(statuses(op("get", "/readyz"))).toEqual(expect.arrayContaining(["200", "503"]))
+  })
+
   it("documents the 422 body in the FastAPI shape", () => {
     const response = (op("get", "/authors/paginated")["responses"] as Json)["422"] as Json
     const ref = ((((response["content"] as Json)["application/json"] as Json)["schema"]) as Json)["$ref"] as string

@@ -5,6 +5,7 @@
 import { Option, Redacted } from "effect"
 import { createServer } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type AuditItem, awaitAuditRecord } from "../support/AuditTrail.ts"
 import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { createPostgresDatabase, login, request, startTestApp, type TestApp, type TestDatabase, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
 
@@ -49,11 +50,21 @@ describe("health with embedded dependencies", () => {
     const ready = await request(app, "GET", "/readyz")
     expect({ status: ready.status, body: ready.body }).toEqual({ status: 200, body: healthy })
     for (const res of [live, ready]) expect(res.headers.get("x-ratelimit-limit")).toBeNull()
+  })
+
+  it("/livez and /readyz are not audited, even with a token: the trail moves past them without a record (CONTRACT §7)", async () => {
     const admin = (await login(app, "admin")).access_token
-    const probes = await request(app, "GET", "/audit-logs?per_page=100", { token: admin })
-    const resources = (probes.body as { items: Array<{ resource: string }> }).items.map((i) => i.resource)
-    expect(resources).not.toContain("/livez")
-    expect(resources).not.toContain("/readyz")
+    const probes = [await request(app, "GET", "/livez", { token: admin }), await request(app, "GET", "/readyz", { token: admin })]
+    expect(probes.map((p) => p.status)).toEqual([200, 200])
+    const probeIds = probes.map((p) => p.headers.get("x-request-id"))
+    for (const id of probeIds) expect(id).toMatch(/\S/)
+    // An audited request after them: once its record is stored, theirs would be too.
+    const marker = await request(app, "GET", "/authors", { token: admin })
+    expect(marker.status).toBe(200)
+    await awaitAuditRecord(app, admin, marker.headers.get("x-request-id")!)
+    const trail = await request(app, "GET", "/audit-logs?per_page=100", { token: admin })
+    const items = (trail.body as { items: Array<AuditItem> }).items
+    expect(items.filter((i) => probeIds.includes(i.request_id) || i.resource === "/livez" || i.resource === "/readyz")).toEqual([])
   })
 })
 
@@ -70,15 +81,15 @@ describe("health with Redis unreachable", () => {
   it("is 503 with the same shape, naming the cache store", async () => {
     const res = await request(app, "GET", "/health")
     expect(res.status).toBe(503)
-    expect(res.body).toMatchObject({ status: "unhealthy", database: "healthy", redis: "unhealthy" })
-    expect(Object.keys(res.body as object).sort()).toEqual(["database", "redis", "status", "websocket"])
+    // CONTRACT §9 Health: the connection registry's store (Redis) is unreachable too.
+    expect(res.body).toEqual({ status: "unhealthy", database: "healthy", redis: "unhealthy", websocket: { status: "unhealthy", active_connections: 0 } })
   })
 
   it("stays live and ready: the instance serves per RATE_LIMIT_FAIL_MODE without Redis", async () => {
     expect((await request(app, "GET", "/livez")).status).toBe(200)
     const ready = await request(app, "GET", "/readyz")
     expect(ready.status).toBe(200)
-    expect(ready.body).toMatchObject({ status: "unhealthy", database: "healthy", redis: "unhealthy" })
+    expect(ready.body).toMatchObject({ status: "unhealthy", database: "healthy", redis: "unhealthy", websocket: { status: "unhealthy" } })
   })
 })
 

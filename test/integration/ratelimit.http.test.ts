@@ -86,7 +86,7 @@ describe.each(stores)("HTTP rate limit ($name)", ({ config }) => {
 
   it("unlimited paths carry no rate-limit headers and are never refused", async () => {
     for (let i = 0; i < 12; i++) {
-      for (const path of ["/health", "/metrics", "/openapi.json"]) {
+      for (const path of ["/health", "/livez", "/readyz", "/metrics", "/openapi.json", "/docs", "/redoc", "/asyncapi.json", "/proto/websocket.proto"]) {
         const res = await request(app, "GET", path)
         expect(res.status).not.toBe(429)
         expect(res.headers.get("x-ratelimit-limit")).toBeNull()

@@ -323,4 +323,11 @@ describe("a database failure while the list is read", () => {
     expect(await ws.request(1, {})).toMatchObject({ status_code: 1, data: { msg: "Database error occurred" } })
     await ws.close()
   })
+
+  it("package 2 whose query dies: answered status_code 1 Database error occurred, the connection stays open", async () => {
+    const ws = connectWs(base, { token })
+    expect(await ws.request(2, { page: 1, per_page: 1 })).toMatchObject({ pkg_id: 2, status_code: 1, data: { msg: "Database error occurred" }, meta: null })
+    expect((await ws.request(2, { page: 1, per_page: 1 })).status_code).toBe(1)
+    await ws.close()
+  })
 })

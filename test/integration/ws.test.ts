@@ -7,6 +7,7 @@ import { randomUUID } from "node:crypto"
 import WebSocket from "ws"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
+import { awaitAuditDetail } from "../support/AuditTrail.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type Envelope, protoCodec, type ProtoCodec, type WsClient, ZERO_REQ_ID } from "../support/WsClient.ts"
 
@@ -167,6 +168,21 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       const listed = await connected(admin, { headers: { origin: "https://app.example" } })
       const none = await connected(admin)
       await Promise.all([listed.close(), none.close()])
+    })
+
+    it("an authenticated user refused for their Origin gets a WS:CONNECT audit record: permission_denied, 403, Origin not allowed", async () => {
+      const sub = `ws-origin-${randomUUID()}`
+      const token = await tokenFor(["get-authors"], { sub })
+      expect(await connect({ token, headers: { origin: "https://evil.example" } }).closed).toEqual({ code: 1008, reason: "Origin not allowed" })
+      const record = await awaitAuditDetail(app, admin, `&user_id=${encodeURIComponent(sub)}`, `the WS:CONNECT audit record of ${sub}`)
+      expect(record).toMatchObject({
+        user_id: sub,
+        username: sub,
+        action_type: "WS:CONNECT",
+        outcome: "permission_denied",
+        response_status: 403,
+        error_message: "Origin not allowed"
+      })
     })
 
     it("closes 1008 Maximum concurrent connections exceeded past the per-user limit; a closed connection frees its slot", async () => {
@@ -453,9 +469,20 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       expect(page.meta).toMatchObject({ page: 1, per_page: 1, has_more: true })
       expect(typeof page.meta!["next_cursor"]).toBe("string")
       const broadcast = await client.broadcasts.take()
-      expect(broadcast).toMatchObject({ pkg_id: 0, req_id: ZERO_REQ_ID, data: { event: "author.created", author: created.data } })
+      expect(broadcast).toMatchObject({ pkg_id: 0, req_id: ZERO_REQ_ID, status_code: 0, data: { event: "author.created", author: created.data } })
       const denied = await connect({ token: reader, proto: codec }).request(3, { name: "x" })
       expect(denied).toMatchObject({ status_code: 3, data: { msg: "Permission denied" } })
+      await client.close()
+    })
+
+    it("on the last page meta.next_cursor is the empty string (a decoder showing proto3 defaults)", async () => {
+      const withDefaults = protoCodec(await (await fetch(`${app.url}/proto/websocket.proto`)).text(), { defaults: true })
+      const name = `Proto last ${randomUUID()}`
+      const client = connect({ token: admin, proto: withDefaults })
+      expect(await client.request(3, { name })).toMatchObject({ status_code: 0 })
+      const last = await client.request(2, { page: 1, per_page: 1, filters: { name } })
+      expect(last).toMatchObject({ status_code: 0, data: [{ name }] })
+      expect(last.meta).toEqual({ page: 1, per_page: 1, total: 1, pages: 1, next_cursor: "", has_more: false })
       await client.close()
     })
 

@@ -34,3 +34,31 @@ export const awaitAuditRecord = async (
   }, `the audit record of ${requestId}`, 60_000)
   return found!
 }
+
+export interface AuditDetail extends AuditItem {
+  readonly error_message: string | null
+  readonly request_data: Record<string, unknown>
+}
+
+/**
+ * Waits until `GET /audit-logs<filter>` lists a record (for records with no request id the test
+ * knows, e.g. a refused WebSocket connection: filter by a unique `user_id`), and returns its detail
+ * (`GET /audit-logs/{id}`, which adds `error_message`, `request_data`, …).
+ */
+export const awaitAuditDetail = async (
+  app: Pick<TestApp, "url">,
+  adminToken: string,
+  filter: string,
+  what: string
+): Promise<AuditDetail> => {
+  let found: AuditItem | undefined
+  await waitFor(async () => {
+    const res = await request(app, "GET", `/audit-logs?per_page=100${filter}`, { token: adminToken })
+    expect(res.status, "GET /audit-logs as admin").toBe(200)
+    found = (res.body as { items: Array<AuditItem> }).items[0]
+    return found !== undefined
+  }, what, 60_000)
+  const detail = await request(app, "GET", `/audit-logs/${found!.id}`, { token: adminToken })
+  expect(detail.status, `GET /audit-logs/${found!.id} as admin`).toBe(200)
+  return detail.body as AuditDetail
+}

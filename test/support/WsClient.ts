@@ -44,8 +44,11 @@ export class Mailbox<A> {
   }
 }
 
-/** Decoders built from the `.proto` text the server serves. */
-export const protoCodec = (protoText: string) => {
+/**
+ * Decoders built from the `.proto` text the server serves. With `defaults`, fields at their proto3
+ * default (absent on the wire) decode to it (`""`, `0`, `false`), as most clients' decoders show them.
+ */
+export const protoCodec = (protoText: string, options: { readonly defaults?: boolean } = {}) => {
   const root = protobuf.parse(protoText, { keepCase: true }).root
   const Request = root.lookupType("authordirectory.websocket.Request")
   const Response = root.lookupType("authordirectory.websocket.Response")
@@ -53,7 +56,7 @@ export const protoCodec = (protoText: string) => {
     encodeRequest: (pkgId: number, reqId: string, data: unknown, method = "") =>
       Request.encode(Request.fromObject({ pkg_id: pkgId, req_id: reqId, method, data_json: typeof data === "string" ? data : JSON.stringify(data) })).finish(),
     decodeResponse: (bytes: Uint8Array): Envelope => {
-      const m = Response.toObject(Response.decode(bytes), { defaults: false }) as {
+      const m = Response.toObject(Response.decode(bytes), { defaults: options.defaults ?? false }) as {
         pkg_id?: number
         req_id?: string
         status_code?: number

@@ -3,7 +3,10 @@
  * compose file with CONTRACT §1/§5, the Dockerfile with §9 Signals, .env.example with §2.
  */
 import { ConfigProvider, Effect, Option } from "effect"
+import { spawn } from "node:child_process"
 import { readFileSync } from "node:fs"
+import { createServer } from "node:http"
+import type { AddressInfo } from "node:net"
 import { describe, expect, it } from "vitest"
 import { parse } from "yaml"
 import { appConfig } from "../../src/Config.ts"
@@ -77,6 +80,40 @@ describe("Dockerfile", () => {
     expect(dockerfile).toMatch(/^COPY --from=deps \/app\/dist \.\/dist$/m)
     expect(dockerfile).toContain("CMD [\"node\", \"dist/main.js\"]")
     expect(dockerfile).not.toContain("tsx")
+  })
+
+  // CONTRACT §7: /livez is the liveness probe; /health and /readyz answer 503 during a database
+  // outage, which must not mark the container unhealthy. The probe's own command is run against a
+  // server that answers like the service in a database outage, then like a broken one.
+  it("the HEALTHCHECK probes /livez: healthy while /livez is 200 (even with /health and /readyz 503), unhealthy otherwise", async () => {
+    const healthcheck = /^HEALTHCHECK [^\n]*\\\n\s*CMD (\[.*\])$/m.exec(dockerfile)
+    expect(healthcheck).not.toBeNull()
+    const command = JSON.parse(healthcheck![1]!) as Array<string>
+    expect(command.slice(0, 2)).toEqual(["node", "-e"])
+    expect(command[2]).toContain("/livez")
+    expect(command[2]).not.toMatch(/\/health|\/readyz/)
+    let livez = 200
+    const paths: Array<string> = []
+    const server = createServer((req, res) => {
+      paths.push(req.url ?? "")
+      const status = req.url === "/livez" ? livez : 503
+      res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(status === 200 ? { status: "ok" } : { status: "unhealthy" }))
+    })
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+    const port = (server.address() as AddressInfo).port
+    const probe = () =>
+      new Promise<number | null>((resolve) => {
+        const child = spawn(process.execPath, ["-e", command[2]!], { env: { ...process.env, PORT: String(port) }, stdio: "ignore" })
+        child.on("exit", resolve)
+      })
+    try {
+      expect(await probe()).toBe(0)
+      livez = 500
+      expect(await probe()).toBe(1)
+      expect(paths).toEqual(["/livez", "/livez"])
+    } finally {
+      await new Promise((resolve) => server.close(resolve))
+    }
   })
 })
 

@@ -1,0 +1,73 @@
+/**
+ * CONTRACT §7, while the service is starting: the Node server answers before the app's handler is
+ * attached (`makeNodeServer()` alone, as `main.ts` has it until the app is ready). `/livez` is
+ * alive (200 `{status: "ok"}`), `/health` and `/readyz` are 503 in the health report's shape (never
+ * a bare `{detail}`), any other request and a WebSocket upgrade to `/web` are 503
+ * `{detail: "Service unavailable"}`.
+ */
+import type { AddressInfo } from "node:net"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import WebSocket from "ws"
+import { makeNodeServer, type NodeServerShape } from "../../src/Http/NodeServer.ts"
+import { STARTING_REPORT } from "../../src/Observability/Api.ts"
+
+/** The health report's shape (CONTRACT §7), every check unhealthy, no connection yet. */
+const STARTING_BODY = {
+  status: "unhealthy",
+  database: "unhealthy",
+  redis: "unhealthy",
+  websocket: { status: "unhealthy", active_connections: 0 }
+}
+
+describe("the Node server before the app's handler is attached (CONTRACT §7, while starting)", () => {
+  let node: NodeServerShape
+  let base: string
+
+  beforeAll(async () => {
+    node = makeNodeServer()
+    await new Promise<void>((resolve) => node.server.listen(0, "127.0.0.1", resolve))
+    base = `127.0.0.1:${(node.server.address() as AddressInfo).port}`
+  })
+
+  afterAll(async () => {
+    node.server.closeAllConnections()
+    await new Promise((resolve) => node.server.close(resolve))
+  })
+
+  const get = async (path: string) => {
+    const res = await fetch(`http://${base}${path}`)
+    return { status: res.status, contentType: res.headers.get("content-type"), body: (await res.json()) as unknown }
+  }
+
+  it("the starting report is the health report's shape", () => {
+    expect(STARTING_REPORT).toEqual(STARTING_BODY)
+  })
+
+  it.each(["/health", "/readyz", "/health?verbose=1"])("GET %s → 503 with the health report's shape", async (path) => {
+    expect(await get(path)).toEqual({ status: 503, contentType: "application/json", body: STARTING_BODY })
+  })
+
+  it("GET /livez → 200 {status: \"ok\"}", async () => {
+    expect(await get("/livez")).toEqual({ status: 200, contentType: "application/json", body: { status: "ok" } })
+  })
+
+  it.each(["/authors", "/metrics", "/"])("GET %s → 503 {detail: \"Service unavailable\"}", async (path) => {
+    expect(await get(path)).toEqual({ status: 503, contentType: "application/json", body: { detail: "Service unavailable" } })
+  })
+
+  it("a WebSocket upgrade to /web → 503 {detail: \"Service unavailable\"}", async () => {
+    const ws = new WebSocket(`ws://${base}/web`)
+    const answer = await new Promise<{ status: number | undefined; body: unknown }>((resolve, reject) => {
+      ws.on("unexpected-response", (_req, res) => {
+        let text = ""
+        res.setEncoding("utf8")
+        res.on("data", (chunk: string) => (text += chunk))
+        res.on("end", () => resolve({ status: res.statusCode, body: JSON.parse(text) as unknown }))
+      })
+      ws.on("open", () => reject(new Error("the upgrade was accepted")))
+      ws.on("error", reject)
+    })
+    ws.terminate()
+    expect(answer).toEqual({ status: 503, body: { detail: "Service unavailable" } })
+  })
+})
