@@ -5,7 +5,7 @@
 export const REQUEST_DATA_MAX_BYTES = 8192
 
 /** CONTRACT §6: values of keys matching these names are redacted. */
-export const SECRET_NAMES: ReadonlyArray<string> = [
+const SECRET_NAMES: ReadonlyArray<string> = [
   "password", "passwd", "secret", "token", "access_token", "refresh_token", "authorization", "api_key",
   "client_secret", "credit_card", "card_number", "cvv", "ssn"
 ]

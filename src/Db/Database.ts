@@ -7,18 +7,15 @@ import { PGlite } from "@electric-sql/pglite"
 import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Duration, Effect, Layer, Option, Redacted } from "effect"
 import type * as SqlClient from "effect/sql/SqlClient"
 import * as SqlError from "effect/sql/SqlError"
 import { mkdirSync } from "node:fs"
 import { join, resolve } from "node:path"
 import { AppConfig } from "../Config.ts"
+import { databaseTimeout } from "./Deadline.ts"
 import { makePgClient, PREPARED_STATEMENTS_MAX } from "./Instrumentation.ts"
 import { runMigrations } from "./Migrator.ts"
-
-export interface EmbeddedPg {
-  readonly url: Redacted.Redacted<string>
-}
 
 /** Starts PGlite (persisted in `dataDir`, or in memory) behind a loopback socket server. */
 export const embeddedPostgres = (options: { readonly dataDir: Option.Option<string>; readonly maxConnections: number }) =>
@@ -46,16 +43,8 @@ export const embeddedPostgres = (options: { readonly dataDir: Option.Option<stri
 const APPLICATION_NAME = "author-directory-service"
 
 /** How long opening a connection (and the start-up check) may take. */
-const CONNECT_TIMEOUT = "5 seconds"
+const CONNECT_TIMEOUT_MS = 5_000
 
-const connectTimedOut = () =>
-  new SqlError.SqlError({
-    reason: new SqlError.ConnectionError({
-      cause: new Error("Connection timed out"),
-      message: "PgClient: Connection timed out",
-      operation: "connect"
-    })
-  })
 
 /**
  * A connection idle this long gets TCP keepalive probes, so one whose peer vanished (a dead host,
@@ -77,7 +66,7 @@ export interface ClientOptions {
 }
 
 /** The default of DATABASE_STATEMENT_TIMEOUT_SECONDS. */
-export const STATEMENT_TIMEOUT_MS = 5_000
+const STATEMENT_TIMEOUT_MS = 5_000
 
 /**
  * Our measured `PgClient` (Db/Instrumentation.ts) on a URL. Connections open lazily, so it is
@@ -90,14 +79,14 @@ const connectedClient = (url: Redacted.Redacted<string>, maxConnections: number,
       url,
       maxConnections,
       applicationName: APPLICATION_NAME,
-      connectTimeout: CONNECT_TIMEOUT,
+      connectTimeout: Duration.millis(CONNECT_TIMEOUT_MS),
       keepAlive: KEEPALIVE,
       prepare: options.prepare ?? false,
       preparedStatementCacheSize: PREPARED_STATEMENTS_MAX,
       // The server's own timer, in every session (PGlite, embedded, ignores it).
       startupParameters: { statement_timeout: String(statementMs) }
     }, { statementMs }),
-    (client) => client`SELECT 1`.pipe(Effect.timeoutOrElse({ duration: CONNECT_TIMEOUT, orElse: () => Effect.fail(connectTimedOut()) }))
+    (client) => client`SELECT 1`.pipe(Effect.timeoutOrElse({ duration: CONNECT_TIMEOUT_MS, orElse: () => Effect.fail(databaseTimeout("acquire", CONNECT_TIMEOUT_MS)) }))
   )
 }
 
@@ -114,9 +103,7 @@ export const pgClientLayer = (
     Layer.provideMerge(PgClient.layerFrom(connectedClient(url, maxConnections, options)))
   )
 
-export type DatabaseKind = "postgres" | "embedded"
-
-/** `SqlClient` + `PgClient` from the configuration; says which kind it started. */
+/** `SqlClient` + `PgClient` from the configuration: the DATABASE_URL server, else embedded PGlite. */
 export const DatabaseLive: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError.SqlError, AppConfig> = Layer.unwrap(
   Effect.gen(function*() {
     const config = yield* AppConfig
@@ -137,5 +124,3 @@ export const DatabaseLive: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, 
     return pgClientLayer(embedded.url, config.databasePoolMax, { statementTimeoutMs: config.databaseStatementTimeoutSeconds * 1000 })
   })
 )
-
-export type Sql = SqlClient.SqlClient

@@ -209,7 +209,7 @@ const commit = (connection: SqlConnection.Connection): Effect.Effect<void, SqlEr
 /** The kind PgClient's compiler encodes as jsonb. */
 const PgJson = Statement.custom<Statement.Custom<"PgJson", unknown>>("PgJson")
 
-export interface Deadlines {
+interface Deadlines {
   /**
    * DATABASE_STATEMENT_TIMEOUT_SECONDS in ms: how long a statement may wait for a connection and
    * then for its answer (the borrower's one deadline covers both); a transaction's wait for its

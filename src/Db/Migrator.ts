@@ -41,7 +41,7 @@ const dollarTagAt = (text: string, at: number): string | undefined => {
  * so a file is split on the `;` that are outside quotes ('…', E'…', "…", $tag$…$tag$) and
  * comments (`--`, nested `/* *\/`). Comment-only pieces are dropped.
  */
-export const splitStatements = (text: string): Array<string> => {
+const splitStatements = (text: string): Array<string> => {
   const statements: Array<string> = []
   const n = text.length
   let start = 0

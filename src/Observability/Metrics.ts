@@ -167,7 +167,7 @@ export const wsSendQueueOverflowsTotal = new client.Counter({
   registers: [registry]
 })
 /** Why an upgrade to `/web` was refused before the WebSocket existed (no token was verified). */
-export const wsUpgradeRefusals = ["rate_limit", "capacity"] as const
+const wsUpgradeRefusals = ["rate_limit", "capacity"] as const
 export const wsUpgradesRefusedTotal = new client.Counter({
   name: "ws_upgrades_refused_total",
   help: "WebSocket upgrades refused by reason (rate_limit: per client IP; capacity: WS_MAX_CONNECTIONS)",

@@ -175,6 +175,6 @@ export const memoryRateLimiter = (options: MemoryRateLimiterOptions = {}) => Eff
   })
 })
 
-export const makeMemoryRateLimiter = memoryRateLimiter()
+const makeMemoryRateLimiter = memoryRateLimiter()
 
 export const MemoryRateLimiterLive = Layer.effect(RateLimiter, makeMemoryRateLimiter)

@@ -42,8 +42,6 @@ if count > 0 then redis.call('PEXPIRE', key, window) end
 return {allowed, count, oldestScore, now}
 `
 
-/** A store that does not answer within this bound counts as failed (RATE_LIMIT_FAIL_MODE decides). */
-const STORE_TIMEOUT_MS = 1000
 
 /** Effect's own clock (`Clock.Clock`'s default): in its presence Redis's TIME is the clock. */
 const liveClock = Context.get(Context.empty(), Clock.Clock)
@@ -62,8 +60,7 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
       const now = clock === liveClock ? "" : clock.currentTimeMillisUnsafe()
       return redisCommand(
         "EVALSHA sliding_window",
-        () => slidingWindow(`${prefix}ratelimit:${key}`, now, windowMs, limit, member),
-        STORE_TIMEOUT_MS
+        () => slidingWindow(`${prefix}ratelimit:${key}`, now, windowMs, limit, member)
       ).pipe(
         Effect.mapError((error) => new RateLimiterUnavailable(error.cause)),
         Effect.map(([allowed, count, oldest, at]) => ({
@@ -77,7 +74,7 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
     Effect.suspend(() =>
       isDisconnected(client)
         ? Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
-        : redisCommand("ZREM", () => client.zrem(`${prefix}ratelimit:${key}`, member), STORE_TIMEOUT_MS).pipe(
+        : redisCommand("ZREM", () => client.zrem(`${prefix}ratelimit:${key}`, member)).pipe(
           Effect.mapError((error) => new RateLimiterUnavailable(error.cause)),
           Effect.asVoid
         )

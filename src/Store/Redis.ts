@@ -21,7 +21,7 @@ export class RedisClient extends Context.Service<RedisClient, {
  * fail at once instead of each waiting for its own deadline. Longer than the audit reader's
  * XREADGROUP BLOCK (1 s), whose answer comes when the block ends.
  */
-export const SOCKET_TIMEOUT_MS = 2000
+const SOCKET_TIMEOUT_MS = 2000
 
 /** Clients that were ready once: their reconnections count as down (`isDisconnected`). */
 const everReady = new WeakSet<Redis>()

@@ -278,7 +278,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           const undecided = (cause: unknown) =>
             Effect.andThen(Effect.sync(() => held.set(m, { key, max })), Effect.fail(new RegistryUnavailable(cause)))
           if (isDisconnected(client)) return yield* undecided(new Error(`Redis ${client.status}`))
-          const admitted = yield* redisCommand("EVALSHA acquire_slot", () => acquireSlot(key, options.slotTtlMs, max, m), 1000).pipe(
+          const admitted = yield* redisCommand("EVALSHA acquire_slot", () => acquireSlot(key, options.slotTtlMs, max, m)).pipe(
             Effect.catch((error) => undecided(error.cause))
           )
           if (admitted === 1) held.set(m, { key, max })
