@@ -50,16 +50,18 @@ export const StatementTimeoutMs = Context.Reference<number | undefined>("Db/Stat
  * interrupted without being waited for. `Effect.timeout` would wait: an interrupted statement
  * drains its connection up to ReadyForQuery, which a server that accepts and never answers
  * (half-open, blackholed) holds for 5 s (PgConnection's cancel deadline) — with the connection
- * still lent. One fork and one timer per statement (~1 µs; `Effect.timeout` forks two).
+ * still lent. One fork and one timer per call (~1 µs; `Effect.timeout` forks two); a pooled
+ * statement passes here twice (the borrow's deadline and the connection's), so it forks twice.
+ * Also the /health probes' 1 s bound (Observability/Health.ts).
  */
-export const detached = <A, E, R>(
+export const detached = <A, E, R, E2>(
   self: Effect.Effect<A, E, R>,
   timeoutMs: number | undefined,
   abandon: Effect.Effect<void>,
-  onExpiry: () => SqlError.SqlError
-): Effect.Effect<A, E | SqlError.SqlError, R> =>
+  onExpiry: () => E2
+): Effect.Effect<A, E | E2, R> =>
   Effect.withFiber((parent) =>
-    Effect.callback<A, E | SqlError.SqlError, R>((resume) => {
+    Effect.callback<A, E | E2, R>((resume) => {
       // The caller's context is the fiber's: its services (R), span, log annotations.
       const fiber = Effect.runForkWith(parent.context as Context.Context<R>)(self)
       const exit = fiber.pollUnsafe()

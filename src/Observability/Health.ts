@@ -4,6 +4,7 @@
  */
 import { SqlClient } from "effect/sql"
 import { Context, Effect, Exit, Layer } from "effect"
+import { detached } from "../Db/Deadline.ts"
 
 export type Status = "healthy" | "unhealthy"
 
@@ -39,32 +40,14 @@ const TIMEOUT_MS = 1000
 
 /**
  * A probe's verdict within 1 s. The probe runs on a fiber of its own and is not waited for once
- * the second is up (it is interrupted in the background): `Effect.timeout` would wait for it to
- * stop, and a statement stuck on a database that accepts and never answers takes seconds to stop
- * (Db/Instrumentation.ts `detached`) — /health must say "unhealthy" at 1 s, not then.
+ * the second is up (it is interrupted in the background, Db/Deadline.ts `detached`):
+ * `Effect.timeout` would wait for it to stop, and a statement stuck on a database that accepts and
+ * never answers takes seconds to stop — /health must say "unhealthy" at 1 s, not then.
  */
 const run = (probe: Probe): Effect.Effect<Status> =>
-  Effect.withFiber((parent) =>
-    Effect.callback<Status>((resume) => {
-      let done = false
-      const settle = (status: Status) => {
-        if (done) return
-        done = true
-        clearTimeout(timer)
-        resume(Effect.succeed(status))
-      }
-      const fiber = Effect.runForkWith(parent.context)(probe)
-      const timer = setTimeout(() => {
-        settle("unhealthy")
-        fiber.interruptUnsafe()
-      }, TIMEOUT_MS)
-      fiber.addObserver((exit) => settle(Exit.isSuccess(exit) ? "healthy" : "unhealthy"))
-      return Effect.sync(() => {
-        done = true
-        clearTimeout(timer)
-        fiber.interruptUnsafe()
-      })
-    })
+  Effect.map(
+    Effect.exit(detached(probe, TIMEOUT_MS, Effect.void, () => "timeout" as const)),
+    (exit): Status => (Exit.isSuccess(exit) ? "healthy" : "unhealthy")
   )
 
 export class Health extends Context.Service<Health, {
