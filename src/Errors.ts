@@ -128,7 +128,6 @@ export const Wire = {
   CaptureRefused: wire(CaptureRefused, "CaptureRefused"),
   RateLimited: wire(RateLimited, "RateLimited"),
   PayloadTooLarge: wire(PayloadTooLarge, "PayloadTooLarge"),
-  RouteNotFound: wire(RouteNotFound, "RouteNotFound"),
   InternalError: wire(InternalError, "InternalError")
 } as const
 

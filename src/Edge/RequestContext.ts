@@ -20,8 +20,6 @@ export interface RequestContext {
   readonly startedAt: Date
   readonly ip: string
   readonly userAgent: string
-  /** The route template of the endpoint the request matched (`/authors/{author_id}`), if any. */
-  readonly route: string | undefined
   /**
    * Authentication, done once per request by the front door, before the app runs, whenever
    * anything will ask for it (the rate limiter keys by it; a secured endpoint needs it).

@@ -1,6 +1,6 @@
 /**
  * Front door: the request's facts, learned once when it arrives — request id, correlation id
- * (CONTRACT §3), trace id for the logs, client IP (CONTRACT §4, trusted proxies), route template — and, when anything
+ * (CONTRACT §3), trace id for the logs, client IP (CONTRACT §4, trusted proxies) — and, when anything
  * will ask for it, its authentication (once per request: the rate limiter keys by it and the
  * security middleware reads it). The result is the one immutable `RequestContext`.
  */
@@ -14,7 +14,7 @@ import { correlationIdFrom, type RequestContext, traceIdFrom } from "../Edge/Req
 
 export const makeCorrelation = (trustedProxies: ReadonlyArray<Cidr>, verifier: TokenVerifier["Service"]) => {
   /** The facts known before anything is checked. */
-  const begin = (request: HttpServerRequest.HttpServerRequest, route: string | undefined): RequestContext => {
+  const begin = (request: HttpServerRequest.HttpServerRequest): RequestContext => {
     const requestId = randomUUID()
     return {
       requestId,
@@ -23,7 +23,6 @@ export const makeCorrelation = (trustedProxies: ReadonlyArray<Cidr>, verifier: T
       startedAt: new Date(),
       ip: clientIp(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"], trustedProxies),
       userAgent: request.headers["user-agent"] ?? "",
-      route,
       auth: undefined,
       user: undefined
     }
@@ -31,13 +30,11 @@ export const makeCorrelation = (trustedProxies: ReadonlyArray<Cidr>, verifier: T
 
   /** The same facts with the request's authentication (the token is verified here, once). */
   const authenticate = (ctx: RequestContext, request: HttpServerRequest.HttpServerRequest): Effect.Effect<RequestContext> =>
-    ctx.auth !== undefined
-      ? Effect.succeed(ctx)
-      : Effect.map(Effect.exit(authenticateHeader(verifier, request.headers["authorization"])), (auth) => ({
-        ...ctx,
-        auth,
-        user: Exit.isSuccess(auth) ? auth.value : undefined
-      }))
+    Effect.map(Effect.exit(authenticateHeader(verifier, request.headers["authorization"])), (auth) => ({
+      ...ctx,
+      auth,
+      user: Exit.isSuccess(auth) ? auth.value : undefined
+    }))
 
   return { begin, authenticate } as const
 }

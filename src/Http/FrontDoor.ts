@@ -28,8 +28,6 @@ import { securityHeaders } from "./SecurityHeaders.ts"
 import { markInvalidUtf8 } from "./UrlText.ts"
 import { type EndpointShape, endpointShapes, findShape } from "./Validation.ts"
 
-export { json } from "./ErrorResponse.ts"
-
 /** CONTRACT §4: never rate limited (nor audited). */
 export const UNLIMITED_PATHS: ReadonlySet<string> = new Set([
   "/health", "/livez", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json", "/asyncapi.json", "/proto/websocket.proto",
@@ -114,9 +112,25 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
           if (Option.isNone(checked)) return { response: tooLarge, ctx: base, presented: request }
           const presented = present(checked.value)
           const ctx = limited || shape?.secured === true ? yield* facts.authenticate(base, presented) : base
+          // From here on, every log line of the request carries its ids — the logger reads them
+          // from `currentRequest` (Observability/Logging.ts, with the trace and user ids;
+          // CONTRACT §3/§8) — provided once for the rate check and the app (each provide copies
+          // the request's context).
+          return yield* Effect.provideService(limitedAndServed(request, presented, ctx, limited, app), currentRequest, ctx)
+        })
+
+      /** Rate limit → the app, whose failures become the JSON error responses. */
+      const limitedAndServed = <E>(
+        request: HttpServerRequest.HttpServerRequest,
+        presented: HttpServerRequest.HttpServerRequest,
+        ctx: RequestContext,
+        limited: boolean,
+        app: Effect.Effect<HttpServerResponse.HttpServerResponse, E>
+      ): Effect.Effect<Admitted, E> =>
+        Effect.gen(function*() {
           let rate: RateDecision | undefined
           if (limited) {
-            const decision = yield* Effect.provideService(rateLimit.check(ctx), currentRequest, ctx)
+            const decision = yield* rateLimit.check(ctx)
             if (Option.isSome(decision)) {
               if (!decision.value.allowed) return { response: rateLimit.reject(decision.value), ctx, presented }
               rate = decision.value
@@ -128,10 +142,7 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
             Effect.map((response) => errors.fromResponse(presented, response)),
             Effect.catchCause((cause) =>
               Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : errors.fromCause(presented, cause)
-            ),
-            // CONTRACT §3/§8: every log line of the request carries its ids — the logger reads them
-            // from `currentRequest` (Observability/Logging.ts, with the trace and user ids).
-            Effect.provideService(currentRequest, ctx)
+            )
           )
           return { response: rate === undefined ? response : applyRateHeaders(response, rate), ctx, presented }
         })
@@ -143,7 +154,7 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
           const unlimited = UNLIMITED_PATHS.has(pathname)
           const shape = shapeOf(shapes, request.method, pathname)
           const label = unlimited ? pathname : shape?.template ?? "unmatched"
-          const base = facts.begin(request, shape?.template)
+          const base = facts.begin(request)
           const preflight = cors?.preflight(request)
           if (preflight !== undefined) return HttpServerResponse.setHeaders(preflight, { ...idHeaders(base), ...securityHeaders(preflight) })
           const limited = config.rateLimitEnabled && !unlimited

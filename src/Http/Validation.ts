@@ -23,7 +23,6 @@ export interface EndpointShape {
   readonly template: string
   readonly pattern: RegExp
   readonly pathParams: ReadonlyArray<string>
-  readonly hasPayload: boolean
   /** Guarded by a security middleware (bearer authentication). */
   readonly secured: boolean
 }
@@ -47,7 +46,6 @@ export const endpointShapes = <Id extends string, Groups extends HttpApiGroup.Co
         // As the router matches: a trailing slash and the case of the path do not matter.
         pattern: new RegExp(`^${source}/?$`, "i"),
         pathParams,
-        hasPayload: endpoint.payload.size > 0,
         secured: [...middleware].some((key) => HttpApiMiddleware.isSecurity(key))
       })
     }
