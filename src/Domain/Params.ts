@@ -16,6 +16,17 @@ export const splitIssue = (message: string): { readonly type: string; readonly m
   return undefined
 }
 
+/** The `message` annotation of a schema node, if it has one. */
+export const annotatedMessage = (annotations: { readonly [key: string]: unknown } | undefined): string | undefined =>
+  typeof annotations?.["message"] === "string" ? annotations["message"] : undefined
+
+/** The one member of `X | null | undefined` a client meant (optional and nullable fields). */
+export const meant = (ast: SchemaAST.AST): SchemaAST.AST => {
+  if (ast._tag !== "Union") return ast
+  const members = ast.types.filter((t) => t._tag !== "Null" && t._tag !== "Undefined")
+  return members.length === 1 ? meant(members[0]!) : ast
+}
+
 const INT_PARSING = issue("int_parsing", "Input should be a valid integer, unable to parse string as an integer")
 
 /** An integer in a query or path string ("abc", "1.5", "1e3" and unsafe integers are refused). */

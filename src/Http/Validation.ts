@@ -8,7 +8,7 @@
 import { SchemaAST, SchemaIssue } from "effect"
 import type { HttpServerRequest } from "effect/http"
 import { HttpApi, type HttpApiError, type HttpApiGroup, HttpApiMiddleware } from "effect/http-api"
-import { splitIssue } from "../Domain/Params.ts"
+import { annotatedMessage, meant, splitIssue } from "../Domain/Params.ts"
 
 export interface ValidationIssue {
   readonly type: string
@@ -71,9 +71,6 @@ export interface FlatIssue {
 
 const standard = SchemaIssue.makeFormatterStandardSchemaV1()
 
-const annotatedMessage = (annotations: { readonly [key: string]: unknown } | undefined): string | undefined =>
-  typeof annotations?.["message"] === "string" ? annotations["message"] : undefined
-
 /** Flattens an issue tree as Effect's own formatters do, keeping each leaf's tag and schema. */
 export const flattenIssue = (issue: SchemaIssue.Issue): ReadonlyArray<FlatIssue> => {
   const out: Array<FlatIssue> = []
@@ -112,12 +109,6 @@ export const flattenIssue = (issue: SchemaIssue.Issue): ReadonlyArray<FlatIssue>
   )
 }
 
-/** The one member of `X | null | undefined` a client meant (optional and nullable fields). */
-const meant = (ast: SchemaAST.AST): SchemaAST.AST => {
-  if (ast._tag !== "Union") return ast
-  const members = ast.types.filter((t) => t._tag !== "Null" && t._tag !== "Undefined")
-  return members.length === 1 ? meant(members[0]!) : ast
-}
 
 /**
  * A schema issue as FastAPI would name it: the `type|message` convention of Params.ts, else a type

@@ -9,7 +9,7 @@ import { Result, Schema, SchemaAST, SchemaIssue } from "effect"
 import { Author, PageMeta } from "../Domain/Author.ts"
 import { WsStatus } from "../Errors.ts"
 import { depthExceeds, MAX_JSON_DEPTH, tooDeepMessage } from "../Edge/JsonDepth.ts"
-import { issue } from "../Domain/Params.ts"
+import { annotatedMessage, issue, meant, splitIssue } from "../Domain/Params.ts"
 
 /** The endpoint's path on the HTTP port. */
 export const WS_PATH = "/web"
@@ -150,20 +150,8 @@ export interface ErrorItem {
 
 /** An `errors` item from its message: the `type|message` convention of Domain/Params.ts, else `value_error`. */
 const fromMessage = (loc: ReadonlyArray<string | number>, message: string): ErrorItem => {
-  const bar = message.indexOf("|")
-  return bar > 0 && /^[a-z_]+$/.test(message.slice(0, bar))
-    ? { loc, msg: message.slice(bar + 1), type: message.slice(0, bar) }
-    : { loc, msg: message, type: "value_error" }
-}
-
-const annotatedMessage = (annotations: { readonly message?: unknown } | undefined): string | undefined =>
-  typeof annotations?.message === "string" ? annotations.message : undefined
-
-/** The one member of `X | null | undefined` a client meant (optional and nullable fields). */
-const meant = (ast: SchemaAST.AST): SchemaAST.AST => {
-  if (ast._tag !== "Union") return ast
-  const members = ast.types.filter((t) => t._tag !== "Null" && t._tag !== "Undefined")
-  return members.length === 1 ? meant(members[0]!) : ast
+  const split = splitIssue(message)
+  return split === undefined ? { loc, msg: message, type: "value_error" } : { loc, msg: split.msg, type: split.type }
 }
 
 /** A value of the wrong type, named as FastAPI names it (CONTRACT §5 `errors`). */
