@@ -20,7 +20,6 @@ import {
   defaultWriterOptions,
   flushBudgetMs,
   makeBuffer,
-  makeInserter,
   newEntry,
   ShutdownDeadline,
   type WriterOptions
@@ -70,8 +69,8 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
   Effect.gen(function*() {
     const redis = yield* RedisClient
     const config = yield* AppConfig
-    const insert = yield* makeInserter
     const buffer = yield* makeBuffer(options)
+    const insert = buffer.insert
     const shutdown = yield* ShutdownDeadline
     const stream = `${redis.prefix}audit:stream`
     const group = "audit-writers"

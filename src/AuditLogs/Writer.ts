@@ -219,7 +219,8 @@ export const makeBuffer = (options: WriterOptions) =>
       const left = yield* flushWithin(insert, rest, timeout)
       yield* countDropped(left, "shutdown")
     })
-    return { offer, flush } as const
+    /** Its batch inserter, for the stream path to share (one retry loop, one outage warning). */
+    return { offer, flush, insert } as const
   })
 
 /** Values the database would refuse are reduced when the batch is inserted (Storable.ts), not on the request's path. */

@@ -88,7 +88,7 @@ export const withFailMode = (mode: FailMode, limitType: string, limit: number) =
           Effect.as(
             mode === "open"
               ? Option.none<RateDecision>()
-              : Option.some<RateDecision>({ allowed: false, limit, remaining: 0, resetSeconds: 60, retryAfterSeconds: 60 })
+              : Option.some<RateDecision>({ allowed: false, limit, remaining: 0, resetSeconds: RATE_WINDOW_MS / 1000, retryAfterSeconds: RATE_WINDOW_MS / 1000 })
           )
         )
       )
