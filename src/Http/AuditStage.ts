@@ -4,10 +4,11 @@
  * endpoints, whose handlers write their own record (a login is not a bearer-authenticated request).
  */
 import { Effect } from "effect"
-import { HttpMethod, type HttpServerRequest, type HttpServerResponse } from "effect/http"
+import type { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { AuditLog, outcomeOf } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData, isSecretKey, redact } from "../AuditLogs/RequestData.ts"
 import type { RequestContext } from "../Edge/RequestContext.ts"
+import { jsonText, parseJson } from "./ErrorResponse.ts"
 
 /** Paths whose handlers write their own audit record. */
 const SELF_AUDITED_PATHS: ReadonlySet<string> = new Set(["/login", "/login/refresh"])
@@ -49,22 +50,13 @@ const errorMessageOf = (response: HttpServerResponse.HttpServerResponse): string
   }
 }
 
-const isJsonBody = (request: HttpServerRequest.HttpServerRequest) => {
-  const contentType = request.headers["content-type"]
-  return contentType === undefined || contentType.toLowerCase().includes("application/json")
-}
-
 /** Only a JSON body is recorded (any other was refused with a 422). */
 const bodyOf = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<unknown> =>
-  HttpMethod.hasBody(request.method) && isJsonBody(request)
-    ? Effect.map(Effect.orElseSucceed(request.text, () => ""), (text) => {
-      try {
-        return text === "" ? undefined : JSON.parse(text) as unknown
-      } catch {
-        return undefined
-      }
-    })
-    : Effect.succeed(undefined)
+  Effect.map(jsonText(request), (text) => {
+    if (text === "") return undefined
+    const parsed = parseJson(text)
+    return parsed.ok ? parsed.value : undefined
+  })
 
 export const makeAuditStage = (audit: AuditLog["Service"], unaudited: ReadonlySet<string>) =>
 (

@@ -29,13 +29,13 @@ export const validationResponse = (issues: ReadonlyArray<ValidationIssue>) => js
 const isJsonContentType = (contentType: string | undefined) =>
   contentType === undefined || contentType.toLowerCase().includes("application/json")
 
-/** The body as JSON text, or "" when it is not a JSON body (or cannot be read). */
-const jsonText = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<string> =>
+/** The body as JSON text, or "" when it is not a JSON body (or cannot be read); the audit stage records it. */
+export const jsonText = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<string> =>
   HttpMethod.hasBody(request.method) && isJsonContentType(request.headers["content-type"])
     ? Effect.orElseSucceed(request.text, () => "")
     : Effect.succeed("")
 
-const parseJson = (text: string): { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly message: string } => {
+export const parseJson = (text: string): { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly message: string } => {
   try {
     return { ok: true, value: JSON.parse(text) }
   } catch (error) {
