@@ -1,18 +1,23 @@
 /**
- * The audit writer with Redis (CONTRACT §6): `record` appends to a Redis Stream (XADD; a request
- * waits for its record's XADD at most 100 ms, so an answered request has a durable record; the
- * records of concurrent requests go in one pipeline) and a consumer group feeds the batch inserter
- * of Writer.ts; entries are acknowledged (XACK + XDEL) only after their batch committed. Entries of
- * a killed instance stay pending: the restarted instance (same consumer name) reads them first, any
- * other claims them with XAUTOCLAIM. A record whose XADD fails (Redis down) falls back to the
- * in-process buffer. Every command has a deadline (Review F11): a blocking read its block plus
- * COMMAND_TIMEOUT_MS, the others COMMAND_TIMEOUT_MS (Store/Redis.ts), the XADD pipeline 2 s.
+ * The audit writer with Redis (CONTRACT §6). The Redis Stream is the records' journal, read back
+ * only when its writer is gone:
+ * - `record` appends to the stream (XADD; a request waits for its record's XADD at most 100 ms,
+ *   so an answered request has a durable record; the records of concurrent requests go in one
+ *   pipeline). A record whose XADD fails (Redis down) goes to the in-process buffer instead.
+ * - The appended records go on, in memory, to the batch inserter of Writer.ts; each batch's
+ *   entries are deleted from the stream (XDEL) once it committed. Nothing reads the stream back on
+ *   this path (a consumer group did, per record: ~15 % of a `GET /authors?id=` request's CPU with
+ *   Redis's own).
+ * - Recovery: at start, an instance writes and deletes every entry already in the stream (a
+ *   killed instance's, also a restarted one's own); later, every `claimIdle / 2`, the entries
+ *   older than `claimIdle`, whose writer is gone or far behind. Entries the memory bound leaves
+ *   out (`HOT_MAX`, PostgreSQL down for long) are written that way too. A record written twice
+ *   (by its writer and a scan) is stored once: the insert is idempotent by `entry_id`.
+ * Every command has a deadline (Review F11): COMMAND_TIMEOUT_MS (Store/Redis.ts), the XADD
+ * pipeline 2 s.
  */
 import { Duration, Effect, Fiber, Queue } from "effect"
-import type { Redis } from "ioredis"
-import { hostname } from "node:os"
-import { AppConfig } from "../Config.ts"
-import { COMMAND_TIMEOUT_MS, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { AuditLog, type AuditEntry } from "./AuditLog.ts"
 import { INSERT_BATCH_MAX, type StoredEntry } from "./Repo.ts"
 import {
@@ -25,7 +30,8 @@ import {
   type WriterOptions
 } from "./Writer.ts"
 
-type StreamEntry = { readonly id: string; readonly stored: StoredEntry | undefined }
+/** A record in the stream: its entry id there, and the record (undefined: not one of ours, deleted unwritten). */
+type Journaled = { readonly id: string; readonly stored: StoredEntry | undefined }
 
 /** A record on its way to the stream, and how to let the request that waits for it go on. */
 type PendingAppend = { readonly stored: StoredEntry; readonly resume: () => void }
@@ -34,8 +40,11 @@ type PendingAppend = { readonly stored: StoredEntry; readonly resume: () => void
 const APPEND_TIMEOUT_MS = 2000
 /** The longest a request waits for its record's XADD (loopback Redis answers in well under 1 ms). */
 const REQUEST_WAIT_MS = 100
-/** How long the consumer's XREADGROUP blocks for new entries. */
-const BLOCK_MS = 1000
+/**
+ * Appended records held in memory until their batch commits. Past it (PostgreSQL down or slow)
+ * they are only in the stream, and the recovery scan writes them once they are `claimIdle` old.
+ */
+const HOT_MAX = 10 * INSERT_BATCH_MAX
 
 const encodeEntry = (stored: StoredEntry) => JSON.stringify({ ...stored.entry, timestamp: stored.entry.timestamp.toISOString() })
 
@@ -49,10 +58,10 @@ const decodeEntry = (entryId: string | undefined, json: string | undefined): Sto
   }
 }
 
-/** `[[id, [field, value, …] | null], …]` as XREADGROUP and XAUTOCLAIM return them. */
-const parseEntries = (raw: unknown): Array<StreamEntry> => {
+/** `[[id, [field, value, …]], …]` as XRANGE returns them. */
+const parseEntries = (raw: unknown): Array<Journaled> => {
   if (!Array.isArray(raw)) return []
-  return raw.flatMap((item): Array<StreamEntry> => {
+  return raw.flatMap((item): Array<Journaled> => {
     if (!Array.isArray(item) || typeof item[0] !== "string") return []
     const fields: unknown = item[1]
     const map = new Map<string, string>()
@@ -61,113 +70,113 @@ const parseEntries = (raw: unknown): Array<StreamEntry> => {
   })
 }
 
-/** XREADGROUP's reply `[[stream, entries]]` (or null) → entries. */
-const parseRead = (raw: unknown): Array<StreamEntry> =>
-  Array.isArray(raw) && Array.isArray(raw[0]) ? parseEntries(raw[0][1]) : []
+/** Redis's clock in ms (TIME), so that "older than claimIdle" holds whatever this host's clock says. */
+const redisMillis = (time: ReadonlyArray<string | number>) => Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000)
 
 export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions) =>
   Effect.gen(function*() {
     const redis = yield* RedisClient
-    const config = yield* AppConfig
     const buffer = yield* makeBuffer(options)
     const insert = buffer.insert
     const shutdown = yield* ShutdownDeadline
     const stream = `${redis.prefix}audit:stream`
-    const group = "audit-writers"
-    // Stable across restarts of the same instance, so a restarted process reads its own pending entries first.
-    const consumer = `${hostname()}:${config.port}`
     const claimIdleMs = Duration.toMillis(options.claimIdle)
     let backlog = 0
 
-    const ensureGroup = (client: Redis) =>
-      redisCommand("XGROUP CREATE", () => client.call("XGROUP", "CREATE", stream, group, "0", "MKSTREAM")).pipe(
-        Effect.catch((error) =>
-          String((error.cause as Error | undefined)?.message).includes("BUSYGROUP") ? Effect.void : Effect.fail(error)
-        )
-      )
-
-    /** Inserts the entries' records, then acknowledges and deletes them (only after the commit). */
-    const commit = (client: Redis, entries: ReadonlyArray<StreamEntry>) =>
+    /**
+     * Writes the entries' records, then deletes the entries (only after the commit); the stream's
+     * length rides along, so the cap is known again once the backlog shrinks. An entry whose
+     * XDEL fails stays in the stream and is written again by a scan (stored once).
+     */
+    const commit = (entries: ReadonlyArray<Journaled>) =>
       Effect.gen(function*() {
         if (entries.length === 0) return
         yield* insert(entries.flatMap((e) => (e.stored === undefined ? [] : [e.stored])))
         const ids = entries.map((e) => e.id)
-        yield* redisCommand("XACK+XDEL", () => client.multi().xack(stream, group, ...ids).xdel(stream, ...ids).exec())
+        yield* redisCommand("XDEL", () => redis.client.pipeline().xdel(stream, ...ids).xlen(stream).exec()).pipe(
+          Effect.map((results) => {
+            const length = results?.[1]?.[1]
+            if (typeof length === "number") backlog = length
+          }),
+          Effect.catch((error) => Effect.logWarning("Audit stream entries not deleted; a later scan writes them again (stored once)", error))
+        )
       })
 
-    /** Fails at once while the connection is down: the caller retries (or, at shutdown, leaves the entries pending). */
-    const readGroup = (client: Redis, id: ">" | "0", blockMs: number | undefined) =>
-      isDisconnected(client) ? Effect.fail(new Error(`Redis ${client.status}`)) : redisCommand(
-        "XREADGROUP",
-        () =>
-          client.call(
-            "XREADGROUP", "GROUP", group, consumer, "COUNT", String(INSERT_BATCH_MAX),
-            ...(blockMs === undefined ? [] : ["BLOCK", String(blockMs)]), "STREAMS", stream, id
-          ),
-        (blockMs ?? 0) + COMMAND_TIMEOUT_MS
-      ).pipe(Effect.map(parseRead))
+    // The hot path: appended records, in memory, to the inserter.
+    const journaled = yield* Queue.dropping<Journaled>(HOT_MAX)
+    let committing: ReadonlyArray<Journaled> = []
+    const committer = yield* Effect.forkDetach(Effect.forever(Effect.gen(function*() {
+      committing = yield* Queue.takeBetween(journaled, 1, INSERT_BATCH_MAX)
+      yield* commit(committing)
+      committing = []
+    })))
 
-    let claimCursor = "0-0"
-    let lastClaim = 0
-    /** Entries other consumers left pending for `claimIdle` (a crashed instance's). */
-    const claim = (client: Redis) =>
-      redisCommand("XAUTOCLAIM", () =>
-        client.call("XAUTOCLAIM", stream, group, consumer, String(claimIdleMs), claimCursor, "COUNT", String(INSERT_BATCH_MAX)))
-        .pipe(Effect.map((raw) => {
-          if (!Array.isArray(raw)) return []
-          claimCursor = typeof raw[0] === "string" ? raw[0] : "0-0"
-          return parseEntries(raw[1])
-        }))
-
-    const reader = yield* redis.duplicate
-    const consume = Effect.gen(function*() {
-      yield* ensureGroup(reader)
-      // Our own entries left pending by a previous run of this instance.
-      while (true) {
-        const mine = yield* readGroup(reader, "0", undefined)
-        if (mine.length === 0) break
-        yield* commit(reader, mine)
+    /** Writes the entries up to `end` (an entry id or ms), a page at a time, each page after the last. */
+    const scan = (end: string) =>
+      Effect.gen(function*() {
+        let start = "-"
+        while (true) {
+          if (isDisconnected(redis.client)) return yield* Effect.fail(new Error(`Redis ${redis.client.status}`))
+          const page = parseEntries(yield* redisCommand("XRANGE", () =>
+            redis.client.xrange(stream, start, end, "COUNT", INSERT_BATCH_MAX)))
+          yield* commit(page)
+          if (page.length < INSERT_BATCH_MAX) return
+          start = `(${page[page.length - 1]!.id}`
+        }
+      })
+    const now = redisCommand("TIME", () => redis.client.time()).pipe(Effect.map(redisMillis))
+    // At start everything already in the stream (a previous run's entries); then, every
+    // claimIdle / 2, what is older than claimIdle.
+    let started = false
+    const recover = Effect.gen(function*() {
+      if (!started) {
+        yield* scan(String(yield* now))
+        started = true
       }
       while (true) {
-        if (Date.now() - lastClaim >= claimIdleMs / 2 || claimCursor !== "0-0") {
-          lastClaim = Date.now()
-          yield* commit(reader, yield* claim(reader))
-        }
-        yield* commit(reader, yield* readGroup(reader, ">", BLOCK_MS))
-        backlog = yield* redisCommand("XLEN", () => reader.xlen(stream))
+        yield* Effect.sleep(claimIdleMs / 2)
+        yield* scan(String((yield* now) - claimIdleMs))
       }
     }).pipe(
       Effect.catch((error) =>
-        Effect.logWarning("Audit stream consumer failed; retrying", error).pipe(Effect.andThen(Effect.sleep("1 second")))
+        Effect.logWarning("Audit stream recovery scan failed; retrying", error).pipe(Effect.andThen(Effect.sleep("1 second")))
       ),
       Effect.forever
     )
-    const fiber = yield* Effect.forkDetach(consume)
+    const scanner = yield* Effect.forkDetach(recover)
 
     // Records wait here for the appender, which sends each batch as one pipeline of XADDs; the
     // request goes on once its record's XADD answered (an answered request has a durable record).
     // (One XADD per request, each raced against its own timeout, was ~15 % of a W6 request's CPU.)
     const appends = yield* Queue.unbounded<PendingAppend>()
     let appending: ReadonlyArray<PendingAppend> = []
-    /** Appends a batch; what Redis refused or did not answer in time goes to the in-process buffer. */
+    /**
+     * Appends a batch: what Redis took goes on to the inserter (or, past HOT_MAX, waits in the
+     * stream for a scan); what it refused or did not answer in time goes to the in-process buffer.
+     */
     const appendBatch = (batch: ReadonlyArray<PendingAppend>) => {
       // Not connected: straight to the buffer, so a Redis outage never slows requests.
-      const failed = isDisconnected(redis.client) ? Effect.succeed(batch) : redisCommand("XADD", () => {
+      const refused = isDisconnected(redis.client) ? Effect.succeed(batch) : redisCommand("XADD", () => {
         const pipeline = redis.client.pipeline()
         for (const { stored } of batch) pipeline.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))
         // The stream's length rides along, so the cap holds while PostgreSQL is down and nothing
-        // is committed (the consumer refreshes it only after a commit).
+        // is committed.
         pipeline.xlen(stream)
         return pipeline.exec()
       }, APPEND_TIMEOUT_MS).pipe(
         Effect.map((results) => {
           const length = results?.[batch.length]?.[1]
           if (typeof length === "number") backlog = length
-          return batch.filter((_, i) => results?.[i]?.[0] !== null)
+          return batch.filter(({ stored }, i) => {
+            const [error, id] = results?.[i] ?? [null, undefined]
+            if (error !== null || typeof id !== "string") return true
+            Queue.offerUnsafe(journaled, { id, stored })
+            return false
+          })
         }),
         Effect.catch((error) => Effect.as(Effect.logWarning("Audit stream unavailable; records buffered in process", error), batch))
       )
-      return failed.pipe(
+      return refused.pipe(
         Effect.flatMap((records) => Effect.forEach(records, ({ stored }) => buffer.offer(stored), { discard: true })),
         Effect.ensuring(Effect.sync(() => batch.forEach(({ resume }) => resume())))
       )
@@ -190,33 +199,31 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         yield* stopAppender
-        yield* Fiber.interrupt(fiber)
+        yield* Fiber.interrupt(scanner)
+        yield* Fiber.interrupt(committer)
         // One deadline for both (CONTRACT §9: exit within 10 s in every state). The in-process
         // buffer first: its records exist nowhere else (what it cannot write is counted, reason
-        // `shutdown`). Then whatever this instance holds or is still queued in the stream; what
-        // does not fit, or finds Redis or PostgreSQL away, stays in the stream for the next consumer.
+        // `shutdown`). Then the appended records this instance holds (the batch in flight may be
+        // written twice: stored once); what does not fit, or finds Redis or PostgreSQL away, stays
+        // in the stream, where the next instance to start (or any running one's scan) writes it.
         const deadline = Date.now() + flushBudgetMs(options, shutdown)
         yield* buffer.flush(Math.max(0, deadline - Date.now()))
-        let drained = 0
-        const drain = Effect.gen(function*() {
-          for (const id of ["0", ">"] as const) {
-            while (true) {
-              const entries = yield* readGroup(redis.client, id, undefined)
-              if (entries.length === 0) break
-              yield* commit(redis.client, entries)
-              drained += entries.length
-            }
+        const held = [...committing, ...(yield* Queue.clear(journaled))]
+        let written = 0
+        const write = Effect.gen(function*() {
+          for (let i = 0; i < held.length; i += INSERT_BATCH_MAX) {
+            const batch = held.slice(i, i + INSERT_BATCH_MAX)
+            yield* commit(batch)
+            written += batch.length
           }
-          return true
         })
-        const done = yield* drain.pipe(
+        const done = yield* write.pipe(
           Effect.timeoutOption(Math.max(0, deadline - Date.now())),
-          Effect.map((finished) => finished._tag === "Some"),
-          Effect.catch((error) => Effect.as(Effect.logWarning("Audit stream not drained at shutdown", error), false))
+          Effect.map((finished) => finished._tag === "Some")
         )
         if (!done) {
-          yield* Effect.logWarning("Audit stream entries left pending at shutdown; the next consumer writes them").pipe(
-            Effect.annotateLogs({ drained })
+          yield* Effect.logWarning("Audit records left in the stream at shutdown; the next instance writes them").pipe(
+            Effect.annotateLogs({ written, left: held.length - written })
           )
         }
       })

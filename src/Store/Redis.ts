@@ -18,8 +18,8 @@ export class RedisClient extends Context.Service<RedisClient, {
  * Review F11: a Redis that accepts and never answers (half-open, blackholed) must not hold
  * anything. With commands waiting and no byte back for this long, ioredis destroys the socket,
  * fails what waited and reconnects — and until it is ready again `isDisconnected` makes callers
- * fail at once instead of each waiting for its own deadline. Longer than the audit reader's
- * XREADGROUP BLOCK (1 s), whose answer comes when the block ends.
+ * fail at once instead of each waiting for its own deadline. Longer than any command's deadline
+ * (COMMAND_TIMEOUT_MS; the audit XADD pipeline's 2 s), so a slow answer fails its command first.
  */
 const SOCKET_TIMEOUT_MS = 2000
 
@@ -116,8 +116,8 @@ export const COMMAND_TIMEOUT_MS = 1000
 /**
  * One Redis command (or pipeline) as an Effect, traced as a client span (CONTRACT §8: a span per
  * Redis command). Every module that talks to Redis goes through this. The command fails with
- * `RedisTimeout` when Redis has not answered within `timeoutMs` (COMMAND_TIMEOUT_MS unless given;
- * a blocking command names its block plus a margin) — a plain timer on the promise, not
+ * `RedisTimeout` when Redis has not answered within `timeoutMs` (COMMAND_TIMEOUT_MS unless given)
+ * — a plain timer on the promise, not
  * `Effect.timeout`, which forks two fibers per call: on the hot paths (a rate-limit hit per
  * request and per WebSocket message, and the audit append) those races were about a fifth of a W6
  * request's CPU.

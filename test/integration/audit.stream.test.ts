@@ -1,14 +1,19 @@
 /**
- * The Redis Stream audit buffer keeps its cap while PostgreSQL is down (CONTRACT §6 "the Redis
- * Stream buffer keeps its cap during a database outage"): with nothing committed, the stream's
- * length still comes back with every append, and records past the cap are counted, not appended.
+ * The Redis Stream audit journal (AuditLogs/StreamWriter.ts):
+ * - it keeps its cap while PostgreSQL is down (CONTRACT §6 "the Redis Stream buffer keeps its cap
+ *   during a database outage"): with nothing committed, the stream's length still comes back with
+ *   every append, and records past the cap are counted, not appended;
+ * - appended records are written from memory and deleted from the stream after their commit;
+ * - entries nobody writes (a killed instance's) are written by the recovery scan: at start all of
+ *   them, later those older than `claimIdle` — each stored once.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Redacted } from "effect"
 import { SqlError } from "effect/sql"
+import type { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import type { AuditEntry } from "../../src/AuditLogs/AuditLog.ts"
-import { AuditRepo } from "../../src/AuditLogs/Repo.ts"
+import { AuditRepo, type StoredEntry } from "../../src/AuditLogs/Repo.ts"
 import { makeStreamAuditLog } from "../../src/AuditLogs/StreamWriter.ts"
 import { defaultWriterOptions } from "../../src/AuditLogs/Writer.ts"
 import { AppConfig } from "../../src/Config.ts"
@@ -31,12 +36,28 @@ const DownRepo = Layer.succeed(AuditRepo, AuditRepo.of({
   statements: { pageRows: () => { throw new Error("unused") }, total: () => { throw new Error("unused") } }
 }))
 
+/** PostgreSQL up: the batches the writer commits. */
+const recordingRepo = () => {
+  const inserted: Array<StoredEntry> = []
+  const layer = Layer.succeed(AuditRepo, AuditRepo.of({
+    insertBatch: (batch) => Effect.sync(() => void inserted.push(...batch)),
+    page: () => Effect.die("unused"),
+    findById: () => Effect.die("unused"),
+    statements: { pageRows: () => { throw new Error("unused") }, total: () => { throw new Error("unused") } }
+  }))
+  return { inserted, layer }
+}
+
+/** An entry as another instance appends it (StreamWriter's own field layout). */
+const foreignEntry = (client: Redis, stream: string, entryId: string, n: number) =>
+  client.xadd(stream, "*", "id", entryId, "e", JSON.stringify({ ...entry(n), timestamp: new Date().toISOString() }))
+
 const streamFull = async () => (await auditRecordsDroppedTotal.get()).values.find((v) => v.labels["reason"] === "stream_full")?.value ?? 0
 
 const prefix = `test:${randomUUID()}:`
 
-describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream during a PostgreSQL outage", () => {
-  it.live("holds its cap: records past streamMax are counted stream_full, the stream stops growing", () =>
+describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () => {
+  it.live("during a PostgreSQL outage, holds its cap: records past streamMax are counted stream_full, the stream stops growing", () =>
     Effect.gen(function*() {
       const before = yield* Effect.promise(streamFull)
       const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, streamMax: 5, flushTimeout: "100 millis" })
@@ -52,4 +73,55 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream during a Postgr
       Effect.provide(Layer.mergeAll(DownRepo, AppConfig.layerWith({ port: 0 }))),
       Effect.provide(redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), prefix))
     ))
+
+  const withRecordingRepo = (repo: ReturnType<typeof recordingRepo>, prefixOf: string) =>
+    <A, E>(self: Effect.Effect<A, E, RedisClient | AuditRepo | import("effect").Scope.Scope>) =>
+      self.pipe(Effect.scoped, Effect.provide(repo.layer), Effect.provide(redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), prefixOf)))
+
+  it.live("writes appended records from memory and deletes their entries once committed", () => {
+    const p = `test:${randomUUID()}:`
+    const repo = recordingRepo()
+    return Effect.gen(function*() {
+      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
+      for (let i = 0; i < 20; i++) yield* audit.record(entry(i))
+      const { client } = yield* RedisClient
+      // Committed batches leave the stream: wait for the inserter, then for the XDEL.
+      while (repo.inserted.length < 20 || (yield* Effect.promise(() => client.xlen(`${p}audit:stream`))) > 0) yield* Effect.sleep("10 millis")
+      expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(Array.from({ length: 20 }, (_, i) => `r${i}`).sort())
+      expect(new Set(repo.inserted.map((s) => s.entryId)).size).toBe(20)
+    }).pipe(withRecordingRepo(repo, p))
+  })
+
+  it.live("at start, writes the entries already in the stream (a killed instance's) and deletes them", () => {
+    const p = `test:${randomUUID()}:`
+    const repo = recordingRepo()
+    return Effect.gen(function*() {
+      const { client } = yield* RedisClient
+      const ids = Array.from({ length: 3 }, () => randomUUID())
+      for (const [n, id] of ids.entries()) yield* Effect.promise(() => foreignEntry(client, `${p}audit:stream`, id, 100 + n))
+      yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
+      while ((yield* Effect.promise(() => client.xlen(`${p}audit:stream`))) > 0) yield* Effect.sleep("10 millis")
+      expect(repo.inserted.map((s) => s.entryId).sort()).toEqual([...ids].sort())
+      expect(repo.inserted.map((s) => s.entry.resource).sort()).toEqual(["/authors/100", "/authors/101", "/authors/102"])
+    }).pipe(withRecordingRepo(repo, p))
+  })
+
+  it.live("while running, writes entries older than claimIdle that nobody wrote", () => {
+    const p = `test:${randomUUID()}:`
+    const repo = recordingRepo()
+    return Effect.gen(function*() {
+      const { client } = yield* RedisClient
+      // The start scan is over once this entry is written and gone.
+      const early = randomUUID()
+      yield* Effect.promise(() => foreignEntry(client, `${p}audit:stream`, early, 6))
+      yield* makeStreamAuditLog({ ...defaultWriterOptions, claimIdle: "300 millis", flushTimeout: "1 second" })
+      while ((yield* Effect.promise(() => client.xlen(`${p}audit:stream`))) > 0) yield* Effect.sleep("10 millis")
+      expect(repo.inserted.map((s) => s.entryId)).toEqual([early])
+      // Appended after the start scan, by another (since killed) instance: only the periodic scan writes it.
+      const orphan = randomUUID()
+      yield* Effect.promise(() => foreignEntry(client, `${p}audit:stream`, orphan, 7))
+      while ((yield* Effect.promise(() => client.xlen(`${p}audit:stream`))) > 0) yield* Effect.sleep("20 millis")
+      expect(repo.inserted.map((s) => s.entryId)).toEqual([early, orphan])
+    }).pipe(withRecordingRepo(repo, p))
+  })
 })
