@@ -11,8 +11,8 @@ import { currentRequest, type RequestContext } from "../Edge/RequestContext.ts"
 export interface Observation {
   /** Ends the in-progress gauge (runs however the request ends, interruption included). */
   readonly leave: Effect.Effect<void>
-  /** Counts the answered request and writes its log line; the request's duration in ms. */
-  readonly finish: (status: number, ctx: RequestContext) => Effect.Effect<number>
+  /** Counts the answered request and writes its log line. */
+  readonly finish: (status: number, ctx: RequestContext) => Effect.Effect<void>
 }
 
 export const observe = (method: string, endpoint: string, quiet: boolean): Observation => {
@@ -28,12 +28,12 @@ export const observe = (method: string, endpoint: string, quiet: boolean): Obser
         series.total(status).inc()
         series.duration.observe(seconds)
         const durationMs = Math.round(seconds * 1000)
-        if (!LogLevel.isGreaterThanOrEqualTo(level, fiber.getRef(References.MinimumLogLevel))) return Effect.succeed(durationMs)
+        if (!LogLevel.isGreaterThanOrEqualTo(level, fiber.getRef(References.MinimumLogLevel))) return Effect.void
         // The ids (and the trace id when no span is open) come from the request's facts (Logging.ts).
-        return Effect.as(Effect.logWithLevel(level)("HTTP request").pipe(
+        return Effect.logWithLevel(level)("HTTP request").pipe(
           Effect.annotateLogs({ method, endpoint, status_code: status, duration_ms: durationMs }),
           Effect.provideService(currentRequest, ctx)
-        ), durationMs)
+        )
       })
   }
 }

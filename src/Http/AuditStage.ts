@@ -5,8 +5,9 @@
  */
 import { Effect } from "effect"
 import type { HttpServerRequest, HttpServerResponse } from "effect/http"
-import { AuditLog, outcomeOf } from "../AuditLogs/AuditLog.ts"
+import type { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData, isSecretKey, redact } from "../AuditLogs/RequestData.ts"
+import { requestEntry } from "../Edge/AuditEntries.ts"
 import type { RequestContext } from "../Edge/RequestContext.ts"
 import { jsonText, parseJson } from "./ErrorResponse.ts"
 
@@ -65,8 +66,7 @@ export const makeAuditStage = (audit: AuditLog["Service"], unaudited: ReadonlySe
   bodySource: HttpServerRequest.HttpServerRequest,
   pathname: string,
   ctx: RequestContext,
-  response: HttpServerResponse.HttpServerResponse,
-  durationMs: number
+  response: HttpServerResponse.HttpServerResponse
 ): Effect.Effect<void> => {
   const user = ctx.user
   if (user === undefined || unaudited.has(pathname) || SELF_AUDITED_PATHS.has(pathname)) return Effect.void
@@ -74,22 +74,12 @@ export const makeAuditStage = (audit: AuditLog["Service"], unaudited: ReadonlySe
     const queryStart = request.url.indexOf("?")
     const query = queryStart === -1 ? undefined : Object.fromEntries(new URLSearchParams(request.url.slice(queryStart + 1)))
     const status = response.status
-    return audit.record({
-      timestamp: ctx.startedAt,
-      user_id: user.id,
-      username: user.username,
-      user_roles: user.roles,
+    return audit.record(requestEntry(ctx, user, {
       action_type: request.method,
       resource: pathname,
-      outcome: outcomeOf(status),
-      ip_address: ctx.ip,
-      user_agent: ctx.userAgent,
-      request_id: ctx.requestId,
-      correlation_id: ctx.correlationId,
       response_status: status,
-      duration_ms: durationMs,
       request_data: captureRequestData(query, body),
       error_message: status >= 400 ? errorMessageOf(response) : null
-    })
+    }))
   })
 }

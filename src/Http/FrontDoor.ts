@@ -163,8 +163,8 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
           const { ctx, presented, response } = yield* admit(request, base, shape, limited, app).pipe(
             Effect.ensuring(observation.leave)
           )
-          const durationMs = yield* observation.finish(response.status, ctx)
-          yield* recordAudit(request, presented, pathname, ctx, response, durationMs)
+          yield* observation.finish(response.status, ctx)
+          yield* recordAudit(request, presented, pathname, ctx, response)
           return HttpServerResponse.setHeaders(response, { ...idHeaders(ctx), ...securityHeaders(response), ...cors?.headers(request) })
         })
     }),

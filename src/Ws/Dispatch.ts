@@ -6,11 +6,12 @@
  * (Handshake.ts): a signature check per frame is not free.
  */
 import { Effect, Option } from "effect"
-import type { AuditLog, AuditOutcome } from "../AuditLogs/AuditLog.ts"
+import type { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData } from "../AuditLogs/RequestData.ts"
 import type { Authors } from "../Authors/Authors.ts"
 import type { AppConfigShape } from "../Config.ts"
 import type { Principal } from "../Domain/User.ts"
+import { messageEntry } from "../Edge/AuditEntries.ts"
 import { WsStatus } from "../Errors.ts"
 import { rateLimitHitsTotal, wsMessageProcessingDuration } from "../Observability/Metrics.ts"
 import { RATE_WINDOW_MS, type RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
@@ -40,9 +41,6 @@ export const encodeReply = (
   format === "json"
     ? JSON.stringify({ pkg_id: pkgId, req_id: reqId, status_code: r.status, data: r.data, meta: r.meta })
     : encodeResponse({ pkg_id: pkgId, req_id: reqId, status_code: r.status, data: r.data, meta: r.meta })
-
-const outcomeOf = (status: WsStatus): AuditOutcome =>
-  status === WsStatus.OK ? "success" : status === WsStatus.PERMISSION_DENIED ? "permission_denied" : "error"
 
 const messageOf = (data: unknown): string | null =>
   typeof data === "object" && data !== null && "msg" in data && typeof data.msg === "string" ? data.msg : null
@@ -131,23 +129,17 @@ export const makeDispatch = (deps: DispatchDeps) => {
         const seconds = (performance.now() - started) / 1000
         wsMessageProcessingDuration.observe({ pkg_id: pkg === undefined ? "unknown" : String(pkg.pkgId) }, seconds)
         const data = frame.fields["data"]
-        yield* audit.record({
+        yield* audit.record(messageEntry(conn, user, {
           timestamp: startedAt,
-          user_id: user.id,
-          username: user.username,
-          user_roles: user.roles,
+          request_id: frame.reqId,
+          duration_ms: Math.round(seconds * 1000),
           action_type: `WS:${pkg?.name ?? "UNKNOWN"}`,
           resource: `ws:${WS_PATH}`,
-          outcome: outcomeOf(result.status),
-          ip_address: conn.ip,
-          user_agent: conn.userAgent,
-          request_id: frame.reqId,
-          correlation_id: conn.correlationId,
+          status_code: result.status,
           response_status: result.httpStatus,
-          duration_ms: Math.round(seconds * 1000),
           request_data: captureRequestData(undefined, typeof data === "object" ? data : undefined),
           error_message: result.status === WsStatus.OK ? null : messageOf(result.data)
-        })
+        }))
         if (!streamed) conn.send(encodeReply(conn.format, frame.pkgId, frame.reqId, result))
       }).pipe(Effect.annotateLogs({ request_id: frame.reqId })),
       "ws.message",

@@ -8,13 +8,13 @@
  * releases what it counted. A later auth frame on an open connection re-authenticates it.
  */
 import { Effect } from "effect"
-import { randomUUID } from "node:crypto"
 import type { IncomingMessage } from "node:http"
-import type { AuditLog, AuditOutcome } from "../AuditLogs/AuditLog.ts"
+import type { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { authenticateHeader } from "../Auth/Authentication.ts"
 import type { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import type { AppConfigShape } from "../Config.ts"
 import type { Principal } from "../Domain/User.ts"
+import { connectionEntry } from "../Edge/AuditEntries.ts"
 import { rateLimitHitsTotal, rateLimitStoreErrorsTotal, wsConnectionsActive, wsConnectionsTotal } from "../Observability/Metrics.ts"
 import { type Connection, frameText, type InboundFrame } from "./Connection.ts"
 import { AUTH_OK_TEXT, Close, parseJsonFrame, WS_PATH } from "./Protocol.ts"
@@ -67,24 +67,15 @@ export const makeHandshake = (deps: HandshakeDeps): Handshake => {
 
   const sessionEnd = (user: Principal) => (user.expiresAt + config.wsSessionGraceSeconds) * 1000
 
-  const recordConnection = (conn: Connection, user: Principal, outcome: AuditOutcome, responseStatus: number, errorMessage: string) =>
-    audit.record({
-      timestamp: new Date(),
-      user_id: user.id,
-      username: user.username,
-      user_roles: user.roles,
+  /** An authenticated user's connection refused (CONTRACT §6): 403 → permission_denied, 429 → error. */
+  const recordRefusal = (conn: Connection, user: Principal, status: number, reason: string) =>
+    audit.record(connectionEntry(conn, user, {
       action_type: "WS:CONNECT",
       resource: `ws:${WS_PATH}`,
-      outcome,
-      ip_address: conn.ip,
-      user_agent: conn.userAgent,
-      request_id: randomUUID(),
-      correlation_id: conn.correlationId,
-      response_status: responseStatus,
-      duration_ms: 0,
+      response_status: status,
       request_data: { query: { format: conn.format } },
-      error_message: errorMessage
-    })
+      error_message: reason
+    }))
 
   const release = (conn: Connection) =>
     Effect.suspend(() => {
@@ -130,7 +121,7 @@ export const makeHandshake = (deps: HandshakeDeps): Handshake => {
       if (slot === "full") {
         wsConnectionsTotal.inc({ status: "rejected_limit" })
         rateLimitHitsTotal.inc({ limit_type: "websocket_connection" })
-        yield* recordConnection(conn, user, "error", 429, Close.TooManyConnections.reason)
+        yield* recordRefusal(conn, user, 429, Close.TooManyConnections.reason)
         return conn.close(Close.TooManyConnections)
       }
       if (conn.isClosed()) return yield* release(conn) // the client left meanwhile
@@ -150,7 +141,7 @@ export const makeHandshake = (deps: HandshakeDeps): Handshake => {
       conn.close(Close.OriginNotAllowed)
       if (token === undefined) return
       const user = yield* Effect.option(authenticateHeader(verifier, bearer(token)))
-      if (user._tag === "Some") yield* recordConnection(conn, user.value, "permission_denied", 403, Close.OriginNotAllowed.reason)
+      if (user._tag === "Some") yield* recordRefusal(conn, user.value, 403, Close.OriginNotAllowed.reason)
     })
 
   const stopWaiting = (conn: Connection) => {
