@@ -47,6 +47,18 @@ export class CaptureRefused extends Schema.TaggedError<CaptureRefused>()("Captur
 export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", fields) {
   static readonly instance = new RateLimited({ detail: "Rate limit exceeded" })
 }
+/**
+ * Failed-login slowing refused the attempt (CONTRACT §4, Auth/LoginThrottle.ts); the login handler
+ * answers it with `Retry-After: retryAfterSeconds`, which the `{detail}` body does not carry.
+ */
+export class TooManyFailedLogins extends Schema.TaggedError<TooManyFailedLogins>()("TooManyFailedLogins", {
+  ...fields,
+  retryAfterSeconds: Schema.Number
+}) {
+  static readonly DETAIL = "Too many failed login attempts"
+  static readonly of = (retryAfterSeconds: number) =>
+    new TooManyFailedLogins({ detail: TooManyFailedLogins.DETAIL, retryAfterSeconds })
+}
 export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", fields) {
   static readonly instance = new PayloadTooLarge({ detail: "Request body too large" })
 }
@@ -70,6 +82,7 @@ export type ClientError =
   | ReportNotFound
   | CaptureRefused
   | RateLimited
+  | TooManyFailedLogins
   | PayloadTooLarge
   | RouteNotFound
   | InternalError
@@ -92,6 +105,7 @@ export const errorStatus: { readonly [K in ClientError["_tag"]]: { readonly http
   ReportNotFound: { http: 404, ws: WsStatus.INVALID_DATA },
   CaptureRefused: { http: 409, ws: WsStatus.ERROR },
   RateLimited: { http: 429, ws: WsStatus.ERROR },
+  TooManyFailedLogins: { http: 429, ws: WsStatus.ERROR },
   PayloadTooLarge: { http: 413, ws: WsStatus.INVALID_DATA },
   RouteNotFound: { http: 404, ws: WsStatus.INVALID_DATA },
   InternalError: { http: 500, ws: WsStatus.ERROR }
@@ -101,18 +115,30 @@ export const errorStatus: { readonly [K in ClientError["_tag"]]: { readonly http
  * The wire schema of an error: exactly `{detail}` (the class's own schema would also put `_tag`
  * on the wire), annotated with its status for HttpApi (`httpApiStatus`) and OpenAPI. Its Type is
  * the error instance, so a handler fails with `new AuthorNotFound(...)` and HttpApi picks this
- * member of the endpoint's error union by `instanceof`.
+ * member of the endpoint's error union by `instanceof`. `decode` is what a client makes of a body.
  */
-const wire = <A extends ClientError>(cls: new(props: { readonly detail: string }) => A, tag: A["_tag"]) =>
+const wireWith = <C extends abstract new(...args: never) => ClientError>(
+  cls: C,
+  tag: InstanceType<C>["_tag"],
+  options: {
+    readonly decode: (body: { readonly detail: string }) => InstanceType<C>
+    /** The response's description in OpenAPI; `<tag>Error` by default. */
+    readonly description?: string
+  }
+) =>
   Schema.Struct({ detail: Schema.String }).annotate({ identifier: `${tag}Error` }).pipe(
     Schema.decodeTo(
       Schema.instanceOf(cls),
-      SchemaTransformation.transform<A, { readonly detail: string }>({
-        decode: (body) => new cls({ detail: body.detail }),
+      SchemaTransformation.transform<InstanceType<C>, { readonly detail: string }>({
+        decode: options.decode,
         encode: (error) => ({ detail: error.detail })
       })
     )
-  ).annotate({ httpApiStatus: errorStatus[tag].http, description: `${tag}Error` })
+  ).annotate({ httpApiStatus: errorStatus[tag].http, description: options.description ?? `${tag}Error` })
+
+/** The wire schema of an error that is all `detail` (every error but TooManyFailedLogins). */
+const wire = <C extends new(props: { readonly detail: string }) => ClientError>(cls: C, tag: InstanceType<C>["_tag"]) =>
+  wireWith(cls, tag, { decode: (body) => new cls({ detail: body.detail }) as InstanceType<C> })
 
 export const Wire = {
   AuthorNotFound: wire(AuthorNotFound, "AuthorNotFound"),
@@ -127,6 +153,11 @@ export const Wire = {
   ReportNotFound: wire(ReportNotFound, "ReportNotFound"),
   CaptureRefused: wire(CaptureRefused, "CaptureRefused"),
   RateLimited: wire(RateLimited, "RateLimited"),
+  // The client's retry delay is in the response's Retry-After header, not in the body.
+  TooManyFailedLogins: wireWith(TooManyFailedLogins, "TooManyFailedLogins", {
+    decode: (body) => new TooManyFailedLogins({ detail: body.detail, retryAfterSeconds: 1 }),
+    description: "Too many failed login attempts for this username (see Retry-After)"
+  }),
   PayloadTooLarge: wire(PayloadTooLarge, "PayloadTooLarge"),
   InternalError: wire(InternalError, "InternalError")
 } as const

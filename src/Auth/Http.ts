@@ -3,15 +3,16 @@ import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { decodeJwt } from "jose"
 import { Api } from "../Api.ts"
-import { AuditLog, outcomeOf } from "../AuditLogs/AuditLog.ts"
+import { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData } from "../AuditLogs/RequestData.ts"
 import { AppConfig } from "../Config.ts"
 import { type ClientError, errorStatus } from "../Errors.ts"
+import { loginEntry } from "../Edge/AuditEntries.ts"
 import { getRequestContext } from "../Edge/RequestContext.ts"
 import { authAttemptsTotal, rateLimitHitsTotal } from "../Observability/Metrics.ts"
 import { RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { IdentityProvider, type TokenResponse } from "./IdentityProvider.ts"
-import { makeLoginThrottle, TooManyFailedLogins } from "./LoginThrottle.ts"
+import { makeLoginThrottle } from "./LoginThrottle.ts"
 import { rolesOf } from "./TokenVerifier.ts"
 
 /** Who a freshly issued access token names (it comes straight from the provider). */
@@ -46,38 +47,22 @@ export const LoginHttpLive = HttpApiBuilder.group(
     const recordAttempt = (
       action: string,
       username: string,
-      exit: Exit.Exit<TokenResponse, ClientError | TooManyFailedLogins>
+      exit: Exit.Exit<TokenResponse, ClientError>
     ) =>
       Effect.gen(function*() {
         const ctx = yield* getRequestContext
         if (ctx === undefined) return
-        // A failure the table knows (the provider's errors), else a defect or an interruption: 500.
+        // A failure the table knows (the provider's errors, the throttle's), else a defect or an interruption: 500.
         const error = Option.getOrUndefined(Exit.findErrorOption(exit))
-        const status = Exit.isSuccess(exit)
-          ? 200
-          : error === undefined
-          ? 500
-          : error._tag === "TooManyFailedLogins"
-          ? 429
-          : errorStatus[error._tag].http
+        const status = Exit.isSuccess(exit) ? 200 : error === undefined ? 500 : errorStatus[error._tag].http
         const subject = Exit.isSuccess(exit) ? subjectOf(exit.value, clientId) : { id: "", username: undefined, roles: [] }
-        yield* audit.record({
-          timestamp: ctx.startedAt,
-          user_id: subject.id,
-          username: subject.username ?? username,
-          user_roles: subject.roles,
+        yield* audit.record(loginEntry(ctx, { ...subject, username: subject.username ?? username }, {
           action_type: "POST",
           resource: action,
-          outcome: outcomeOf(status) === "success" ? "success" : "error",
-          ip_address: ctx.ip,
-          user_agent: ctx.userAgent,
-          request_id: ctx.requestId,
-          correlation_id: ctx.correlationId,
           response_status: status,
-          duration_ms: Date.now() - ctx.startedAt.getTime(),
           request_data: captureRequestData(undefined, username === "" ? undefined : { username, password: "[REDACTED]" }),
           error_message: error !== undefined ? error.detail : null
-        })
+        }))
       })
 
     return handlers
@@ -93,13 +78,14 @@ export const LoginHttpLive = HttpApiBuilder.group(
               recordAttempt("/login", payload.username, exit)
             )
           ),
-          // CONTRACT §4: the 429 carries Retry-After, which a declared error cannot set; like every
-          // HTTP 429 it is a `rate_limit_hits_total{limit_type="http"}` (CONTRACT §9 "Metrics meaning").
+          // CONTRACT §4: the 429 carries Retry-After, which the declared error (Errors.ts: its status
+          // and `{detail}` body) does not set; like every HTTP 429 it is a
+          // `rate_limit_hits_total{limit_type="http"}` (CONTRACT §9 "Metrics meaning").
           Effect.catchTag("TooManyFailedLogins", (error) =>
             Effect.sync(() => {
               rateLimitHitsTotal.inc({ limit_type: "http" })
               return HttpServerResponse.jsonUnsafe({ detail: error.detail }, {
-                status: 429,
+                status: errorStatus[error._tag].http,
                 headers: { "retry-after": String(error.retryAfterSeconds) }
               })
             }))

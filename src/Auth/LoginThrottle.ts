@@ -13,18 +13,10 @@
  * case-insensitive), under a digest (any length, any character, fixed-size keys), and unknown
  * usernames exactly like known ones.
  */
-import { Effect, Exit, Option, Schema } from "effect"
+import { Effect, Exit, Option } from "effect"
 import { createHash } from "node:crypto"
+import { TooManyFailedLogins } from "../Errors.ts"
 import { type FailMode, RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
-
-export class TooManyFailedLogins extends Schema.TaggedError<TooManyFailedLogins>()("TooManyFailedLogins", {
-  detail: Schema.String,
-  retryAfterSeconds: Schema.Number
-}) {
-  static readonly DETAIL = "Too many failed login attempts"
-  static readonly of = (retryAfterSeconds: number) =>
-    new TooManyFailedLogins({ detail: TooManyFailedLogins.DETAIL, retryAfterSeconds })
-}
 
 export interface LoginThrottleOptions {
   /** Failures per username in the window before attempts are refused; 0 switches slowing off. */
