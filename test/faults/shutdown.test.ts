@@ -10,7 +10,10 @@
  */
 import { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
+import { mkdtempSync, rmSync } from "node:fs"
 import { connect, type Socket } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import pg from "pg"
 import { afterEach, describe, expect, it } from "vitest"
 import {
@@ -24,8 +27,10 @@ import {
   startService,
   terminate
 } from "../support/ServiceProcess.ts"
+import { freePort, spawnService, type Spawned, waitFor } from "../support/Spawn.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
-import { login, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
+import { login, seedEmbeddedDatabase, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
+import { connectWs } from "../support/WsClient.ts"
 
 const CONTRACT_EXIT_MS = 10_000
 
@@ -86,6 +91,109 @@ const pendingInStream = async (prefix: string) => {
     redis.disconnect()
   }
 }
+
+describe("SIGTERM on embedded defaults (no DATABASE_URL, no REDIS_URL: PGlite and in-process stores)", () => {
+  it("exits 0 within 10 s with a WebSocket open and requests in flight", async () => {
+    const running = await startService({}, cleanups)
+    const token = (await login(running, "admin")).access_token
+    const ws = connectWs(running.url, { token })
+    cleanups.push(async () => void ws.ws.terminate())
+    expect((await ws.request(1, {})).status_code).toBe(0)
+    const during = load(running.url, token, 200)
+    await untilInFlight(running.url, 1, during)
+    const { code, ms } = await terminate(running)
+    const answered = await during
+    console.log(`[fault] SIGTERM on embedded defaults: exit ${code} after ${ms} ms; ${answered.answered} of 200 requests answered (${distinct(answered.statuses)})`)
+    expect(code).toBe(0)
+    expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
+    expect(await ws.closed).toEqual({ code: 1001, reason: "Server shutting down" })
+    // Every request the service took was answered (the rest were refused once it stopped accepting).
+    expect(answered.statuses.filter((s) => s !== 0).every((s) => s === 200)).toBe(true)
+  }, 90_000)
+})
+
+describe("SIGTERM during startup (before /health answers 200)", () => {
+  /**
+   * A service starting, INFO lines logged. Its DATA_DIR holds a copy of the initialised PGlite
+   * cluster: a first start's initdb (seconds on a busy machine) is not interrupted, and would eat
+   * into the 10 s the test is about.
+   */
+  const starting = async (env: Record<string, string> = {}) => {
+    const dataDir = mkdtempSync(join(tmpdir(), "ads-fault-starting-"))
+    seedEmbeddedDatabase(dataDir)
+    const port = await freePort()
+    const service = spawnService({ PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, LOG_LEVEL: "info", ...env })
+    cleanups.push(async () => {
+      if (service.child.exitCode === null && service.child.signalCode === null) {
+        service.child.kill("SIGKILL")
+        await service.exited
+      }
+      rmSync(dataDir, { recursive: true, force: true })
+    })
+    return { service, url: `http://127.0.0.1:${port}` }
+  }
+
+  /** Resolves once the service has written `text` to stdout (or exited: then the test's checks fail with what it wrote). */
+  const logged = (service: Spawned, text: string) =>
+    new Promise<void>((resolve) => {
+      const check = () => {
+        if (service.stdout().includes(text)) {
+          service.child.stdout?.off("data", check)
+          resolve()
+        }
+      }
+      service.child.stdout?.on("data", check)
+      void service.exited.then(() => resolve())
+      check()
+    })
+
+  /** Not ready: the port refuses, or answers anything but 200. */
+  const notHealthy = async (url: string) => (await fetch(`${url}/health`).catch(() => undefined))?.status !== 200
+
+  const sigterm = async (service: Spawned) => {
+    const started = performance.now()
+    service.child.kill("SIGTERM")
+    const code = await service.exited
+    return { code, ms: Math.round(performance.now() - started) }
+  }
+
+  it("the moment the process exists (before the service has set anything up): it ends within 10 s", async () => {
+    const { service } = await starting()
+    await new Promise<void>((resolve, reject) => service.child.once("spawn", resolve).once("error", reject))
+    const { code, ms } = await sigterm(service)
+    console.log(`[fault] SIGTERM at spawn: exit ${code} after ${ms} ms`)
+    // Before the service's own handlers exist, SIGTERM's default action ends it; after, a clean 0.
+    expect([0, "SIGTERM"]).toContain(code)
+    expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
+  }, 60_000)
+
+  it("while the embedded database starts (its first log line written, /health not 200): exits 0 within 10 s", async () => {
+    const { service, url } = await starting()
+    await logged(service, "Embedded: database (PGlite")
+    expect(service.child.exitCode).toBeNull()
+    expect(await notHealthy(url)).toBe(true)
+    const { code, ms } = await sigterm(service)
+    console.log(`[fault] SIGTERM while PGlite starts: exit ${code} after ${ms} ms`)
+    // Interrupted: it never opened the port.
+    expect(service.stdout()).not.toContain("Listening on")
+    expect(code).toBe(0)
+    expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
+  }, 60_000)
+
+  it.runIf(TEST_DATABASE_URL !== undefined)("while PostgreSQL accepts connections but never answers (blackholed): exits within 10 s", async () => {
+    const { db, proxy } = await database()
+    proxy.blackhole()
+    const { service, url } = await starting({ DATABASE_URL: viaProxy(db.url!, proxy) })
+    // The service is waiting for the database: its connection reached the proxy, which never answers.
+    await waitFor(() => proxy.accepted() > 0 || service.child.exitCode !== null, "the service to connect to PostgreSQL")
+    expect(service.child.exitCode).toBeNull()
+    expect(await notHealthy(url)).toBe(true)
+    const { code, ms } = await sigterm(service)
+    console.log(`[fault] SIGTERM while PostgreSQL is blackholed at startup: exit ${code} after ${ms} ms\n${service.stderr().slice(0, 500)}`)
+    expect(code).toBe(0)
+    expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
+  }, 60_000)
+})
 
 describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavailable", () => {
   for (const fault of ["cut", "blackholed"] as const) {

@@ -5,7 +5,10 @@
  */
 import { Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
+import { request as httpRequest } from "node:http"
+import { createServer, connect as tcpConnect } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { untilInFlight } from "../support/ServiceProcess.ts"
 import { waitFor } from "../support/Spawn.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 
@@ -16,6 +19,33 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 type Item = Record<string, unknown> & { id: number; request_id: string; timestamp: string }
 type Page = { items: Array<Item>; meta: { page: number; per_page: number; total: number; pages: number } }
+
+/** A record's `timestamp` (UTC, no zone, microseconds) in epoch ms. */
+const epochMs = (timestamp: string) => Date.parse(`${timestamp.slice(0, 23)}Z`)
+
+/**
+ * A `POST` whose body is sent in two parts: the request has started (its headers are at the
+ * server) and stays in flight until `finish` sends the rest.
+ */
+const splitPost = (url: string, path: string, token: string, body: unknown) => {
+  const text = JSON.stringify(body)
+  let finish: () => void = () => {}
+  const response = new Promise<{ status: number; requestId: string; arrivedAt: number }>((resolve, reject) => {
+    const req = httpRequest(`${url}${path}`, {
+      method: "POST",
+      agent: false,
+      headers: { "content-type": "application/json", "content-length": Buffer.byteLength(text), authorization: `Bearer ${token}` }
+    }, (res) => {
+      const arrivedAt = Date.now()
+      res.resume()
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, requestId: String(res.headers["x-request-id"]), arrivedAt }))
+    })
+    req.on("error", reject)
+    req.write(text.slice(0, 5))
+    finish = () => req.end(text.slice(5))
+  })
+  return { response, finish: () => finish() }
+}
 
 const setups = [
   { name: "embedded", database: "embedded" as const, redis: false },
@@ -103,6 +133,24 @@ describe.each(setups)("audit trail ($name)", (setup) => {
     })
     const invalidRecord = await recordOf(invalid.headers.get("x-request-id")!)
     expect(invalidRecord).toMatchObject({ outcome: "error", response_status: 422, request_data: { body: { name: "" } } })
+  })
+
+  it("timestamp is when the request started, not when it ended (CONTRACT §9 Audit records)", async () => {
+    // The request starts, is seen in flight, and only then (a clock tick later) gets the rest of
+    // its body: its start is at or before `inFlightAt`, its end after it.
+    const sentAt = Date.now()
+    const post = splitPost(app.url, "/authors", admin, { name: `Started ${randomUUID()}` })
+    await untilInFlight(app.url, 1, post.response)
+    const inFlightAt = Date.now()
+    await waitFor(() => Date.now() > inFlightAt, "the clock to pass the moment the request was seen in flight")
+    post.finish()
+    const { status, requestId, arrivedAt } = await post.response
+    expect(status).toBe(201)
+    const record = await recordOf(requestId)
+    const started = epochMs(record.timestamp)
+    expect(started).toBeGreaterThanOrEqual(sentAt)
+    expect(started).toBeLessThanOrEqual(inFlightAt)
+    expect(inFlightAt).toBeLessThan(arrivedAt)
   })
 
   it("login attempts: success names the user, failure keeps the username as sent; never the password", async () => {
@@ -323,5 +371,52 @@ describe("AUDIT_LOG_ENABLED=false", () => {
     } finally {
       await app.close()
     }
+  })
+})
+
+describe("ip_address of an IPv4-mapped IPv6 peer (CONTRACT §9 Audit records)", () => {
+  let app: TestApp
+  beforeAll(async () => {
+    // Listening on "::" (dual stack), the server sees the test's IPv4 connections as ::ffff:127.0.0.1.
+    app = await startTestApp({ host: "::", config: { rateLimitEnabled: false } })
+  })
+  afterAll(() => app?.close())
+
+  it("the peer ::ffff:127.0.0.1 is stored and listed as plain IPv4 127.0.0.1", async () => {
+    // The premise, on this host: a dual-stack listener reports an IPv4 client as IPv4-mapped IPv6.
+    const peer = await new Promise<string | undefined>((resolve, reject) => {
+      const server = createServer((socket) => {
+        resolve(socket.remoteAddress)
+        socket.destroy()
+        server.close()
+      })
+      server.once("error", reject)
+      server.listen(0, "::", () => {
+        const address = server.address()
+        tcpConnect(typeof address === "object" && address !== null ? address.port : 0, "127.0.0.1").on("error", () => {})
+      })
+    })
+    expect(peer).toBe("::ffff:127.0.0.1")
+
+    const admin = (await login(app, "admin")).access_token
+    const res = await request(app, "GET", "/authors", { token: admin })
+    expect(res.status).toBe(200)
+    const requestId = res.headers.get("x-request-id")!
+    let item: Item | undefined
+    await waitFor(async () => {
+      const page = await request(app, "GET", "/audit-logs?per_page=100", { token: admin })
+      expect(page.status).toBe(200)
+      item = (page.body as Page).items.find((i) => i.request_id === requestId)
+      return item !== undefined
+    }, `the audit record of ${requestId}`)
+    expect(item!["ip_address"]).toBe("127.0.0.1")
+    const detail = await request(app, "GET", `/audit-logs/${item!.id}`, { token: admin })
+    expect(detail.status).toBe(200)
+    expect((detail.body as Item)["ip_address"]).toBe("127.0.0.1")
+    // The login's record too (no token: the same address, kept for the failed-login trail).
+    const logins = await request(app, "GET", "/audit-logs?resource=/login&per_page=100", { token: admin })
+    const loginItems = (logins.body as Page).items
+    expect(loginItems.length).toBeGreaterThan(0)
+    expect(loginItems.every((i) => i["ip_address"] === "127.0.0.1")).toBe(true)
   })
 })

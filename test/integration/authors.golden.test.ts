@@ -8,6 +8,7 @@ import { authHeader, login, request, signToken, startTestApp, TEST_DATABASE_URL,
 
 const backends = ["embedded", ...(TEST_DATABASE_URL !== undefined ? ["postgres"] as const : [])] as const
 const HEX8 = /^[0-9a-f]{8}$/
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const TIMESTAMP = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?$/
 
 describe.each(backends)("authors HTTP contract (%s)", (backend) => {
@@ -487,5 +488,23 @@ describe("check order with the rate limiter on: 413 → 429 → 401", () => {
     expect(limited).toMatchObject({ status: 429, body: { detail: "Rate limit exceeded" } })
     expect(limited.headers.get("x-correlation-id")).toBe("corr-429")
     expect(Number(limited.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+  })
+
+  it("413 and 429 carry the security headers and their own X-Request-ID (CONTRACT §3: every response, errors and 429 included)", async () => {
+    const big = await request(app, "POST", "/authors", { body: { name: "y".repeat(200) } })
+    expect(big).toMatchObject({ status: 413, body: { detail: "Request body too large" } })
+    // A budget of 1: the second of these is refused whatever came before.
+    await request(app, "GET", "/authors")
+    const limited = await request(app, "GET", "/authors")
+    expect(limited).toMatchObject({ status: 429, body: { detail: "Rate limit exceeded" } })
+    for (const res of [big, limited]) {
+      expect(res.headers.get("x-content-type-options"), String(res.status)).toBe("nosniff")
+      expect(res.headers.get("x-frame-options"), String(res.status)).toBe("DENY")
+      expect(res.headers.get("referrer-policy"), String(res.status)).toBe("no-referrer")
+      expect(res.headers.get("content-security-policy"), String(res.status)).toContain("default-src 'none'")
+      expect(res.headers.get("x-request-id"), String(res.status)).toMatch(UUID)
+      expect(res.headers.get("x-correlation-id"), String(res.status)).toMatch(HEX8)
+    }
+    expect(big.headers.get("x-request-id")).not.toBe(limited.headers.get("x-request-id"))
   })
 })

@@ -11,6 +11,7 @@ import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { appConfig, tokenAudience } from "../../src/Config.ts"
 import { freePort, spawnService, waitFor } from "../support/Spawn.ts"
+import { seedEmbeddedDatabase } from "../support/TestApp.ts"
 
 const dataDir = mkdtempSync(join(tmpdir(), "ads-config-"))
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
@@ -76,6 +77,53 @@ describe("invalid configuration stops startup", () => {
     expect(await service.exited).not.toBe(0)
     expect(service.stderr()).toMatch(/built-in identity provider.*OIDC_ISSUER_URL/)
   }, 60_000)
+})
+
+describe("PROFILING_ENABLED (CONTRACT §2: true in development, false in production)", () => {
+  const profilingOf = async (env: Record<string, string>) =>
+    (await Effect.runPromise(
+      appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })))
+    )).profilingEnabled
+
+  it("defaults to the environment's; a value set replaces the default in either", async () => {
+    expect(await profilingOf({})).toBe(true)
+    expect(await profilingOf({ APP_ENV: "development" })).toBe(true)
+    expect(await profilingOf({ APP_ENV: "production" })).toBe(false)
+    expect(await profilingOf({ APP_ENV: "production", PROFILING_ENABLED: "true" })).toBe(true)
+    expect(await profilingOf({ APP_ENV: "development", PROFILING_ENABLED: "false" })).toBe(false)
+  })
+
+  it("a production process with PROFILING_ENABLED unset reports profiling disabled and refuses a capture", async () => {
+    const port = await freePort()
+    const url = `http://127.0.0.1:${port}`
+    const productionDir = join(dataDir, "production")
+    seedEmbeddedDatabase(productionDir)
+    // The identity provider is only asked when a token needs it (discovery is lazy): none runs here.
+    const service = spawnService({
+      DATA_DIR: productionDir,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      APP_ENV: "production",
+      OIDC_ISSUER_URL: "https://127.0.0.1:9/realms/author-directory",
+      PROFILING_OUTPUT_DIR: join(dataDir, "production-profiling"),
+      PROFILING_ENABLED: undefined
+    })
+    try {
+      await waitFor(async () => {
+        if (service.child.exitCode !== null) throw new Error(`the service exited ${service.child.exitCode}: ${service.stderr()}`)
+        return (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200
+      }, "the production service to be ready", 60_000)
+      const status = await fetch(`${url}/api/profiling/status`)
+      expect(status.status).toBe(200)
+      expect(await status.json()).toMatchObject({ enabled: false })
+      const capture = await fetch(`${url}/api/profiling/reports`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" })
+      expect(capture.status).toBe(409)
+      expect(await capture.json()).toEqual({ detail: "Profiling is disabled" })
+    } finally {
+      service.child.kill("SIGTERM")
+      await service.exited
+    }
+  }, 90_000)
 })
 
 describe("OIDC_ISSUER_URL: https:// in production (CONTRACT §1)", () => {

@@ -95,6 +95,44 @@ describe.each(stores)("HTTP rate limit ($name)", ({ config }) => {
   })
 })
 
+describe.each(stores)("X-RateLimit-* headers on limited error responses ($name)", ({ config }) => {
+  let app: TestApp
+  beforeAll(async () => {
+    app = await startTestApp({ config: { ...small, ...(config === "redis" ? redisConfig() : {}) } })
+  })
+  afterAll(() => app.close())
+
+  /** Status, body and the three headers, with what the budget should say after this request. */
+  const limited = async (res: Awaited<ReturnType<typeof request>>, status: number, remaining: number) => {
+    expect(res.status).toBe(status)
+    if (status >= 400) expect(res.body).toHaveProperty("detail")
+    expect(res.headers.get("x-ratelimit-limit")).toBe("7")
+    expect(res.headers.get("x-ratelimit-remaining")).toBe(String(remaining))
+    // Whole seconds until the oldest admitted request leaves the 60 s window: there is one (this one).
+    const reset = Number(res.headers.get("x-ratelimit-reset"))
+    expect(Number.isInteger(reset) && reset >= 1 && reset <= 60, `X-RateLimit-Reset ${reset}`).toBe(true)
+  }
+
+  it("401 (no token, bad token: the IP's budget), 403, 404 (author, unknown route), 422 and 409 (the user's budget) all carry them", async () => {
+    await limited(await request(app, "GET", "/authors"), 401, 6)
+    await limited(await request(app, "GET", "/authors", { token: "not-a-jwt" }), 401, 5)
+    const token = await signToken(app, { sub: `e-${randomUUID()}`, roles: ["get-authors", "create-author", "update-author"] })
+    await limited(await request(app, "DELETE", "/authors/1", { token }), 403, 6)
+    const missing = await request(app, "PUT", "/authors/999999999", { token, body: { name: `Nobody ${randomUUID()}` } })
+    await limited(missing, 404, 5)
+    expect(missing.body).toEqual({ detail: "Author with ID 999999999 not found" })
+    const unknown = await request(app, "GET", "/no-such-route", { token })
+    await limited(unknown, 404, 4)
+    expect(unknown.body).toEqual({ detail: "Not Found" })
+    const invalid = await request(app, "PUT", "/authors/not-a-number", { token, body: { name: "x" } })
+    await limited(invalid, 422, 3)
+    expect((invalid.body as { detail: Array<{ loc: Array<string> }> }).detail[0]!.loc).toEqual(["path", "author_id"])
+    const name = `Limited ${randomUUID()}`
+    await limited(await request(app, "POST", "/authors", { token, body: { name } }), 201, 2)
+    await limited(await request(app, "POST", "/authors", { token, body: { name } }), 409, 1)
+  })
+})
+
 describe("X-Forwarded-For from a trusted proxy", () => {
   it("each forwarded client has its own budget", async () => {
     const app = await startTestApp({ config: { ...small, trustedProxies: Result.getOrThrow(parseCidrList("127.0.0.1/32")) } })
@@ -140,7 +178,17 @@ describe.runIf(TEST_REDIS_URL !== undefined)("HTTP rate limit on Redis, across i
       for (let i = 0; i < 10; i++) {
         const res = await request(app, "GET", "/authors", { token })
         expect(res.status).toBe(mode === "open" ? 403 : 429)
-        if (mode === "closed") expect(res.body).toEqual({ detail: "Rate limit exceeded" })
+        if (mode === "closed") {
+          // Refused as if the window were full: the 429 of CONTRACT §4, with its headers.
+          expect(res.body).toEqual({ detail: "Rate limit exceeded" })
+          expect(res.headers.get("x-ratelimit-limit")).toBe("7")
+          expect(res.headers.get("x-ratelimit-remaining")).toBe("0")
+          const reset = Number(res.headers.get("x-ratelimit-reset"))
+          expect(Number.isInteger(reset) && reset >= 0 && reset <= 60, `X-RateLimit-Reset ${reset}`).toBe(true)
+          expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+          expect(res.headers.get("x-request-id")).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/)
+          expect(res.headers.get("x-correlation-id")).toMatch(/^[0-9a-f]{8}$/)
+        }
       }
       expect(await metric(app, `rate_limit_store_errors_total{limit_type="http"}`)).toBeGreaterThanOrEqual(before + 10)
       await proxy.restore()

@@ -10,7 +10,8 @@ export interface Spawned {
   readonly exited: Promise<number | string>
 }
 
-export const spawnService = (env: Record<string, string>): Spawned => {
+/** `env` over the defaults below; a variable given as `undefined` is left unset (e.g. to get the service's own default). */
+export const spawnService = (env: Record<string, string | undefined>): Spawned => {
   const child = spawn(process.execPath, ["dist/main.js"], {
     env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "", LOG_FORMAT: "json", PROFILING_ENABLED: "false", ...env },
     stdio: ["ignore", "pipe", "pipe"]

@@ -13,12 +13,15 @@ export interface TcpProxy {
   /** Accepts connections again on the same port and forwards again. */
   readonly restore: () => Promise<void>
   readonly close: () => Promise<void>
+  /** Connections accepted so far (forwarded or blackholed): the client has reached the proxy. */
+  readonly accepted: () => number
 }
 
 export const startTcpProxy = async (targetHost: string, targetPort: number): Promise<TcpProxy> => {
   const sockets = new Set<Socket>()
   const pairs = new Set<readonly [Socket, Socket]>()
   let blackholed = false
+  let accepted = 0
   const swallow = (socket: Socket) => {
     socket.unpipe()
     socket.removeAllListeners("data")
@@ -26,6 +29,7 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
     socket.resume()
   }
   const handle = (client: Socket) => {
+    accepted++
     if (blackholed) {
       sockets.add(client)
       client.on("error", () => client.destroy())
@@ -80,7 +84,8 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
       server = createServer(handle)
       await listen(server, port)
     },
-    close: () => stop(server)
+    close: () => stop(server),
+    accepted: () => accepted
   }
 }
 

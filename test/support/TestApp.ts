@@ -68,6 +68,11 @@ export interface TestAppOptions {
   readonly tracing?: Layer.Layer<never, never, AppConfig>
   /** Replaces the default logger (e.g. one writing JSON lines into an array). */
   readonly logger?: Layer.Layer<never>
+  /**
+   * The address the server listens on ("127.0.0.1" unless given). `"::"` (dual stack): the test's
+   * IPv4 clients reach it as IPv4-mapped IPv6 peers (`::ffff:127.0.0.1`). `url` stays 127.0.0.1.
+   */
+  readonly host?: string
 }
 
 export const startTestApp = async (options: TestAppOptions = {}): Promise<TestApp> => {
@@ -89,7 +94,7 @@ export const startTestApp = async (options: TestAppOptions = {}): Promise<TestAp
   }
   // As main.ts wires it: the port opens once the app is up, drainOnShutdown wraps it all.
   const layer = drainOnShutdown(8_000).pipe(
-    Layer.provideMerge(makeServedAppLive(nodeServerLayer({ port: 0, host: "127.0.0.1" }), options.tracing)),
+    Layer.provideMerge(makeServedAppLive(nodeServerLayer({ port: 0, host: options.host ?? "127.0.0.1" }), options.tracing)),
     Layer.provide(AppConfig.layerWith(config)),
     Layer.provide(Layer.succeed(References.MinimumLogLevel, options.logLevel ?? "Warn")),
     Layer.provide(options.logger ?? Layer.empty)
