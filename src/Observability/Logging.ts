@@ -39,14 +39,16 @@ export const scrub = (value: unknown, depth = 0): unknown => {
 }
 
 /**
- * The line's annotations: the current span's trace ids, the request's correlation/request/user ids
- * (an explicit annotation wins), then the fiber's log annotations — all scrubbed.
+ * The line's annotations: the current span's trace ids (else the request's or the WebSocket
+ * connection's own trace id), the request's correlation/request/user ids (an explicit annotation
+ * wins), then the fiber's log annotations — all scrubbed.
  */
 const annotationsOf = (fiber: Fiber.Fiber<unknown, unknown>): Array<readonly [string, unknown]> => {
   const out = new Map<string, unknown>()
   const span = fiber.cache.span
+  const traced = span !== undefined && fiber.cache.tracerEnabled
   const request = fiber.getRef(currentRequest)
-  if (span !== undefined && fiber.cache.tracerEnabled) {
+  if (traced) {
     out.set("trace_id", span.traceId)
     out.set("span_id", span.spanId)
   } else if (request !== undefined) {
@@ -58,7 +60,8 @@ const annotationsOf = (fiber: Fiber.Fiber<unknown, unknown>): Array<readonly [st
     if (!("request_id" in annotations)) out.set("request_id", request.requestId)
     if (request.user !== undefined && !("user_id" in annotations)) out.set("user_id", request.user.id)
   }
-  for (const [k, v] of Object.entries(annotations)) out.set(k, v)
+  // A WebSocket connection annotates its own trace id (Ws/Server.ts); an open span's wins.
+  for (const [k, v] of Object.entries(annotations)) if (!(traced && (k === "trace_id" || k === "span_id"))) out.set(k, v)
   return Array.from(out, ([k, v]) => [k, isSensitiveKey(k) ? "[REDACTED]" : scrub(v)] as const)
 }
 

@@ -63,6 +63,8 @@ export interface ConnectionInfo {
   readonly id: string
   readonly format: Format
   readonly correlationId: string
+  /** For the connection's log lines when no span is open: the upgrade's `traceparent`, else the id's hex digits. */
+  readonly traceId: string
   readonly ip: string
   readonly userAgent: string
 }

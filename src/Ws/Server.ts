@@ -29,7 +29,7 @@ import { AppConfig } from "../Config.ts"
 import { WsStatus } from "../Errors.ts"
 import { clientIp } from "../Edge/ClientIp.ts"
 import { refuseOnSocket, Upgrades } from "../Edge/Upgrades.ts"
-import { correlationIdFrom } from "../Edge/RequestContext.ts"
+import { correlationIdFrom, traceIdFrom } from "../Edge/RequestContext.ts"
 import { wsConnectionsActive, wsMessagesReceived, wsUpgradesRefusedTotal } from "../Observability/Metrics.ts"
 import { RATE_WINDOW_MS, RateLimiter, rateLimitHeaders, withFailMode } from "../RateLimit/RateLimiter.ts"
 import { type Connection, makeConnection } from "./Connection.ts"
@@ -80,6 +80,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     const user = conn.user()
     run(Effect.annotateLogs(effect, {
       correlation_id: conn.correlationId,
+      trace_id: conn.traceId,
       connection_id: conn.id,
       ...(user !== undefined ? { user_id: user.id } : {})
     }))
@@ -154,10 +155,12 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
 
   const accept = (ws: WebSocket, request: IncomingMessage, url: URL, correlationId: string, ip: string) => {
     const format = formatOf(url)
+    const id = randomUUID()
     const conn = makeConnection(ws, {
-      id: randomUUID(),
+      id,
       format: format === "protobuf" ? "protobuf" : "json",
       correlationId,
+      traceId: traceIdFrom(headerText(request.headers["traceparent"]), id),
       ip,
       userAgent: request.headers["user-agent"] ?? ""
     }, onDropped)

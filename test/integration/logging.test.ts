@@ -8,6 +8,7 @@ import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { loggerLayer, scrub, scrubText } from "../../src/Observability/Logging.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
+import { connectWs } from "../support/WsClient.ts"
 
 const PASSWORD = "Corr3ct-H0rse-Battery-Staple"
 const WRONG_PASSWORD = "Wr0ng-Passw0rd-Never-Logged"
@@ -80,6 +81,40 @@ describe("structured logs", () => {
     }
     // Not even a token's signature alone.
     expect(text).not.toContain(access_token.split(".")[2]!)
+  })
+
+  /** Resolves once a logged line satisfies `matches` (the logger writes after the event it reports). */
+  const lineWhere = async (matches: (r: Record<string, unknown>) => boolean) => {
+    for (let waited = 0; waited < 5_000; waited += 10) {
+      const found = records().find(matches)
+      if (found !== undefined) return found
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    throw new Error("no such log line")
+  }
+
+  it("a WebSocket connection's lines carry its trace id: the upgrade's traceparent, else the connection's own", async () => {
+    const login = await request(app, "POST", "/login", { body: { username: "logger", password: PASSWORD } })
+    const { access_token } = login.body as { access_token: string }
+    const CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
+    const plain = connectWs(app.url, { token: access_token, headers: { "x-correlation-id": "corr-ws-5" } })
+    const traced = connectWs(app.url, {
+      token: access_token,
+      headers: { "x-correlation-id": "corr-ws-6", traceparent: `00-${CALLER_TRACE}-b7ad6b7169203331-01` }
+    })
+    expect((await plain.request(2, { page: 1, per_page: 5 })).status_code).toBe(0)
+    expect((await traced.request(2, { page: 1, per_page: 5 })).status_code).toBe(0)
+    await plain.close()
+    await traced.close()
+
+    const connected = await lineWhere((r) => r["correlation_id"] === "corr-ws-5" && r["message"] === "WebSocket connected")
+    const closed = await lineWhere((r) => r["correlation_id"] === "corr-ws-5" && r["message"] === "WebSocket closed")
+    expect(connected["trace_id"]).toMatch(/^[0-9a-f]{32}$/)
+    expect(closed["trace_id"]).toBe(connected["trace_id"])
+    expect(connected["trace_id"]).toBe(String(connected["connection_id"]).replaceAll("-", ""))
+    expect(connected["span_id"]).toBeUndefined()
+    const callerLine = await lineWhere((r) => r["correlation_id"] === "corr-ws-6" && r["message"] === "WebSocket connected")
+    expect(callerLine["trace_id"]).toBe(CALLER_TRACE)
   })
 })
 

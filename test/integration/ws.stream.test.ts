@@ -160,7 +160,7 @@ describe("a connection's fragmented message", () => {
     })
     const server = await accepted
     await new Promise<void>((resolve) => (client.readyState === WebSocket.OPEN ? resolve() : client.once("open", () => resolve())))
-    const conn = makeConnection(server, { id: randomUUID(), format: "json", correlationId: "c", ip: "127.0.0.1", userAgent: "" }, () => {})
+    const conn = makeConnection(server, { id: randomUUID(), format: "json", correlationId: "c", traceId: "0".repeat(32), ip: "127.0.0.1", userAgent: "" }, () => {})
     return { conn, server, client, messages, received }
   }
 
