@@ -303,11 +303,8 @@ export const makePgClient = (
       config,
       json: (value: unknown) => Statement.fragment([PgJson(value)]),
       listen: (channel) => Effect.flatMap(pool.reserve, (connection) => connection.listen(channel)),
-      notify: (channel, payload) =>
-        Effect.asVoid(Effect.scoped(Effect.flatMap(
-          pool.get,
-          (connection) => measured("SELECT pg_notify($1, $2)", connection.query("SELECT pg_notify($1, $2)", [channel, payload]))
-        )))
+      // A statement like any other: measured, and bounded by the borrower's deadline.
+      notify: (channel, payload) => Effect.asVoid(client.unsafe("SELECT pg_notify($1, $2)", [channel, payload]))
     }
     return Object.assign(client, pgClient)
   })

@@ -11,6 +11,7 @@
  * lets a long statement finish. Each case prints its figures.
  */
 import { Effect, Exit, Layer, Redacted, Scope } from "effect"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as SqlError from "effect/sql/SqlError"
 import { afterEach, describe, expect, it } from "vitest"
@@ -48,7 +49,7 @@ const client = async (poolSize = 2) => {
     await db.dispose()
   })
   /** Runs `f` with the client; resolves with its exit and how long it took. */
-  const run = async <A>(f: (sql: SqlClient.SqlClient) => Effect.Effect<A, unknown>) => {
+  const run = async <A>(f: (sql: SqlClient.SqlClient) => Effect.Effect<A, unknown, PgClient.PgClient>) => {
     const started = performance.now()
     const exit = await Effect.runPromiseExit(Effect.flatMap(SqlClient.SqlClient, f).pipe(Effect.provide(context)))
     return { exit, ms: Math.round(performance.now() - started) }
@@ -89,6 +90,8 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("PostgreSQL deadlines", () => {
     proxy.blackhole()
     blackholed()
     const statement = await run((sql) => sql`SELECT 1`)
+    // NOTIFY is a statement like any other (Db/Instrumentation.ts): bounded too.
+    const notify = await run(() => Effect.flatMap(PgClient.PgClient, (pg) => pg.notify("ads_deadline", "x")))
     const inTransaction = await transaction
     // The pool's two connections are gone; these wait for new ones, which never answer.
     const crowd = await Promise.all([run((sql) => sql`SELECT 1`), run((sql) => sql`SELECT 2`), run((sql) => sql.withTransaction(sql`SELECT 3`))])
@@ -99,9 +102,10 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("PostgreSQL deadlines", () => {
         `${crowd.map((c) => `${failure(c.exit)} after ${c.ms} ms`).join(", ")}; db_errors_total{error_type="timeout"} +${countedNow}`
     )
     expect(failure(statement.exit)).toBe("ConnectionError: statement timeout")
+    expect(failure(notify.exit)).toMatch(/^ConnectionError: (statement|acquire) timeout$/)
     expect(failure(inTransaction.exit)).toBe("ConnectionError: statement timeout")
     for (const c of crowd) expect(failure(c.exit)).toMatch(/^ConnectionError: (statement|acquire) timeout$/)
-    expect(countedNow).toBeGreaterThanOrEqual(5)
+    expect(countedNow).toBeGreaterThanOrEqual(6)
 
     await proxy.restore()
     // The first attempt may meet a connection the restore cut while it opened; then it serves.
