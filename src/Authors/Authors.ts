@@ -35,6 +35,8 @@ const make = Effect.gen(function*() {
    * with the table. The first batch is read by the returned effect (a failure there is the
    * request's, answered as usual); the others as the stream is pulled. Each batch is its own
    * statement: rows changed while the list is being read may or may not appear (never twice).
+   * `more`: a full first batch, so `rest` may have rows (none when the table ends exactly there);
+   * without it the answer is `first` alone. `rest` yields no empty batch.
    */
   const listBatches = (filters: AuthorFilters) =>
     Effect.map(repo.listBatch(filters, Option.none()), (first) => {
@@ -47,7 +49,7 @@ const make = Effect.gen(function*() {
           Stream.paginate(afterId, (after: number) =>
             Effect.map(repo.listBatch(filters, Option.some(after)), (rows) => [[rows], next(rows)] as const))
       })
-      return { first, rest: Stream.filter(rest, (rows) => rows.length > 0) } as const
+      return { first, more: Option.isSome(next(first)), rest: Stream.filter(rest, (rows) => rows.length > 0) } as const
     })
 
   const paginate = (filters: AuthorFilters, query: PageQuery) =>

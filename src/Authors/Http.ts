@@ -4,7 +4,7 @@ import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
 import { authorRowsJson } from "../Domain/Author.ts"
 import { Authors } from "./Authors.ts"
-import { type AuthorFilters, LIST_BATCH_SIZE } from "./Repo.ts"
+import type { AuthorFilters } from "./Repo.ts"
 
 const encoder = new TextEncoder()
 
@@ -17,8 +17,8 @@ const encoder = new TextEncoder()
  * The endpoint keeps its declared success schema (OpenAPI); the handler returns a raw response.
  */
 const streamList = (authors: Authors["Service"], filters: AuthorFilters) =>
-  Effect.map(authors.listBatches(filters), ({ first, rest }) =>
-    first.length < LIST_BATCH_SIZE
+  Effect.map(authors.listBatches(filters), ({ first, more, rest }) =>
+    !more
       ? HttpServerResponse.text(`[${authorRowsJson(first)}]`, { contentType: "application/json" })
       : HttpServerResponse.stream(
         Stream.concat(

@@ -69,20 +69,18 @@ const eachBatch = <E>(
   onLast: (json: string, single: boolean) => Effect.Effect<void, E>
 ) =>
   Effect.gen(function*() {
+    // A batch in `rest` means a full first one: every later batch's JSON follows a comma.
     let pending = authorRowsJson(list.first)
-    let any = list.first.length > 0
     let single = true
     let stopped = false
     yield* Stream.runForEachWhile(list.rest, (rows) =>
       Effect.gen(function*() {
-        if (rows.length === 0) return true
         single = false
         if (!(yield* onBatch(pending))) {
           stopped = true
           return false
         }
-        pending = `${any ? "," : ""}${authorRowsJson(rows)}`
-        any = true
+        pending = `,${authorRowsJson(rows)}`
         return true
       }))
     if (!stopped) yield* onLast(pending, single)

@@ -259,7 +259,7 @@ describe("a database failure while the list is read", () => {
     )
     const unused = Effect.die("not used here")
     const FailingAuthors = Layer.succeed(Authors, Authors.of({
-      listBatches: () => Effect.succeed({ first: batch(1), rest: failing }),
+      listBatches: () => Effect.succeed({ first: batch(1), more: true, rest: failing }),
       paginate: () => unused,
       create: () => unused,
       update: () => unused,
