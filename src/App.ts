@@ -95,10 +95,7 @@ const StartupLog = Layer.effectDiscard(Effect.gen(function*() {
 /** HTTP server spans are named by route template (`GET /authors/{author_id}`), never the raw path. */
 const SpanNamesLive = Layer.succeed(HttpMiddleware.SpanNameGenerator, (() => {
   const labelOf = routeLabeler(Api)
-  return (request: HttpServerRequest.HttpServerRequest) => {
-    const query = request.url.indexOf("?")
-    return `${request.method} ${labelOf(request.method, query === -1 ? request.url : request.url.slice(0, query))}`
-  }
+  return (request: HttpServerRequest.HttpServerRequest) => `${request.method} ${labelOf(request.method, request.url)}`
 })())
 
 /**

@@ -40,16 +40,18 @@ const routedPath = (pathname: string) => pathname.includes("//") ? pathname.repl
 const shapeOf = (shapes: ReadonlyArray<EndpointShape>, method: string, pathname: string) =>
   findShape(shapes, method, routedPath(pathname))
 
-/** The route template for metrics labels and span names (`/authors/{author_id}`), never the raw path. */
-export const routeLabeler = <Id extends string, Groups extends HttpApiGroup.Constraint>(api: HttpApi.HttpApi<Id, Groups>) => {
-  const shapes = endpointShapes(api)
-  return (method: string, pathname: string): string =>
-    UNLIMITED_PATHS.has(pathname) ? pathname : shapeOf(shapes, method, pathname)?.template ?? "unmatched"
-}
-
 const pathnameOf = (url: string) => {
   const queryStart = url.indexOf("?")
   return queryStart === -1 ? url : url.slice(0, queryStart)
+}
+
+const labelOf = (shapes: ReadonlyArray<EndpointShape>, method: string, pathname: string): string =>
+  UNLIMITED_PATHS.has(pathname) ? pathname : shapeOf(shapes, method, pathname)?.template ?? "unmatched"
+
+/** The route template of a request URL for span names (`/authors/{author_id}`), never the raw path; the metrics use the same. */
+export const routeLabeler = <Id extends string, Groups extends HttpApiGroup.Constraint>(api: HttpApi.HttpApi<Id, Groups>) => {
+  const shapes = endpointShapes(api)
+  return (method: string, url: string): string => labelOf(shapes, method, pathnameOf(url))
 }
 
 const JSON_TYPE = "application/json"
