@@ -18,6 +18,7 @@ import { afterEach, describe, expect, it } from "vitest"
 import { pgClientLayer } from "../../src/Db/Database.ts"
 import { DatabaseTimeout, StatementTimeoutMs } from "../../src/Db/Deadline.ts"
 import { dbErrorsTotal } from "../../src/Observability/Metrics.ts"
+import { readMetric } from "../support/Metrics.ts"
 import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL } from "../support/TestApp.ts"
 
@@ -68,7 +69,7 @@ const failure = (exit: Exit.Exit<unknown, unknown>) => {
 }
 
 const timeouts = async () =>
-  (await dbErrorsTotal.get()).values.filter((v) => v.labels["error_type"] === "timeout").reduce((sum, v) => sum + v.value, 0)
+  (await readMetric(dbErrorsTotal)).sum("db_errors_total", { error_type: "timeout" })
 
 describe.runIf(TEST_DATABASE_URL !== undefined)("PostgreSQL deadlines", () => {
   it("blackholed: statement, wait for a connection and transaction fail with the database error; the pool serves again after the restore", async () => {

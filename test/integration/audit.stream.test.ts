@@ -19,6 +19,7 @@ import { defaultWriterOptions } from "../../src/AuditLogs/Writer.ts"
 import { AppConfig } from "../../src/Config.ts"
 import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
 import { RedisClient, redisLayer } from "../../src/Store/Redis.ts"
+import { readMetric } from "../support/Metrics.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
 const entry = (n: number): AuditEntry => ({
@@ -52,7 +53,7 @@ const recordingRepo = () => {
 const foreignEntry = (client: Redis, stream: string, entryId: string, n: number) =>
   client.xadd(stream, "*", "id", entryId, "e", JSON.stringify({ ...entry(n), timestamp: new Date().toISOString() }))
 
-const streamFull = async () => (await auditRecordsDroppedTotal.get()).values.find((v) => v.labels["reason"] === "stream_full")?.value ?? 0
+const streamFull = async () => (await readMetric(auditRecordsDroppedTotal)).firstOrZero("audit_records_dropped_total", { reason: "stream_full" })
 
 const prefix = `test:${randomUUID()}:`
 

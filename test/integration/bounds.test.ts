@@ -11,18 +11,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeTokenVerifier } from "../../src/Auth/TokenVerifier.ts"
 import { registry } from "../../src/Observability/Metrics.ts"
 import { memoryRateLimiter } from "../../src/RateLimit/RateLimiter.ts"
+import { readRegistry, scrapeMetrics } from "../support/Metrics.ts"
 import { rawWs } from "../support/RawWs.ts"
 import { signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
-
-/** One sample of a Prometheus text exposition (0 when the series does not exist). */
-const sample = (text: string, name: string, labels: Record<string, string> = {}) => {
-  const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`).join(",")
-  const prefix = wanted === "" ? `${name} ` : `${name}{${wanted}} `
-  const line = text.split("\n").find((l) => l.startsWith(prefix))
-  return line === undefined ? 0 : Number(line.slice(prefix.length))
-}
-const metricsText = () => registry.metrics()
 
 describe("token-verification cache", () => {
   it("holds at most cacheSize tokens: the oldest is evicted (counted) and verified again when next seen", async () => {
@@ -32,20 +24,20 @@ describe("token-verification cache", () => {
         .setExpirationTime("5m").sign(privateKey)
     const verifier = makeTokenVerifier({ key: publicKey, issuer: "bounds", audience: undefined, clientId: "x", cacheSize: 2 })
     const tokens = await Promise.all(["a", "b", "c"].map(sign))
-    const before = sample(await metricsText(), "token_cache_evictions_total")
+    const before = (await readRegistry(registry)).firstOrZero("token_cache_evictions_total")
     for (const token of tokens) await Effect.runPromise(verifier.verify(token))
-    let text = await metricsText()
-    expect(sample(text, "token_cache_entries")).toBe(2)
-    expect(sample(text, "token_cache_evictions_total") - before).toBe(1)
+    let metrics = await readRegistry(registry)
+    expect(metrics.firstOrZero("token_cache_entries")).toBe(2)
+    expect(metrics.firstOrZero("token_cache_evictions_total") - before).toBe(1)
     // "a" was evicted: seen again, it is verified (and cached) again, evicting "b".
     expect((await Effect.runPromise(verifier.verify(tokens[0]!))).id).toBe("a")
-    text = await metricsText()
-    expect(sample(text, "token_cache_entries")).toBe(2)
-    expect(sample(text, "token_cache_evictions_total") - before).toBe(2)
+    metrics = await readRegistry(registry)
+    expect(metrics.firstOrZero("token_cache_entries")).toBe(2)
+    expect(metrics.firstOrZero("token_cache_evictions_total") - before).toBe(2)
     // "c" and "a" are cached: no eviction.
     await Effect.runPromise(verifier.verify(tokens[2]!))
     await Effect.runPromise(verifier.verify(tokens[0]!))
-    expect(sample(await metricsText(), "token_cache_evictions_total") - before).toBe(2)
+    expect((await readRegistry(registry)).firstOrZero("token_cache_evictions_total") - before).toBe(2)
   })
 })
 
@@ -53,21 +45,21 @@ describe("in-process rate limiter", () => {
   it("holds at most maxKeys keys: the least recently used goes (counted when it had hits in its window), its budget starts again", async () => {
     const limiter = await Effect.runPromise(memoryRateLimiter({ maxKeys: 3 }))
     const hit = (key: string) => Effect.runPromise(limiter.hit(key, 5, 60_000))
-    const before = sample(await metricsText(), "rate_limit_keys_evicted_total")
+    const before = (await readRegistry(registry)).firstOrZero("rate_limit_keys_evicted_total")
     await hit("k1")
     await hit("k1")
     await hit("k2")
     await hit("k3")
     expect((await hit("k1")).remaining).toBe(2) // k1 is now the most recently used
     expect((await hit("k4")).remaining).toBe(4) // full: k2, the least recently used, goes
-    let text = await metricsText()
-    expect(sample(text, "rate_limit_keys")).toBe(3)
-    expect(sample(text, "rate_limit_keys_evicted_total") - before).toBe(1)
+    let metrics = await readRegistry(registry)
+    expect(metrics.firstOrZero("rate_limit_keys")).toBe(3)
+    expect(metrics.firstOrZero("rate_limit_keys_evicted_total") - before).toBe(1)
     expect((await hit("k1")).remaining).toBe(1) // kept its window
     expect((await hit("k2")).remaining).toBe(4) // evicted: a fresh window (k3 goes now)
-    text = await metricsText()
-    expect(sample(text, "rate_limit_keys")).toBe(3)
-    expect(sample(text, "rate_limit_keys_evicted_total") - before).toBe(2)
+    metrics = await readRegistry(registry)
+    expect(metrics.firstOrZero("rate_limit_keys")).toBe(3)
+    expect(metrics.firstOrZero("rate_limit_keys_evicted_total") - before).toBe(2)
     expect((await hit("k3")).remaining).toBe(4)
   })
 })
@@ -75,7 +67,7 @@ describe("in-process rate limiter", () => {
 describe("/web upgrades: per-IP rate limit and instance-wide connection cap (review F13)", () => {
   let app: TestApp
   const clients: Array<WsClient> = []
-  const scrape = async () => (await fetch(`${app.url}/metrics`)).text()
+  const scrape = () => scrapeMetrics(app.url)
 
   beforeAll(async () => {
     // 4 upgrades per IP per 60 s; 2 sockets per instance.
@@ -98,9 +90,9 @@ describe("/web upgrades: per-IP rate limit and instance-wide connection cap (rev
     expect(JSON.parse(answer.body)).toEqual({ detail: "Too many connections" })
     expect(answer.headers["retry-after"]).toBe("5")
     const after = await scrape()
-    expect(sample(after, "ws_upgrades_refused_total", { reason: "capacity" }) - sample(before, "ws_upgrades_refused_total", { reason: "capacity" })).toBe(1)
+    expect(after.firstOrZero("ws_upgrades_refused_total", { reason: "capacity" }) - before.firstOrZero("ws_upgrades_refused_total", { reason: "capacity" })).toBe(1)
     // The refusal verified no token.
-    expect(sample(after, "token_validation_total", { status: "valid" })).toBe(sample(before, "token_validation_total", { status: "valid" }) + 2)
+    expect(after.firstOrZero("token_validation_total", { status: "valid" })).toBe(before.firstOrZero("token_validation_total", { status: "valid" }) + 2)
     await held[0]!.close()
     // The server counts the socket gone when its end reaches it, which may come just after the
     // client saw the close: ask again until it has (each refusal is an answer, not a wait).
@@ -123,7 +115,7 @@ describe("/web upgrades per client IP", () => {
   afterAll(() => app.close())
 
   it("past RATE_LIMIT_PER_MINUTE + RATE_LIMIT_BURST upgrades per 60 s an IP gets 429 with Retry-After, without a signature check", async () => {
-    const scrape = async () => (await fetch(`${app.url}/metrics`)).text()
+    const scrape = () => scrapeMetrics(app.url)
     const before = await scrape()
     const badToken = `${(await signToken(app, { sub: "ip-limited", roles: ["get-authors"] })).slice(0, -4)}AAAA`
     for (let i = 0; i < 3; i++) {
@@ -136,8 +128,8 @@ describe("/web upgrades per client IP", () => {
     expect(Number(answer.headers["retry-after"])).toBeGreaterThanOrEqual(1)
     expect(answer.headers).toMatchObject({ "x-ratelimit-limit": "3", "x-ratelimit-remaining": "0", "x-correlation-id": "upgrade-429" })
     const after = await scrape()
-    expect(sample(after, "ws_upgrades_refused_total", { reason: "rate_limit" }) - sample(before, "ws_upgrades_refused_total", { reason: "rate_limit" })).toBe(1)
+    expect(after.firstOrZero("ws_upgrades_refused_total", { reason: "rate_limit" }) - before.firstOrZero("ws_upgrades_refused_total", { reason: "rate_limit" })).toBe(1)
     // Three bad tokens were checked; the refused fourth was not.
-    expect(sample(after, "token_validation_total", { status: "invalid" }) - sample(before, "token_validation_total", { status: "invalid" })).toBe(3)
+    expect(after.firstOrZero("token_validation_total", { status: "invalid" }) - before.firstOrZero("token_validation_total", { status: "invalid" })).toBe(3)
   })
 })

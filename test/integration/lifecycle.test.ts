@@ -7,6 +7,7 @@ import { request as httpRequest, type ClientRequest, type IncomingMessage } from
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
+import { parseMetrics } from "../support/Metrics.ts"
 import { freePort, spawnService, waitFor, type Spawned } from "../support/Spawn.ts"
 import { login } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
@@ -82,11 +83,8 @@ const slowLogin = (port: number) => {
   return { response, finish: () => req?.end(body.slice(10)) }
 }
 
-const inFlightLogins = async (port: number) => {
-  const metrics = await get(port, "/metrics")
-  const line = metrics.body.split("\n").find((l) => l.startsWith("http_requests_in_progress{") && l.includes("\"/login\""))
-  return line === undefined ? 0 : Number(line.split(" ").pop())
-}
+const inFlightLogins = async (port: number) =>
+  parseMetrics((await get(port, "/metrics")).body).firstOrZero("http_requests_in_progress", { endpoint: "/login" })
 
 describe.each(["SIGTERM", "SIGINT"] as const)("graceful shutdown on %s", (signal) => {
   it("stops accepting, closes WebSockets 1001, completes the request in flight, exits 0; logs are JSON lines only", async () => {

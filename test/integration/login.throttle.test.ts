@@ -14,6 +14,7 @@ import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
 import { parseCidrList } from "../../src/Edge/ClientIp.ts"
+import { scrapeMetrics } from "../support/Metrics.ts"
 import { waitFor } from "../support/Spawn.ts"
 import { login, request, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 
@@ -37,11 +38,7 @@ const attempt = (app: TestApp, username: string, password: string, ip = `203.0.1
   request(app, "POST", "/login", { body: { username, password }, headers: { "x-forwarded-for": ip } })
 
 /** `rate_limit_hits_total{limit_type="http"}` (the registry is per process: both instances' hits). */
-const httpRateLimitHits = async (app: TestApp) => {
-  const text = await (await fetch(`${app.url}/metrics`)).text()
-  const match = /^rate_limit_hits_total\{limit_type="http"\} (\d+)$/m.exec(text)
-  return match === null ? 0 : Number(match[1])
-}
+const httpRateLimitHits = async (app: TestApp) => (await scrapeMetrics(app.url)).firstOrZero("rate_limit_hits_total", { limit_type: "http" })
 
 interface AuditRecord {
   readonly request_id: string

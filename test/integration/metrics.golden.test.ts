@@ -4,47 +4,15 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { appVersion } from "../../src/Observability/Metrics.ts"
+import { type Metrics, parseMetrics } from "../support/Metrics.ts"
 import { login, request, signToken, startTestApp, type TestApp, TEST_DATABASE_URL } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
-
-interface Sample {
-  readonly name: string
-  readonly labels: Readonly<Record<string, string>>
-  readonly value: number
-}
-
-/** Parses the Prometheus text format (0.0.4) into samples and `# TYPE` lines. */
-export const parseMetrics = (text: string) => {
-  const samples: Array<Sample> = []
-  const types = new Map<string, string>()
-  for (const line of text.split("\n")) {
-    if (line.startsWith("# TYPE ")) {
-      const [, , name, kind] = line.split(" ")
-      types.set(name!, kind!)
-      continue
-    }
-    if (line === "" || line.startsWith("#")) continue
-    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)/.exec(line)
-    if (!match) throw new Error(`unparsable metrics line: ${line}`)
-    const labels: Record<string, string> = {}
-    for (const m of (match[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[m[1]!] = m[2]!
-    samples.push({ name: match[1]!, labels, value: Number(match[3]) })
-  }
-  const find = (name: string, labels: Record<string, string> = {}) =>
-    samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))
-  const value = (name: string, labels: Record<string, string> = {}) => {
-    const found = find(name, labels)
-    if (found.length !== 1) throw new Error(`expected one ${name}${JSON.stringify(labels)}, found ${found.length}`)
-    return found[0]!.value
-  }
-  return { samples, types, find, value }
-}
 
 describe("GET /metrics after a scripted HTTP and WebSocket session", () => {
   let app: TestApp
   let text: string
   let contentType: string | null
-  let metrics: ReturnType<typeof parseMetrics>
+  let metrics: Metrics
   let ws: WsClient | undefined
   const UNAUTHENTICATED = 12
   const LIMIT = 10

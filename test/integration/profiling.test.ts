@@ -10,15 +10,13 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { KEEP_REPORTS } from "../../src/Profiling/Profiler.ts"
+import { scrapeMetrics } from "../support/Metrics.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { burnUntil } from "../support/Burn.ts"
 
 /** `profiling_captures_refused_total{reason}` as the service's /metrics shows it. */
-const refusedCount = async (app: TestApp, reason: string) => {
-  const text = await (await fetch(`${app.url}/metrics`)).text()
-  const line = text.split("\n").find((l) => l.startsWith(`profiling_captures_refused_total{reason="${reason}"}`))
-  return Number(line?.split(" ")[1] ?? Number.NaN)
-}
+const refusedCount = async (app: TestApp, reason: string) =>
+  (await scrapeMetrics(app.url)).first("profiling_captures_refused_total", { reason }) ?? Number.NaN
 
 
 interface Descriptor {

@@ -9,6 +9,7 @@ import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
 import { parseCidrList } from "../../src/Edge/ClientIp.ts"
+import { scrapeMetrics } from "../support/Metrics.ts"
 import { waitFor } from "../support/Spawn.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
@@ -16,12 +17,6 @@ import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "
 const small = { rateLimitEnabled: true, rateLimitPerMinute: 5, rateLimitBurst: 2 } satisfies Partial<AppConfigShape>
 const redisConfig = (prefix = `test:${randomUUID()}:`, url = TEST_REDIS_URL ?? "") =>
   ({ redisUrl: Option.some(Redacted.make(url)), redisKeyPrefix: prefix }) satisfies Partial<AppConfigShape>
-
-const metric = async (app: TestApp, line: string) => {
-  const text = (await request(app, "GET", "/metrics")).body as string
-  const found = text.split("\n").find((l) => l.startsWith(line))
-  return found === undefined ? 0 : Number(found.split(" ").pop())
-}
 
 const stores = [
   { name: "in-process", config: {} },
@@ -38,7 +33,7 @@ describe.each(stores)("HTTP rate limit ($name)", ({ config }) => {
 
   it("limit + burst admitted with headers 6…0, then 429 with Retry-After and the same headers", async () => {
     const token = await signToken(app, { sub: `u-${randomUUID()}`, roles: ["get-authors"] })
-    const before = await metric(app, `rate_limit_hits_total{limit_type="http"}`)
+    const before = (await scrapeMetrics(app.url)).firstOrZero("rate_limit_hits_total", { limit_type: "http" })
     const seen: Array<[number, string | null, string | null, string | null]> = []
     for (let i = 0; i < 8; i++) {
       const res = await request(app, "GET", "/authors", { token })
@@ -53,7 +48,7 @@ describe.each(stores)("HTTP rate limit ($name)", ({ config }) => {
     expect(seen.map((s) => s[1])).toEqual(Array(8).fill("7"))
     expect(seen.map((s) => s[2])).toEqual(["6", "5", "4", "3", "2", "1", "0", "0"])
     expect(seen.every((s) => Number(s[3]) >= 59 && Number(s[3]) <= 60)).toBe(true)
-    expect(await metric(app, `rate_limit_hits_total{limit_type="http"}`)).toBe(before + 1)
+    expect((await scrapeMetrics(app.url)).firstOrZero("rate_limit_hits_total", { limit_type: "http" })).toBe(before + 1)
   })
 
   it("rejected requests count too; errors are limited like successes (check order: 429 before 401/403/422)", async () => {
@@ -172,7 +167,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("HTTP rate limit on Redis, across i
     const app = await startTestApp({ config: { ...small, rateLimitFailMode: mode, ...redisConfig(undefined, viaProxy(TEST_REDIS_URL ?? "", proxy)) } })
     try {
       const token = await signToken(app, { sub: `f-${randomUUID()}`, roles: [] })
-      const before = await metric(app, `rate_limit_store_errors_total{limit_type="http"}`)
+      const before = (await scrapeMetrics(app.url)).firstOrZero("rate_limit_store_errors_total", { limit_type: "http" })
       expect((await request(app, "GET", "/authors", { token })).headers.get("x-ratelimit-remaining")).toBe("6")
       await proxy.cut()
       for (let i = 0; i < 10; i++) {
@@ -190,7 +185,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("HTTP rate limit on Redis, across i
           expect(res.headers.get("x-correlation-id")).toMatch(/^[0-9a-f]{8}$/)
         }
       }
-      expect(await metric(app, `rate_limit_store_errors_total{limit_type="http"}`)).toBeGreaterThanOrEqual(before + 10)
+      expect((await scrapeMetrics(app.url)).firstOrZero("rate_limit_store_errors_total", { limit_type: "http" })).toBeGreaterThanOrEqual(before + 10)
       await proxy.restore()
       // Back: the budget in Redis is the one from before the outage (one admitted, then the first probe that got through).
       await waitFor(async () => {

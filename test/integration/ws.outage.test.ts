@@ -6,16 +6,11 @@
 import { Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { describe, expect, it } from "vitest"
+import { scrapeMetrics } from "../support/Metrics.ts"
 import { waitFor } from "../support/Spawn.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
-import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
+import { request, signToken, startTestApp, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
-
-const metric = async (app: TestApp, line: string) => {
-  const text = (await request(app, "GET", "/metrics")).body as string
-  const found = text.split("\n").find((l) => l.startsWith(line))
-  return found === undefined ? 0 : Number(found.split(" ").pop())
-}
 
 describe.runIf(TEST_REDIS_URL !== undefined)("WebSocket with Redis cut", () => {
   it.each(["open", "closed"] as const)("RATE_LIMIT_FAIL_MODE=%s decides handshakes and messages; Redis back restores the limits", async (mode) => {
@@ -34,8 +29,8 @@ describe.runIf(TEST_REDIS_URL !== undefined)("WebSocket with Redis cut", () => {
       const before = connectWs(app.url, { token: await tokenFor() })
       expect((await before.request(1, {})).status_code).toBe(0)
       // The metrics registry is the process's: count from here.
-      const connectionErrors = await metric(app, `rate_limit_store_errors_total{limit_type="websocket_connection"}`)
-      const messageErrors = await metric(app, `rate_limit_store_errors_total{limit_type="websocket_message"}`)
+      const connectionErrors = (await scrapeMetrics(app.url)).firstOrZero("rate_limit_store_errors_total", { limit_type: "websocket_connection" })
+      const messageErrors = (await scrapeMetrics(app.url)).firstOrZero("rate_limit_store_errors_total", { limit_type: "websocket_message" })
       await proxy.cut()
 
       const during = connectWs(app.url, { token: await tokenFor() })
@@ -47,8 +42,8 @@ describe.runIf(TEST_REDIS_URL !== undefined)("WebSocket with Redis cut", () => {
         expect((await before.request(1, {})).status_code).toBe(0)
         await during.close()
       }
-      expect(await metric(app, `rate_limit_store_errors_total{limit_type="websocket_connection"}`)).toBe(connectionErrors + 1)
-      expect(await metric(app, `rate_limit_store_errors_total{limit_type="websocket_message"}`)).toBeGreaterThanOrEqual(messageErrors + 1)
+      expect((await scrapeMetrics(app.url)).firstOrZero("rate_limit_store_errors_total", { limit_type: "websocket_connection" })).toBe(connectionErrors + 1)
+      expect((await scrapeMetrics(app.url)).firstOrZero("rate_limit_store_errors_total", { limit_type: "websocket_message" })).toBeGreaterThanOrEqual(messageErrors + 1)
       const health = await request(app, "GET", "/health")
       expect(health.status).toBe(503)
       expect(health.body).toMatchObject({ redis: "unhealthy", websocket: { status: "unhealthy" } })

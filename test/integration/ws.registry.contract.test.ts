@@ -12,6 +12,7 @@ import { registry as metricsRegistry } from "../../src/Observability/Metrics.ts"
 import { RedisClient, redisLayer } from "../../src/Store/Redis.ts"
 import { hasExpiredEvents, makeRedisRegistry, RedisRegistryLive } from "../../src/Ws/RedisRegistry.ts"
 import { type BroadcastMessage, ConnectionRegistry, MemoryRegistryLive } from "../../src/Ws/Registry.ts"
+import { readRegistry } from "../support/Metrics.ts"
 import { startRedisServer } from "../support/RedisServer.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
@@ -148,11 +149,6 @@ const slots = (client: Redis, key: string) =>
     return out
   }))
 
-const metricValue = async (name: string) => {
-  const line = (await metricsRegistry.metrics()).split("\n").find((l) => l.startsWith(`${name} `))
-  return line === undefined ? 0 : Number(line.slice(name.length + 1))
-}
-
 describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
   const redisInstances = (slotTtlMs: number): Instances => (count) =>
     Effect.gen(function*() {
@@ -273,7 +269,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       const prefix = `test-registry-${randomUUID()}:`
       const { client, registry } = yield* instance(prefix, 30_000)
       const l = yield* listenTo(registry)
-      const before = yield* Effect.promise(() => metricValue("ws_broadcasts_invalid_total"))
+      const before = yield* Effect.promise(async () => (await readRegistry(metricsRegistry)).firstOrZero("ws_broadcasts_invalid_total"))
       const valid = message(`valid-${randomUUID()}`)
       const invalid = [
         "not json",
@@ -291,7 +287,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       // Messages of one publisher arrive in order: once the last is delivered, the others were handled.
       yield* l.until(() => l.broadcasts.length > 0)
       expect(l.broadcasts).toEqual([valid])
-      expect((yield* Effect.promise(() => metricValue("ws_broadcasts_invalid_total"))) - before).toBe(invalid.length)
+      expect((yield* Effect.promise(async () => (await readRegistry(metricsRegistry)).firstOrZero("ws_broadcasts_invalid_total"))) - before).toBe(invalid.length)
     }).pipe(Effect.scoped))
 
   it.live("RedisRegistryLive turns on key-expiry events on a Redis that has them off (notify-keyspace-events gains Ex)", () =>

@@ -8,6 +8,7 @@ import WebSocket from "ws"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
 import { awaitAuditDetail } from "../support/AuditTrail.ts"
+import { scrapeMetrics } from "../support/Metrics.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type Envelope, protoCodec, type ProtoCodec, type WsClient, ZERO_REQ_ID } from "../support/WsClient.ts"
 
@@ -36,12 +37,6 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
     const client = connectWs(app.url, options)
     clients.push(client)
     return client
-  }
-
-  /** One unlabelled sample of `/metrics`. */
-  const metric = async (name: string) => {
-    const line = (await (await fetch(`${app.url}/metrics`)).text()).split("\n").find((l) => l.startsWith(`${name} `))
-    return line === undefined ? 0 : Number(line.slice(name.length + 1))
   }
 
   const activeConnections = async () =>
@@ -390,7 +385,7 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
     })
 
     it("a client that does not read is dropped (ws_send_queue_overflows_total); the others still get the broadcast", async () => {
-      const overflowsBefore = await metric("ws_send_queue_overflows_total")
+      const overflowsBefore = (await scrapeMetrics(app.url)).firstOrZero("ws_send_queue_overflows_total")
       const seed = await connected(admin)
       const long = "L".repeat(240)
       await Promise.all(Array.from({ length: 200 }, (_, i) => seed.request(3, { name: `${long}${i}-${randomUUID().slice(0, 8)}` })))
@@ -411,7 +406,7 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       expect(got.status_code).toBe(0)
       socket.resume()
       expect((await slow.closed).code).toBe(1006)
-      expect(await metric("ws_send_queue_overflows_total")).toBe(overflowsBefore + 1)
+      expect((await scrapeMetrics(app.url)).firstOrZero("ws_send_queue_overflows_total")).toBe(overflowsBefore + 1)
       await Promise.all([seed.close(), healthy.close()])
     })
   })

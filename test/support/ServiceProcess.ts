@@ -6,6 +6,7 @@
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { scrapeMetrics } from "./Metrics.ts"
 import { freePort, spawnService, type Spawned, waitFor } from "./Spawn.ts"
 import { hostPort, startTcpProxy, type TcpProxy } from "./TcpProxy.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "./TestApp.ts"
@@ -52,12 +53,8 @@ export const startService = async (env: Record<string, string>, cleanups: Cleanu
 }
 
 /** Requests the service is answering right now: the sum of `http_requests_in_progress` on /metrics. */
-export const requestsInFlight = async (url: string): Promise<number> => {
-  const text = await (await fetch(`${url}/metrics`)).text()
-  return text.split("\n")
-    .filter((line) => line.startsWith("http_requests_in_progress{") && !line.includes('endpoint="/metrics"'))
-    .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(" ") + 1)), 0)
-}
+export const requestsInFlight = async (url: string): Promise<number> =>
+  (await scrapeMetrics(url)).sum("http_requests_in_progress", (labels) => labels["endpoint"] !== "/metrics")
 
 /** Resolves once at least `count` requests are in flight at the service (or `settled` resolved first: they were all answered). */
 export const untilInFlight = async (url: string, count: number, settled: Promise<unknown>) => {

@@ -19,6 +19,7 @@ import {
   ShutdownDeadline
 } from "../../src/AuditLogs/Writer.ts"
 import { auditBufferBytes, auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
+import { readMetric } from "../support/Metrics.ts"
 
 const entry = (n: number): AuditEntry => ({
   timestamp: new Date(1_700_000_000_000 + n),
@@ -89,7 +90,7 @@ const waitUntil = (check: () => boolean) =>
   Effect.repeat(Effect.sleep("10 millis"), { until: check }).pipe(Effect.timeout("20 seconds"))
 
 const droppedCount = async (reason = "buffer_full") =>
-  (await auditRecordsDroppedTotal.get()).values.find((v) => v.labels["reason"] === reason)?.value ?? 0
+  (await readMetric(auditRecordsDroppedTotal)).firstOrZero("audit_records_dropped_total", { reason })
 
 describe("audit writer (in-process buffer)", () => {
   it.live("a database outage is retried until it is back; nothing is discarded", () =>
@@ -195,7 +196,7 @@ describe("audit writer: the buffer is bounded in bytes (CONTRACT §6)", () => {
       for (let i = 1; i <= 12; i++) yield* audit.record(big(i))
       expect((yield* Effect.promise(() => droppedCount())) - before).toBe(7)
       // audit_buffer_bytes shows what waits: the five records that fit.
-      expect((yield* Effect.promise(() => auditBufferBytes.get())).values[0]?.value).toBe(5 * size)
+      expect((yield* Effect.promise(() => readMetric(auditBufferBytes))).first("audit_buffer_bytes")).toBe(5 * size)
       state.down = false
       yield* waitUntil(() => state.stored.size === 6)
       // The buffer emptied: its estimate is back to zero, so five more fit again.
