@@ -24,6 +24,10 @@ describe("deploy/keycloak realm export", () => {
     expect(client).toMatchObject({ publicClient: true, directAccessGrantsEnabled: true, enabled: true })
   })
 
+  it("locks an account out temporarily after repeated failures (brute-force detection on, never a permanent lockout)", () => {
+    expect(realm).toMatchObject({ bruteForceProtected: true, permanentLockout: false, failureFactor: 10, maxFailureWaitSeconds: 900 })
+  })
+
   it("defines all six roles", () => {
     const roles = ((realm["roles"] as Json)["realm"] as Array<Json>).map((r) => r["name"])
     expect([...roles].sort()).toEqual([...ROLES].sort())
