@@ -135,7 +135,7 @@ export const Packages: ReadonlyMap<number, Package> = new Map([
       // one message (Streaming.ts): memory does not grow with the table.
       handle: (data) =>
         Effect.flatMap(Authors, (authors) => authors.listBatches(toFilters(data.filters))).pipe(
-          Effect.map(({ first, rest }) => ({ data: new StreamedList(first, rest), meta: null }))
+          Effect.map(({ first, more, rest }) => ({ data: new StreamedList(first, more, rest), meta: null }))
         )
     }),
     definePackage({

@@ -17,6 +17,8 @@
  * written to an unlinked temporary file at database speed (one read, as for JSON), measured, and
  * sent from there in 64 KiB fragments: memory stays at one batch and one read buffer; the disk
  * holds the answer while it is sent and is freed when the file is closed (also if the process dies).
+ * At most SPOOLS_MAX answers are spooled at once in the process (the others wait their turn), so
+ * the disk holds at most that many copies of the table however many clients ask.
  *
  * A list of one batch is sent as one plain frame, as before. A batch is written only once the
  * next one has arrived, so a database failure on the second batch is still answered with
@@ -24,7 +26,7 @@
  * connection 1011 `Internal error` — the client never sees a half message (it discards the
  * fragments of a message cut by a close).
  */
-import { Effect, Exit, Stream } from "effect"
+import { Effect, Exit, Semaphore, Stream } from "effect"
 import { type FileHandle, open, unlink } from "node:fs/promises"
 import { randomUUID } from "node:crypto"
 import { tmpdir } from "node:os"
@@ -38,9 +40,12 @@ import { Close } from "./Protocol.ts"
 /** Package 1's `data` before it is sent: the first batch, and the others as the stream is pulled. */
 export class StreamedList {
   readonly first: ReadonlyArray<AuthorRow>
+  /** A full first batch: `rest` may have rows (Authors.listBatches). */
+  readonly more: boolean
   readonly rest: Stream.Stream<ReadonlyArray<AuthorRow>>
-  constructor(first: ReadonlyArray<AuthorRow>, rest: Stream.Stream<ReadonlyArray<AuthorRow>>) {
+  constructor(first: ReadonlyArray<AuthorRow>, more: boolean, rest: Stream.Stream<ReadonlyArray<AuthorRow>>) {
     this.first = first
+    this.more = more
     this.rest = rest
   }
 }
@@ -109,6 +114,10 @@ const sendJson = (conn: Connection, pkgId: number, reqId: string, list: Streamed
   )
 }
 
+/** Protobuf answers being spooled at once in this process (a bound on the temporary files' bytes). */
+export const SPOOLS_MAX = 4
+const spools = Semaphore.makeUnsafe(SPOOLS_MAX)
+
 /** Protobuf: the list's JSON spooled to an unlinked file, then one Response in fragments. */
 const sendProtobuf = (conn: Connection, pkgId: number, reqId: string, list: StreamedList, progress: Progress) => {
   const encoder = new TextEncoder()
@@ -153,7 +162,8 @@ const sendProtobuf = (conn: Connection, pkgId: number, reqId: string, list: Stre
       head = undefined
     }
   })
-  return send.pipe(Effect.ensuring(Effect.promise(async () => await spooled.file?.close())))
+  const closed = send.pipe(Effect.ensuring(Effect.promise(async () => await spooled.file?.close())))
+  return list.more ? spools.withPermit(closed) : closed
 }
 
 const concat = (a: Uint8Array, b: Uint8Array) => {

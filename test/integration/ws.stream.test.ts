@@ -8,6 +8,7 @@
  */
 import { Context, Effect, Exit, Layer, References, Scope, Stream } from "effect"
 import { randomUUID } from "node:crypto"
+import { readdirSync, readlinkSync } from "node:fs"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { generateKeyPair, SignJWT } from "jose"
@@ -24,6 +25,7 @@ import { MemoryRateLimiterLive } from "../../src/RateLimit/RateLimiter.ts"
 import { makeConnection } from "../../src/Ws/Connection.ts"
 import { encodeResponse, PROTO_TEXT } from "../../src/Ws/Protobuf.ts"
 import { MemoryRegistryLive } from "../../src/Ws/Registry.ts"
+import { SPOOLS_MAX } from "../../src/Ws/Streaming.ts"
 import { WsServerLive } from "../../src/Ws/Server.ts"
 import { closeCode, Opcode, type RawMessage, rawWs, type RawWsClient } from "../support/RawWs.ts"
 import { request, signToken, startTestApp, TEST_DATABASE_URL, type TestApp } from "../support/TestApp.ts"
@@ -54,7 +56,8 @@ describe("package 1 on a table of a few thousand authors", () => {
   beforeAll(async () => {
     app = await startTestApp({
       database: TEST_DATABASE_URL !== undefined ? "postgres" : "embedded",
-      config: { rateLimitEnabled: false, wsMessageRateLimit: 1_000_000 }
+      // One user, many sockets (the tests leave theirs open; one opens SPOOLS_MAX + 3 at once).
+      config: { rateLimitEnabled: false, wsMessageRateLimit: 1_000_000, wsMaxConnectionsPerUser: 100 }
     })
     token = await signToken(app, { sub: "streamer", roles: ["get-authors", "create-author"] })
     codec = protoCodec(await (await fetch(`${app.url}/proto/websocket.proto`)).text())
@@ -113,6 +116,33 @@ describe("package 1 on a table of a few thousand authors", () => {
     const inMemory = encodeResponse({ pkg_id: 1, req_id: reqId, status_code: 0, data: expected, meta: null })
     expect(Buffer.compare(message.payload, Buffer.from(inMemory))).toBe(0)
     expect(codec.decodeResponse(message.payload)).toEqual({ pkg_id: 1, req_id: reqId, status_code: 0, data: expected, meta: null })
+  })
+
+  it(`protobuf: ${SPOOLS_MAX + 3} clients at once each get the whole list; never more than ${SPOOLS_MAX} answers spooled on disk at a time`, async () => {
+    /** This process's open spool files (unlinked at once, so only the descriptors show them). */
+    const openSpools = () =>
+      readdirSync("/proc/self/fd").filter((fd) => {
+        try {
+          return /ads-ws-.*\(deleted\)$/.test(readlinkSync(`/proc/self/fd/${fd}`))
+        } catch {
+          return false // closed between the listing and the look
+        }
+      }).length
+    let most = 0
+    const sampler = setInterval(() => (most = Math.max(most, openSpools())), 2)
+    try {
+      const clients = Array.from({ length: SPOOLS_MAX + 3 }, () => raw(`token=${token}&format=protobuf`))
+      await Promise.all(clients.map((c) => c.upgraded))
+      const reqIds = clients.map(() => randomUUID())
+      clients.forEach((c, i) => c.sendBinary(codec.encodeRequest(1, reqIds[i]!, {})))
+      const messages = await Promise.all(clients.map((c) => c.nextMessage()))
+      messages.forEach((m, i) => {
+        expect(codec.decodeResponse(m.payload)).toEqual({ pkg_id: 1, req_id: reqIds[i], status_code: 0, data: expected, meta: null })
+      })
+    } finally {
+      clearInterval(sampler)
+    }
+    expect(most).toBeLessThanOrEqual(SPOOLS_MAX)
   })
 
   it("a list of one batch is one plain frame, in both formats", async () => {
