@@ -6,8 +6,9 @@
  *   pipeline). A record whose XADD fails (Redis down) goes to the in-process buffer instead.
  * - The appended records go on, in memory, to the batch inserter of Writer.ts; each batch's
  *   entries are deleted from the stream (XDEL) once it committed. Nothing reads the stream back on
- *   this path (a consumer group did, per record: ~15 % of a `GET /authors?id=` request's CPU with
- *   Redis's own).
+ *   this path (a consumer group did: XREADGROUP, a JSON decode per record, XACK — work for a copy
+ *   the process already held). A stream left by an earlier version is read the same way at start:
+ *   its entries not yet deleted are written; its consumer group is simply no longer used.
  * - Recovery: at start, an instance writes and deletes every entry already in the stream (a
  *   killed instance's, also a restarted one's own); later, every `claimIdle / 2`, the entries
  *   older than `claimIdle`, whose writer is gone or far behind. Entries the memory bound leaves
