@@ -107,8 +107,10 @@ describe("SIGTERM on embedded defaults (no DATABASE_URL, no REDIS_URL: PGlite an
     expect(code).toBe(0)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
     expect(await ws.closed).toEqual({ code: 1001, reason: "Server shutting down" })
-    // Every request the service took was answered (the rest were refused once it stopped accepting).
-    expect(answered.statuses.filter((s) => s !== 0).every((s) => s === 200)).toBe(true)
+    // Every request the service took was answered 200; one that came on a kept-alive connection
+    // after the app was detached got the 503 `Service unavailable` (Retry-After, Connection: close,
+    // Http/NodeServer.ts), the rest were refused once it stopped accepting (0).
+    expect(answered.statuses.filter((s) => s !== 0 && s !== 200 && s !== 503)).toEqual([])
   }, 90_000)
 })
 
