@@ -52,8 +52,9 @@ interface AuditRecord {
 
 /**
  * The audit record of one request, from whichever instance stored it: the instances share Redis —
- * and so the audit stream, whose consumer group hands an entry to either of them — but each test
- * instance has its own database (in production they share one).
+ * and so the audit stream, whose entries the writing instance stores and another one's start or
+ * recovery scan may store too — but each test instance has its own database (in production they
+ * share one).
  */
 const auditRecord = async (admins: ReadonlyArray<readonly [TestApp, string]>, requestId: string, username: string) => {
   let found: AuditRecord | undefined
