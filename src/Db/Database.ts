@@ -45,7 +45,6 @@ const APPLICATION_NAME = "author-directory-service"
 /** How long opening a connection (and the start-up check) may take. */
 const CONNECT_TIMEOUT_MS = 5_000
 
-
 /**
  * A connection idle this long gets TCP keepalive probes, so one whose peer vanished (a dead host,
  * a dropped route) errors and is replaced instead of waiting in the pool to fail a statement.

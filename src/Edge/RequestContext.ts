@@ -1,5 +1,5 @@
 /**
- * What the front door learns about a request — ids, client IP, the route, the authentication —
+ * What the front door learns about a request — ids, trace id, client IP, the authentication —
  * as ONE immutable value in the request's context. RBAC, the rate limiter, the logger, the metrics
  * and the audit record all read this value; nobody writes to it after the front door built it, so
  * no service requirement and no shared mutable state leak into handlers.

@@ -109,7 +109,6 @@ export const flattenIssue = (issue: SchemaIssue.Issue): ReadonlyArray<FlatIssue>
   )
 }
 
-
 /**
  * A schema issue as FastAPI would name it: the `type|message` convention of Params.ts, else a type
  * named from the leaf. `part` is where the value came from (`body` for a root failure).

@@ -42,7 +42,6 @@ if count > 0 then redis.call('PEXPIRE', key, window) end
 return {allowed, count, oldestScore, now}
 `
 
-
 /** Effect's own clock (`Clock.Clock`'s default): in its presence Redis's TIME is the clock. */
 const liveClock = Context.get(Context.empty(), Clock.Clock)
 
