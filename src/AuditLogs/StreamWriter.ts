@@ -12,7 +12,7 @@
  * - Recovery: at start, an instance writes and deletes every entry already in the stream (a
  *   killed instance's, also a restarted one's own); later, every `claimIdle / 2`, the entries
  *   older than `claimIdle`, whose writer is gone or far behind. Entries the memory bound leaves
- *   out (`HOT_MAX`, PostgreSQL down for long) are written that way too. A record written twice
+ *   out (`streamHeldMax`, PostgreSQL down for long) are written that way too. A record written twice
  *   (by its writer and a scan) is stored once: the insert is idempotent by `entry_id`.
  * Every command has a deadline (Review F11): COMMAND_TIMEOUT_MS (Store/Redis.ts), the XADD
  * pipeline 2 s.
@@ -41,11 +41,6 @@ type PendingAppend = { readonly stored: StoredEntry; readonly resume: () => void
 const APPEND_TIMEOUT_MS = 2000
 /** The longest a request waits for its record's XADD (loopback Redis answers in well under 1 ms). */
 const REQUEST_WAIT_MS = 100
-/**
- * Appended records held in memory until their batch commits. Past it (PostgreSQL down or slow)
- * they are only in the stream, and the recovery scan writes them once they are `claimIdle` old.
- */
-const HOT_MAX = 10 * INSERT_BATCH_MAX
 
 const encodeEntry = (stored: StoredEntry) => JSON.stringify({ ...stored.entry, timestamp: stored.entry.timestamp.toISOString() })
 
@@ -104,7 +99,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
       })
 
     // The hot path: appended records, in memory, to the inserter.
-    const journaled = yield* Queue.dropping<Journaled>(HOT_MAX)
+    const journaled = yield* Queue.dropping<Journaled>(options.streamHeldMax)
     let committing: ReadonlyArray<Journaled> = []
     const committer = yield* Effect.forkDetach(Effect.forever(Effect.gen(function*() {
       committing = yield* Queue.takeBetween(journaled, 1, INSERT_BATCH_MAX)
@@ -152,7 +147,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     const appends = yield* Queue.unbounded<PendingAppend>()
     let appending: ReadonlyArray<PendingAppend> = []
     /**
-     * Appends a batch: what Redis took goes on to the inserter (or, past HOT_MAX, waits in the
+     * Appends a batch: what Redis took goes on to the inserter (or, past streamHeldMax, waits in the
      * stream for a scan); what it refused or did not answer in time goes to the in-process buffer.
      */
     const appendBatch = (batch: ReadonlyArray<PendingAppend>) => {

@@ -25,6 +25,11 @@ export interface WriterOptions {
   readonly bufferMaxBytes: number
   /** Entries the Redis Stream may hold before new records are refused (and counted). */
   readonly streamMax: number
+  /**
+   * Records appended to the stream that the Redis writer holds in memory until their batch
+   * commits; past it (PostgreSQL down or slow) they wait in the stream for the recovery scan.
+   */
+  readonly streamHeldMax: number
   /** How long a pending stream entry of another consumer waits before it is claimed. */
   readonly claimIdle: Duration.Input
   /** How long closing the scope may spend flushing. */
@@ -35,6 +40,7 @@ export const defaultWriterOptions: WriterOptions = {
   bufferMax: 100_000,
   bufferMaxBytes: 64 * 1024 * 1024,
   streamMax: 1_000_000,
+  streamHeldMax: 5_000,
   claimIdle: "30 seconds",
   // CONTRACT §5/§9: exit within 10 s of SIGTERM, flush included: main.ts drains HTTP for 5 s first.
   flushTimeout: "3500 millis"

@@ -8,7 +8,7 @@
  *   them, later those older than `claimIdle` — each stored once.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Redacted } from "effect"
+import { Effect, Layer, Redacted, type Scope } from "effect"
 import { SqlError } from "effect/sql"
 import type { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
@@ -16,7 +16,6 @@ import type { AuditEntry } from "../../src/AuditLogs/AuditLog.ts"
 import { AuditRepo, type StoredEntry } from "../../src/AuditLogs/Repo.ts"
 import { makeStreamAuditLog } from "../../src/AuditLogs/StreamWriter.ts"
 import { defaultWriterOptions } from "../../src/AuditLogs/Writer.ts"
-import { AppConfig } from "../../src/Config.ts"
 import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
 import { RedisClient, redisLayer } from "../../src/Store/Redis.ts"
 import { readMetric } from "../support/Metrics.ts"
@@ -28,20 +27,20 @@ const entry = (n: number): AuditEntry => ({
   response_status: 200, duration_ms: 1, request_data: {}, error_message: null
 })
 
-/** PostgreSQL unreachable for the whole test. */
-const DownRepo = Layer.succeed(AuditRepo, AuditRepo.of({
-  insertBatch: () =>
-    Effect.fail(new SqlError.SqlError({ reason: new SqlError.ConnectionError({ cause: new Error("ECONNREFUSED"), message: "down", operation: "connect" }) })),
-  page: () => Effect.die("unused"),
-  findById: () => Effect.die("unused"),
-  statements: { pageRows: () => { throw new Error("unused") }, total: () => { throw new Error("unused") } }
-}))
-
-/** PostgreSQL up: the batches the writer commits. */
-const recordingRepo = () => {
+/**
+ * PostgreSQL as the writer sees it: every committed batch is kept in `inserted`; while `down` is
+ * true each insert fails as an unreachable server does (the writer retries it).
+ */
+const fakeRepo = (options: { down: boolean }) => {
   const inserted: Array<StoredEntry> = []
   const layer = Layer.succeed(AuditRepo, AuditRepo.of({
-    insertBatch: (batch) => Effect.sync(() => void inserted.push(...batch)),
+    // Decided when the insert runs (a retry runs the same effect again), as a real statement is.
+    insertBatch: (batch) =>
+      Effect.suspend(() =>
+        options.down
+          ? Effect.fail(new SqlError.SqlError({ reason: new SqlError.ConnectionError({ cause: new Error("ECONNREFUSED"), message: "down", operation: "connect" }) }))
+          : Effect.sync(() => void inserted.push(...batch))
+      ),
     page: () => Effect.die("unused"),
     findById: () => Effect.die("unused"),
     statements: { pageRows: () => { throw new Error("unused") }, total: () => { throw new Error("unused") } }
@@ -53,9 +52,20 @@ const recordingRepo = () => {
 const foreignEntry = (client: Redis, stream: string, entryId: string, n: number) =>
   client.xadd(stream, "*", "id", entryId, "e", JSON.stringify({ ...entry(n), timestamp: new Date().toISOString() }))
 
+/** Waits until the writer has written and deleted every entry of the stream (nothing signals it). */
+const untilEmpty = (client: Redis, stream: string) =>
+  Effect.gen(function*() {
+    while ((yield* Effect.promise(() => client.xlen(stream))) > 0) yield* Effect.sleep("10 millis")
+  })
+
 const streamFull = async () => (await readMetric(auditRecordsDroppedTotal)).firstOrZero("audit_records_dropped_total", { reason: "stream_full" })
 
 const prefix = `test:${randomUUID()}:`
+
+/** Runs a test's effect with `repo` as the database and Redis under `keyPrefix`. */
+const withRepo = (repo: ReturnType<typeof fakeRepo>, keyPrefix: string) =>
+  <A, E>(self: Effect.Effect<A, E, RedisClient | AuditRepo | Scope.Scope>) =>
+    self.pipe(Effect.scoped, Effect.provide(repo.layer), Effect.provide(redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), keyPrefix)))
 
 describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () => {
   it.live("during a PostgreSQL outage, holds its cap: records past streamMax are counted stream_full, the stream stops growing", () =>
@@ -69,60 +79,71 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       expect(length).toBe(5)
       expect((yield* Effect.promise(streamFull)) - before).toBe(7)
       yield* Effect.promise(() => client.del(`${prefix}audit:stream`))
-    }).pipe(
-      Effect.scoped,
-      Effect.provide(Layer.mergeAll(DownRepo, AppConfig.layerWith({ port: 0 }))),
-      Effect.provide(redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), prefix))
-    ))
-
-  const withRecordingRepo = (repo: ReturnType<typeof recordingRepo>, prefixOf: string) =>
-    <A, E>(self: Effect.Effect<A, E, RedisClient | AuditRepo | import("effect").Scope.Scope>) =>
-      self.pipe(Effect.scoped, Effect.provide(repo.layer), Effect.provide(redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), prefixOf)))
+    }).pipe(withRepo(fakeRepo({ down: true }), prefix)))
 
   it.live("writes appended records from memory and deletes their entries once committed", () => {
     const p = `test:${randomUUID()}:`
-    const repo = recordingRepo()
+    const repo = fakeRepo({ down: false })
     return Effect.gen(function*() {
       const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
       for (let i = 0; i < 20; i++) yield* audit.record(entry(i))
       const { client } = yield* RedisClient
       // Committed batches leave the stream: wait for the inserter, then for the XDEL.
-      while (repo.inserted.length < 20 || (yield* Effect.promise(() => client.xlen(`${p}audit:stream`))) > 0) yield* Effect.sleep("10 millis")
+      while (repo.inserted.length < 20) yield* Effect.sleep("10 millis")
+      yield* untilEmpty(client, `${p}audit:stream`)
       expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(Array.from({ length: 20 }, (_, i) => `r${i}`).sort())
       expect(new Set(repo.inserted.map((s) => s.entryId)).size).toBe(20)
-    }).pipe(withRecordingRepo(repo, p))
+    }).pipe(withRepo(repo, p))
   })
 
   it.live("at start, writes the entries already in the stream (a killed instance's) and deletes them", () => {
     const p = `test:${randomUUID()}:`
-    const repo = recordingRepo()
+    const repo = fakeRepo({ down: false })
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
       const ids = Array.from({ length: 3 }, () => randomUUID())
       for (const [n, id] of ids.entries()) yield* Effect.promise(() => foreignEntry(client, `${p}audit:stream`, id, 100 + n))
       yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
-      while ((yield* Effect.promise(() => client.xlen(`${p}audit:stream`))) > 0) yield* Effect.sleep("10 millis")
+      yield* untilEmpty(client, `${p}audit:stream`)
       expect(repo.inserted.map((s) => s.entryId).sort()).toEqual([...ids].sort())
       expect(repo.inserted.map((s) => s.entry.resource).sort()).toEqual(["/authors/100", "/authors/101", "/authors/102"])
-    }).pipe(withRecordingRepo(repo, p))
+    }).pipe(withRepo(repo, p))
   })
 
   it.live("while running, writes entries older than claimIdle that nobody wrote", () => {
     const p = `test:${randomUUID()}:`
-    const repo = recordingRepo()
+    const repo = fakeRepo({ down: false })
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
       // The start scan is over once this entry is written and gone.
       const early = randomUUID()
       yield* Effect.promise(() => foreignEntry(client, `${p}audit:stream`, early, 6))
       yield* makeStreamAuditLog({ ...defaultWriterOptions, claimIdle: "300 millis", flushTimeout: "1 second" })
-      while ((yield* Effect.promise(() => client.xlen(`${p}audit:stream`))) > 0) yield* Effect.sleep("10 millis")
+      yield* untilEmpty(client, `${p}audit:stream`)
       expect(repo.inserted.map((s) => s.entryId)).toEqual([early])
       // Appended after the start scan, by another (since killed) instance: only the periodic scan writes it.
       const orphan = randomUUID()
       yield* Effect.promise(() => foreignEntry(client, `${p}audit:stream`, orphan, 7))
-      while ((yield* Effect.promise(() => client.xlen(`${p}audit:stream`))) > 0) yield* Effect.sleep("20 millis")
+      yield* untilEmpty(client, `${p}audit:stream`)
       expect(repo.inserted.map((s) => s.entryId)).toEqual([early, orphan])
-    }).pipe(withRecordingRepo(repo, p))
+    }).pipe(withRepo(repo, p))
+  })
+
+  it.live("past streamHeldMax during an outage, records wait in the stream only; once PostgreSQL is back every one is stored", () => {
+    const p = `test:${randomUUID()}:`
+    const database = { down: true }
+    const repo = fakeRepo(database)
+    return Effect.gen(function*() {
+      const { client } = yield* RedisClient
+      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, streamHeldMax: 2, claimIdle: "300 millis", flushTimeout: "1 second" })
+      // Each awaited as a request awaits its record: all 10 are in the stream, at most 2 (+ the batch being retried) in memory.
+      for (let i = 0; i < 10; i++) yield* audit.record(entry(200 + i))
+      expect(yield* Effect.promise(() => client.xlen(`${p}audit:stream`))).toBe(10)
+      expect(repo.inserted).toEqual([])
+      // Back: the held records are written by the writer, the others by the scan once claimIdle old.
+      database.down = false
+      yield* untilEmpty(client, `${p}audit:stream`)
+      expect([...new Set(repo.inserted.map((s) => s.entry.request_id))].sort()).toEqual(Array.from({ length: 10 }, (_, i) => `r${200 + i}`).sort())
+    }).pipe(withRepo(repo, p))
   })
 })
