@@ -191,9 +191,10 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
 
   const upgrade = (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(request.url ?? "/", "http://localhost")
-    if (url.pathname !== WS_PATH) return refuseOnSocket(socket, 404, "Not Found")
-    if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable")
+    // CONTRACT §3: every answer carries the caller's correlation id (when valid), refusals included.
     const correlationId = correlationIdFrom(headerText(request.headers["x-correlation-id"]))
+    if (url.pathname !== WS_PATH) return refuseOnSocket(socket, 404, "Not Found", { correlationId })
+    if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable", { correlationId })
     if (sockets.size + admitting >= config.wsMaxConnections) {
       wsUpgradesRefusedTotal.inc({ reason: "capacity" })
       return refuseOnSocket(socket, 503, "Too many connections", { correlationId, headers: { "Retry-After": "5" } })
@@ -208,7 +209,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
             wsUpgradesRefusedTotal.inc({ reason: "rate_limit" })
             return refuseOnSocket(socket, 429, "Rate limit exceeded", { correlationId, headers: rateLimitHeaders(decision.value) })
           }
-          if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable")
+          if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable", { correlationId })
           complete(request, socket, head, url, correlationId, ip)
         }),
         Effect.ensuring(Effect.sync(() => admitting--)),

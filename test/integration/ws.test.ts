@@ -202,10 +202,13 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       const res = await request(app, "GET", "/web")
       expect(res.status).toBe(426)
       expect(res.body).toEqual({ detail: "WebSocket upgrade required" })
-      const other = new WebSocket(`${app.wsUrl}/elsewhere`)
+      const other = new WebSocket(`${app.wsUrl}/elsewhere`, { headers: { "x-correlation-id": "corr-ws-404" } })
       other.on("error", () => {})
-      const status = await new Promise<number>((resolve) => other.once("unexpected-response", (_q, r) => resolve(r.statusCode ?? 0)))
-      expect(status).toBe(404)
+      const refused = await new Promise<{ status: number; correlationId: unknown }>((resolve) =>
+        other.once("unexpected-response", (_q, r) => resolve({ status: r.statusCode ?? 0, correlationId: r.headers["x-correlation-id"] }))
+      )
+      // CONTRACT §3: the caller's correlation id comes back on a refused upgrade too.
+      expect(refused).toEqual({ status: 404, correlationId: "corr-ws-404" })
     })
   })
 
