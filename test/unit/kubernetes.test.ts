@@ -1,33 +1,44 @@
 /**
- * deploy/kubernetes/ stays valid and consistent with the service: every manifest validates against
- * the Kubernetes API schema (kubernetes-models: the official OpenAPI definitions compiled to ajv
- * validators, offline), the kustomization lists every manifest, the probes hit /livez and /readyz on
- * the port the service listens on (the PORT default), the Service targets that port, the ConfigMap
- * and the Secret hold only variables the service reads (.env.example), and — where kubectl is
- * installed — `kubectl kustomize` renders the directory.
+ * deploy/kubernetes/ stays valid and consistent with the service: every manifest of the base and of
+ * the example overlay validates against the Kubernetes API schema (kubernetes-models: the official
+ * OpenAPI definitions compiled to ajv validators, offline), the kustomization lists every manifest,
+ * the probes hit /livez and /readyz on the port the service listens on (the PORT default), the
+ * Service exposes only that port while /metrics is scraped on the admin port, the image is a pinned
+ * release, the HPA alone owns the replica count, no Secret is in the applied base, the memory and
+ * /tmp sizes cover what the service is measured or bounded to use, and — where kubectl is installed
+ * — `kubectl kustomize` renders the base and the overlay.
  */
 import { spawnSync } from "node:child_process"
-import { readdirSync, readFileSync } from "node:fs"
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { Effect, ConfigProvider } from "effect"
 import { Deployment } from "kubernetes-models/apps/v1"
 import { HorizontalPodAutoscaler } from "kubernetes-models/autoscaling/v2"
+import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1"
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1"
 import { ConfigMap, Secret, Service } from "kubernetes-models/v1"
 import { describe, expect, it } from "vitest"
 import { parseAllDocuments } from "yaml"
 import { appConfig } from "../../src/Config.ts"
+import { authorRowsJson } from "../../src/Domain/Author.ts"
+import { SPOOLS_MAX } from "../../src/Ws/Streaming.ts"
+import { defaultWriterOptions } from "../../src/AuditLogs/Writer.ts"
 
-const DIR = "deploy/kubernetes"
+const ROOT = "deploy/kubernetes"
+const BASE = `${ROOT}/base`
+const EXAMPLE = `${ROOT}/overlays/example`
 type Json = Record<string, unknown>
 
-/** The kinds the directory may hold, each with its schema-validating model. */
+/** The kinds the directories may hold, each with its schema-validating model. */
 const MODELS: Record<string, new (data: never) => { validate(): void }> = {
   "v1/ConfigMap": ConfigMap,
   "v1/Secret": Secret,
   "v1/Service": Service,
   "apps/v1/Deployment": Deployment,
   "policy/v1/PodDisruptionBudget": PodDisruptionBudget,
-  "autoscaling/v2/HorizontalPodAutoscaler": HorizontalPodAutoscaler
+  "autoscaling/v2/HorizontalPodAutoscaler": HorizontalPodAutoscaler,
+  "networking.k8s.io/v1/NetworkPolicy": NetworkPolicy
 }
 
 const parseYaml = (text: string, source: string): Array<Json> =>
@@ -35,6 +46,7 @@ const parseYaml = (text: string, source: string): Array<Json> =>
     expect(doc.errors, `${source} document ${i}`).toEqual([])
     return doc.toJSON() as Json
   })
+const readYaml = (path: string) => parseYaml(readFileSync(path, "utf8"), path)
 
 /** Throws (with ajv's messages) when the object does not match its kind's schema. */
 const validate = (object: Json, source: string) => {
@@ -44,8 +56,8 @@ const validate = (object: Json, source: string) => {
   new Model(object as never).validate()
 }
 
-const manifestFiles = readdirSync(DIR).filter((f) => /\.ya?ml$/.test(f) && f !== "kustomization.yaml").sort()
-const manifests = manifestFiles.flatMap((file) => parseYaml(readFileSync(`${DIR}/${file}`, "utf8"), file).map((object) => ({ file, object })))
+const manifestFiles = readdirSync(BASE).filter((f) => /\.ya?ml$/.test(f) && f !== "kustomization.yaml").sort()
+const manifests = manifestFiles.flatMap((file) => readYaml(`${BASE}/${file}`).map((object) => ({ file, object })))
 const ofKind = (kind: string): Json => {
   const found = manifests.filter((m) => m.object["kind"] === kind)
   expect(found, kind).toHaveLength(1)
@@ -54,10 +66,12 @@ const ofKind = (kind: string): Json => {
 const at = (value: unknown, ...path: Array<string | number>): unknown =>
   path.reduce<unknown>((v, k) => (v as Record<string | number, unknown> | undefined)?.[k], value)
 
+const kustomization = readYaml(`${BASE}/kustomization.yaml`)[0]!
 const deployment = ofKind("Deployment")
 const podSpec = at(deployment, "spec", "template", "spec") as Json
 const container = (podSpec["containers"] as Array<Json>)[0]!
 const containerPorts = container["ports"] as Array<{ name?: string; containerPort: number }>
+const env = container["env"] as Array<{ name: string; value: string }>
 /** A probe's or a Service's port, named or numbered, as the container port number it reaches. */
 const resolvePort = (port: unknown): number | undefined =>
   typeof port === "number" ? port : containerPorts.find((p) => p.name === port)?.containerPort
@@ -66,17 +80,33 @@ const documentedVariables = new Set(readFileSync(".env.example", "utf8").split("
   const m = /^# ([A-Z][A-Z0-9_]+)=/.exec(line)
   return m ? [m[1]!] : []
 }))
+const packageVersion = (JSON.parse(readFileSync("package.json", "utf8")) as { version: string }).version
+
+/** A Kubernetes quantity ("768Mi", "1Gi", "250m" is not a byte figure) in bytes. */
+const bytes = (quantity: unknown): number => {
+  const m = /^(\d+)(Ki|Mi|Gi)?$/.exec(String(quantity))
+  if (m === null) throw new Error(`not a byte quantity: ${String(quantity)}`)
+  return Number(m[1]) * { "": 1, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3 }[m[2] ?? ""]!
+}
+const MB = 1000 * 1000
+const MiB = 1024 * 1024
 
 const kubectl = spawnSync("kubectl", ["version", "--client"]).status === 0
+const render = (dir: string) => {
+  const result = spawnSync("kubectl", ["kustomize", dir], { encoding: "utf8" })
+  expect(result.stderr).toBe("")
+  expect(result.status).toBe(0)
+  return parseYaml(result.stdout, `kubectl kustomize ${dir}`)
+}
 
-describe("deploy/kubernetes manifests", () => {
-  it("are the six kinds, each once, and the kustomization lists every manifest file", () => {
+describe("deploy/kubernetes base", () => {
+  it("is five kinds, each once, no Secret, and the kustomization lists every manifest file", () => {
     expect(manifests.map((m) => m.object["kind"]).sort()).toEqual(
-      ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Secret", "Service"])
-    const [kustomization] = parseYaml(readFileSync(`${DIR}/kustomization.yaml`, "utf8"), "kustomization.yaml")
+      ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service"])
     expect(kustomization).toMatchObject({ apiVersion: "kustomize.config.k8s.io/v1beta1", kind: "Kustomization" })
-    expect([...(kustomization!["resources"] as Array<string>)].sort()).toEqual(manifestFiles)
-    expect(kustomization!["images"]).toEqual(expect.arrayContaining([expect.objectContaining({ name: "author-directory-service" })]))
+    expect([...(kustomization["resources"] as Array<string>)].sort()).toEqual(manifestFiles)
+    // Nothing in the base generates a Secret either: applying it never overwrites one made elsewhere.
+    expect(kustomization["secretGenerator"]).toBeUndefined()
   })
 
   it.each(manifestFiles)("%s validates against the Kubernetes schema", (file) => {
@@ -99,17 +129,44 @@ describe("deploy/kubernetes manifests", () => {
     expect(() => validate({ ...ofKind("Service"), spec: { ports: [{ port: "eighty" }] } }, "broken")).toThrow(/port/)
   })
 
-  it("runs 2 replicas of author-directory-service:latest on port 8000 named http, the service's PORT default", async () => {
+  it("runs the image of this release (package.json's version, never latest), labelled with that version", () => {
+    expect(container["image"]).toBe(`author-directory-service:${packageVersion}`)
+    expect(kustomization["images"]).toEqual([{ name: "author-directory-service", newName: "author-directory-service", newTag: packageVersion }])
+    // IfNotPresent is only safe with a tag that names one image.
+    expect(container["imagePullPolicy"]).toBe("IfNotPresent")
+    expect(String(container["image"])).not.toMatch(/:latest$|^[^:]+$/)
+    const labels = (kustomization["labels"] as Array<{ pairs: Record<string, string>; includeSelectors?: boolean; includeTemplates?: boolean }>)
+    const version = labels.find((l) => "app.kubernetes.io/version" in l.pairs)
+    // On every object and its pods, never in a selector (a selector cannot change between releases).
+    expect(version).toEqual({ pairs: { "app.kubernetes.io/version": packageVersion }, includeSelectors: false, includeTemplates: true })
+  })
+
+  it("has no replica count: the HPA owns it (a count here would reset the HPA's on every apply)", () => {
+    expect(deployment["spec"]).not.toHaveProperty("replicas")
+    const hpa = ofKind("HorizontalPodAutoscaler")
+    expect(at(hpa, "spec", "scaleTargetRef")).toEqual({ apiVersion: "apps/v1", kind: "Deployment", name: at(deployment, "metadata", "name") })
+  })
+
+  it("listens on http 8000 (the service's PORT default) and admin 9464 (ADMIN_PORT), selector and pod labels agreeing", async () => {
     const defaults = await Effect.runPromise(appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: {} }))))
     expect(defaults.port).toBe(8000)
-    expect(at(deployment, "spec", "replicas")).toBe(2)
-    expect(container["image"]).toBe("author-directory-service:latest")
-    expect(containerPorts).toEqual([{ name: "http", containerPort: defaults.port, protocol: "TCP" }])
-    // Selector and pod labels agree.
+    expect(containerPorts).toEqual([
+      { name: "http", containerPort: defaults.port, protocol: "TCP" },
+      { name: "admin", containerPort: 9464, protocol: "TCP" }
+    ])
+    expect(env.find((e) => e.name === "ADMIN_PORT")).toEqual({ name: "ADMIN_PORT", value: String(resolvePort("admin")) })
     expect(at(deployment, "spec", "template", "metadata", "labels")).toMatchObject(at(deployment, "spec", "selector", "matchLabels") as Json)
   })
 
-  it("probes GET /livez (startup, liveness) and /readyz (readiness) on the container port", () => {
+  it("is scraped on the admin port (pod annotations), where ADMIN_PORT serves /metrics", () => {
+    expect(at(deployment, "spec", "template", "metadata", "annotations")).toEqual({
+      "prometheus.io/scrape": "true",
+      "prometheus.io/port": String(resolvePort("admin")),
+      "prometheus.io/path": "/metrics"
+    })
+  })
+
+  it("probes GET /livez (startup, liveness) and /readyz (readiness) on the API port", () => {
     const probes = { startupProbe: "/livez", livenessProbe: "/livez", readinessProbe: "/readyz" }
     for (const [probe, path] of Object.entries(probes)) {
       const httpGet = at(container, probe, "httpGet") as Json
@@ -118,17 +175,42 @@ describe("deploy/kubernetes manifests", () => {
     }
   })
 
-  it("the Service maps port 80 to the container port the probes use, selecting the pods", () => {
+  it("the Service maps port 80 to the API port only (not the admin port), selecting the pods", () => {
     const service = ofKind("Service")
     const ports = at(service, "spec", "ports") as Array<Json>
-    expect(ports).toHaveLength(1)
-    expect(ports[0]).toMatchObject({ port: 80 })
+    expect(ports).toEqual([{ name: "http", port: 80, targetPort: "http", protocol: "TCP" }])
     expect(resolvePort(ports[0]!["targetPort"])).toBe(8000)
     expect(at(deployment, "spec", "template", "metadata", "labels")).toMatchObject(at(service, "spec", "selector") as Json)
   })
 
-  it("sizes resources, outlasts the service's drain and drains endpoints before SIGTERM", () => {
-    expect(container["resources"]).toEqual({ requests: { cpu: "250m", memory: "256Mi" }, limits: { cpu: "1", memory: "512Mi" } })
+  it("sizes memory from the service's measurements on PostgreSQL + Redis and its bounds, with V8's heap below the limit", () => {
+    const resources = container["resources"] as { requests: Json; limits: Json }
+    expect(resources).toMatchObject({ requests: { cpu: "250m" }, limits: { cpu: "1" } })
+    const request = bytes(resources.requests["memory"])
+    const limit = bytes(resources.limits["memory"])
+    // The figures the comment names: README "Performance" RSS at the end of the bench on PostgreSQL +
+    // Redis, the read cache's default bound, the audit buffer's bound, the docs bundles' first visit.
+    const endOfBench = 420 * MB
+    const readCache = 32 * MiB
+    const auditBuffer = defaultWriterOptions.bufferMaxBytes
+    const docsBundles = 46 * MB
+    expect(auditBuffer).toBe(64 * MiB)
+    expect(request).toBeGreaterThanOrEqual(endOfBench + readCache)
+    expect(limit).toBeGreaterThanOrEqual(endOfBench + readCache + auditBuffer + docsBundles)
+    expect(limit).toBeGreaterThanOrEqual(request)
+    const comment = readFileSync(`${BASE}/deployment.yaml`, "utf8")
+    for (const figure of ["420 MB", "32 MiB", "64 MiB", "46 MB"]) expect(comment, figure).toContain(figure)
+    // Not the embedded database's figures (~290 MB at start, ~700 MB with PGlite): production runs on PostgreSQL.
+    expect(comment).not.toMatch(/290 MB|700 MB|PGlite/)
+    // The old space leaves a quarter of the limit or more to what lives outside V8's heap.
+    const heap = /^--max-old-space-size=(\d+)$/.exec(env.find((e) => e.name === "NODE_OPTIONS")?.value ?? "")
+    expect(heap).not.toBeNull()
+    expect(Number(heap![1]) * MiB).toBeGreaterThanOrEqual(endOfBench)
+    expect(Number(heap![1]) * MiB).toBeLessThanOrEqual(limit * 0.75)
+    expect(env.map((e) => e.name)).toEqual(["ADMIN_PORT", "NODE_OPTIONS"])
+  })
+
+  it("outlasts the service's drain and drains endpoints before SIGTERM", () => {
     const preStop = at(container, "lifecycle", "preStop") as Json
     const pause = Number((at(preStop, "exec", "command") as Array<string> | undefined)?.[1] ?? at(preStop, "sleep", "seconds"))
     expect(pause).toBeGreaterThanOrEqual(2)
@@ -158,12 +240,32 @@ describe("deploy/kubernetes manifests", () => {
     expect(dockerfile).toContain("PROFILING_OUTPUT_DIR=/app/profiling_reports")
   })
 
-  it("takes its environment from the ConfigMap and the Secret, whose keys are all variables the service reads", () => {
+  it("gives /tmp room for the protobuf spools of package 1 at 1,000,000 authors, within the ephemeral-storage limit", () => {
+    // One list as the bench seeds it (two-word names, the id appended), in the bytes the spool writes.
+    const created_at = "2026-11-25T20:38:27.471000"
+    let listBytes = 2
+    for (let digits = 1; digits <= 7; digits++) {
+      const first = 10 ** (digits - 1)
+      const count = Math.min(10 ** digits - 1, 1_000_000) - first + 1
+      listBytes += count * (authorRowsJson([{ id: first, name: `Abcdefg Abcdefghi ${first}`, created_at }]).length + 1)
+    }
+    expect(listBytes).toBeGreaterThan(75 * MB)
+    const volumes = podSpec["volumes"] as Array<{ name: string; emptyDir: { sizeLimit: string } }>
+    const tmp = volumes.find((v) => v.name === (container["volumeMounts"] as Array<Json>).find((m) => m["mountPath"] === "/tmp")!["name"])!
+    expect(bytes(tmp.emptyDir.sizeLimit)).toBeGreaterThanOrEqual(SPOOLS_MAX * listBytes)
+    // The spool files are unlinked while open: a limit on the container's ephemeral storage holds them
+    // too, and is at least what the emptyDirs may fill.
+    const resources = container["resources"] as { requests: Json; limits: Json }
+    const emptyDirs = volumes.reduce((n, v) => n + bytes(v.emptyDir.sizeLimit), 0)
+    expect(bytes(resources.limits["ephemeral-storage"])).toBeGreaterThan(emptyDirs)
+    expect(bytes(resources.requests["ephemeral-storage"])).toBeGreaterThan(0)
+  })
+
+  it("takes its environment from the ConfigMap and a Secret named by reference only; ConfigMap keys are all variables the service reads", () => {
     const configMap = ofKind("ConfigMap")
-    const secret = ofKind("Secret")
     expect(container["envFrom"]).toEqual([
       { configMapRef: { name: at(configMap, "metadata", "name") } },
-      { secretRef: { name: at(secret, "metadata", "name") } }
+      { secretRef: { name: "author-directory-secrets" } }
     ])
     const data = configMap["data"] as Record<string, string>
     for (const key of Object.keys(data)) expect(documentedVariables.has(key), `ConfigMap key ${key}`).toBe(true)
@@ -176,38 +278,120 @@ describe("deploy/kubernetes manifests", () => {
       RATE_LIMIT_FAIL_MODE: "open",
       OTEL_SERVICE_NAME: "author-directory-service"
     })
-    // A template: placeholder values in stringData, said so in the file.
-    const stringData = secret["stringData"] as Record<string, string>
-    expect(Object.keys(stringData).sort()).toEqual(["DATABASE_URL", "OIDC_CLIENT_SECRET", "REDIS_URL"])
-    for (const key of Object.keys(stringData)) expect(documentedVariables.has(key), `Secret key ${key}`).toBe(true)
-    expect(secret["data"]).toBeUndefined()
-    expect(readFileSync(`${DIR}/secret.yaml`, "utf8")).toMatch(/^# TEMPLATE/m)
-    expect(stringData["DATABASE_URL"]).toMatch(/^postgres:\/\//)
-    expect(stringData["REDIS_URL"]).toMatch(/^redis:\/\//)
+    // TRUSTED_PROXIES stays a comment (the ingress's addresses are the cluster's), with what it changes.
+    expect(data["TRUSTED_PROXIES"]).toBeUndefined()
+    expect(readFileSync(`${BASE}/configmap.yaml`, "utf8")).toMatch(/# TRUSTED_PROXIES: .*ingress/)
   })
 
-  it("keeps one pod through voluntary disruptions and autoscales 2–10 on 70 % CPU", () => {
+  it("lets a drain take one pod at a time and autoscales 2–10 on 70 % CPU", () => {
     const labels = at(deployment, "spec", "template", "metadata", "labels") as Json
     const pdb = ofKind("PodDisruptionBudget")
-    expect(at(pdb, "spec", "minAvailable")).toBe(1)
+    expect(at(pdb, "spec")).toMatchObject({ maxUnavailable: 1 })
+    expect(at(pdb, "spec")).not.toHaveProperty("minAvailable")
     expect(labels).toMatchObject(at(pdb, "spec", "selector", "matchLabels") as Json)
     const hpa = ofKind("HorizontalPodAutoscaler")
     expect(hpa["apiVersion"]).toBe("autoscaling/v2")
-    expect(at(hpa, "spec", "scaleTargetRef")).toEqual({ apiVersion: "apps/v1", kind: "Deployment", name: at(deployment, "metadata", "name") })
     expect(at(hpa, "spec")).toMatchObject({ minReplicas: 2, maxReplicas: 10 })
     expect(at(hpa, "spec", "metrics")).toEqual([
       { type: "Resource", resource: { name: "cpu", target: { type: "Utilization", averageUtilization: 70 } } }
     ])
   })
 
-  it.runIf(kubectl)("`kubectl kustomize` renders the directory into the same valid objects", () => {
-    const result = spawnSync("kubectl", ["kustomize", DIR], { encoding: "utf8" })
-    expect(result.stderr).toBe("")
-    expect(result.status).toBe(0)
-    const rendered = parseYaml(result.stdout, "kubectl kustomize")
+  it.runIf(kubectl)("`kubectl kustomize` renders the base into the same valid objects, with the pinned image and version label", () => {
+    const rendered = render(BASE)
     expect(rendered.map((o) => o["kind"]).sort()).toEqual(manifests.map((m) => m.object["kind"]).sort())
-    for (const object of rendered) expect(() => validate(object, "rendered")).not.toThrow()
-    const image = at(rendered.find((o) => o["kind"] === "Deployment"), "spec", "template", "spec", "containers", 0, "image")
-    expect(image).toBe("author-directory-service:latest")
+    for (const object of rendered) {
+      expect(() => validate(object, "rendered")).not.toThrow()
+      expect(at(object, "metadata", "labels", "app.kubernetes.io/version"), String(object["kind"])).toBe(packageVersion)
+    }
+    const renderedDeployment = rendered.find((o) => o["kind"] === "Deployment")
+    expect(at(renderedDeployment, "spec", "template", "spec", "containers", 0, "image")).toBe(`author-directory-service:${packageVersion}`)
+    expect(at(renderedDeployment, "spec", "template", "metadata", "labels", "app.kubernetes.io/version")).toBe(packageVersion)
+    expect(at(renderedDeployment, "spec", "selector", "matchLabels")).toEqual({ "app.kubernetes.io/name": "author-directory-service" })
+  })
+})
+
+describe("deploy/kubernetes/overlays/example", () => {
+  const overlay = readYaml(`${EXAMPLE}/kustomization.yaml`)[0]!
+  const template = readFileSync(`${EXAMPLE}/secrets.env.example`, "utf8")
+  const templateKeys = template.split("\n").flatMap((l) => /^([A-Z][A-Z0-9_]+)=/.exec(l)?.[1] ?? [])
+
+  it("generates the Secret from a git-ignored env file, whose template holds placeholders for variables the service reads", () => {
+    expect(overlay["resources"]).toEqual(["../../base", "networkpolicy.yaml"])
+    expect(overlay["secretGenerator"]).toEqual([expect.objectContaining({ name: "author-directory-secrets", envs: ["secrets.env"] })])
+    expect(readFileSync(`${EXAMPLE}/.gitignore`, "utf8").split("\n")).toContain("secrets.env")
+    expect([...templateKeys].sort()).toEqual(["DATABASE_URL", "OIDC_CLIENT_SECRET", "REDIS_URL"])
+    for (const key of templateKeys) expect(documentedVariables.has(key), key).toBe(true)
+    expect(template).toMatch(/^DATABASE_URL=postgres:\/\/.*CHANGE-ME/m)
+    expect(template).toMatch(/^REDIS_URL=redis:\/\/.*CHANGE-ME/m)
+    expect(spawnSync("git", ["check-ignore", "-q", `${EXAMPLE}/secrets.env`]).status).toBe(0)
+  })
+
+  it("pins its own registry's image with the version label equal to the tag", () => {
+    const [image] = overlay["images"] as Array<{ newTag: string }>
+    const labels = overlay["labels"] as Array<{ pairs: Record<string, string> }>
+    expect(labels.find((l) => "app.kubernetes.io/version" in l.pairs)?.pairs["app.kubernetes.io/version"]).toBe(image!.newTag)
+    expect(image!.newTag).toMatch(/^\d+\.\d+\.\d+/)
+  })
+
+  it("has a NetworkPolicy that admits the API port from the cluster and the admin port from the monitoring namespace only", () => {
+    const [policy] = readYaml(`${EXAMPLE}/networkpolicy.yaml`)
+    expect(() => validate(policy!, "networkpolicy.yaml")).not.toThrow()
+    expect(at(policy, "spec", "podSelector", "matchLabels")).toEqual(at(deployment, "spec", "selector", "matchLabels"))
+    const rules = at(policy, "spec", "ingress") as Array<{ from?: Array<Json>; ports: Array<{ port: string }> }>
+    const byPort = (name: string) => rules.filter((r) => r.ports.some((p) => p.port === name))
+    expect(byPort("http")).toEqual([{ ports: [{ port: "http", protocol: "TCP" }] }])
+    expect(byPort("admin")).toEqual([{ from: [{ namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "monitoring" } } }], ports: [{ port: "admin", protocol: "TCP" }] }])
+    for (const rule of rules) for (const { port } of rule.ports) expect(resolvePort(port), port).toBeDefined()
+  })
+
+  it("the PodMonitor (Prometheus Operator) scrapes the admin port and copies the label the alerts select", () => {
+    const [monitor] = readYaml(`${ROOT}/monitoring/podmonitor.yaml`)
+    expect(monitor).toMatchObject({
+      apiVersion: "monitoring.coreos.com/v1",
+      kind: "PodMonitor",
+      spec: {
+        selector: { matchLabels: at(deployment, "spec", "selector", "matchLabels") },
+        podTargetLabels: ["app.kubernetes.io/name"],
+        podMetricsEndpoints: [{ port: "admin", path: "/metrics" }]
+      }
+    })
+    expect(readYaml(`${ROOT}/monitoring/kustomization.yaml`)[0]!["resources"]).toEqual(["podmonitor.yaml"])
+  })
+
+  it.runIf(kubectl)("`kubectl kustomize` renders it with a secrets.env: a generated Secret the Deployment references, no placeholder applied without one", () => {
+    const dir = mkdtempSync(join(tmpdir(), "ads-kustomize-"))
+    try {
+      cpSync(ROOT, join(dir, "kubernetes"), { recursive: true })
+      const copy = join(dir, "kubernetes", "overlays", "example")
+      rmSync(join(copy, "secrets.env"), { force: true })
+      // Without secrets.env the build fails: nothing with placeholder values is applied.
+      const missing = spawnSync("kubectl", ["kustomize", copy], { encoding: "utf8" })
+      expect(missing.status).not.toBe(0)
+      expect(missing.stderr).toContain("secrets.env")
+      writeFileSync(join(copy, "secrets.env"), template)
+      const rendered = render(copy)
+      for (const object of rendered) {
+        // kustomize wraps long base64 values at 70 columns, which the API server's decoder skips over
+        // (Go's base64 ignores newlines) and the schema's `byte` format does not.
+        if (object["kind"] === "Secret") {
+          object["data"] = Object.fromEntries(Object.entries(object["data"] as Record<string, string>).map(([k, v]) => [k, v.replace(/\n/g, "")]))
+        }
+        expect(() => validate(object, "overlay")).not.toThrow()
+        expect(at(object, "metadata", "namespace"), String(object["kind"])).toBe(overlay["namespace"])
+      }
+      const secret = rendered.find((o) => o["kind"] === "Secret")!
+      const secretName = String(at(secret, "metadata", "name"))
+      expect(secretName).toMatch(/^author-directory-secrets-[a-z0-9]+$/)
+      expect(Object.keys(secret["data"] as Json).sort()).toEqual([...templateKeys].sort())
+      const renderedDeployment = rendered.find((o) => o["kind"] === "Deployment")
+      expect(at(renderedDeployment, "spec", "template", "spec", "containers", 0, "envFrom", 1)).toEqual({ secretRef: { name: secretName } })
+      const [image] = overlay["images"] as Array<{ newName: string; newTag: string }>
+      expect(at(renderedDeployment, "spec", "template", "spec", "containers", 0, "image")).toBe(`${image!.newName}:${image!.newTag}`)
+      expect(rendered.map((o) => o["kind"]).sort()).toEqual(
+        ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service"])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })
