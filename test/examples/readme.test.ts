@@ -622,7 +622,8 @@ describe("README true to the code", () => {
     const compose = parseYaml(readFileSync(join(ROOT, "docker-compose.yml"), "utf8")) as {
       services: Record<string, { ports?: Array<string>; environment?: Record<string, string> }>
     }
-    const published = Object.values(compose.services).flatMap((s) => (s.ports ?? []).map((p) => Number(p.split(":")[0])))
+    // `[host address:]host port:container port`: the host port is the one a browser opens.
+    const published = Object.values(compose.services).flatMap((s) => (s.ports ?? []).map((p) => Number(p.split(":").at(-2))))
     const rows = tableAfter("## Running the compose stack")
     for (const row of rows) {
       for (const m of row[1]!.matchAll(/localhost:(\d+)/g)) expect(published, row[0]).toContain(Number(m[1]))

@@ -5,7 +5,8 @@
  * own metrics, selected by a label that compose and Kubernetes both attach (and, where promtool is
  * installed, `promtool test rules` runs alerts.test.yml and `promtool check config` accepts
  * prometheus.yml), the collector receives OTLP/HTTP where the app sends it, the compose stack runs
- * two replicas behind a WebSocket-capable load balancer with PostgreSQL and Redis unpublished, and
+ * two replicas behind a WebSocket-capable load balancer with PostgreSQL and Redis unpublished and the
+ * development services on loopback only, every image is pinned to a version, and
  * `docker compose config` accepts the file (where a compose client is installed).
  */
 import { spawnSync } from "node:child_process"
@@ -261,9 +262,25 @@ describe("observability deployment", () => {
     }
   })
 
-  it("publishes neither PostgreSQL nor Redis on the host", () => {
+  it("publishes neither PostgreSQL nor Redis on the host, and the development services on loopback only", () => {
     expect(services["postgres"]?.ports).toBeUndefined()
     expect(services["redis"]?.ports).toBeUndefined()
+    for (const name of ["keycloak", "grafana", "prometheus", "jaeger", "otel-collector"]) {
+      const ports = services[name]?.ports ?? []
+      expect(ports.length, name).toBeGreaterThan(0)
+      for (const port of ports) expect(port, name).toMatch(/^127\.0\.0\.1:\d+:\d+$/)
+    }
+  })
+
+  it("pins every image to a version (no latest, no bare major or minor tag)", () => {
+    for (const [name, service] of Object.entries(services)) {
+      if (service["build"] !== undefined) continue
+      const image = String(service["image"])
+      const tag = /:([^:/@]+)(@sha256:[0-9a-f]{64})?$/.exec(image)?.[1]
+      // PostgreSQL numbers its releases major.minor; everything else major.minor.patch.
+      const version = name === "postgres" ? /^\d+\.\d+(-[a-z0-9.]+)?$/ : /^v?\d+\.\d+\.\d+(-[a-z0-9.]+)?$/
+      expect(tag, `${name}: ${image}`).toMatch(version)
+    }
   })
 
   it("runs two app instances behind the load balancer, which passes WebSocket upgrades and the client address", () => {
