@@ -2,7 +2,12 @@
 # stripped by `npm run build`; no loader, no wrapper process). Two stages: the production
 # dependencies are installed and dist/ is built in the first, so the final image carries neither
 # npm's cache nor a dev dependency.
-FROM node:24-slim AS deps
+#
+# The base image is pinned to a Node release (the same in both stages), so a rebuild brings the
+# same runtime. A tag can still be re-pushed (the official images are rebuilt for Debian updates), a
+# digest cannot: a CI that publishes the image should pin `FROM node:24.21.0-slim@sha256:<digest>`,
+# the digest from `docker buildx imagetools inspect node:24.21.0-slim`, and bump both together.
+FROM node:24.21.0-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund
@@ -10,7 +15,7 @@ COPY scripts/build.ts scripts/
 COPY src src
 RUN npm run build
 
-FROM node:24-slim
+FROM node:24.21.0-slim
 ENV NODE_ENV=production \
     APP_ENV=production \
     PORT=8000 \
@@ -20,9 +25,12 @@ ENV NODE_ENV=production \
 WORKDIR /app
 
 COPY --from=deps /app/node_modules ./node_modules
-# Migrations, config, proto, package.json (.dockerignore keeps tests, data and secrets out); then
-# the built service.
-COPY . .
+# What dist/ reads at run time, and nothing else (no README, docs, tests, CI scripts or the
+# development users file): package.json (the version in app_info), the migrations (applied at
+# start; `node dist/migrate.js` runs them alone) and the WebSocket .proto. Then the built service.
+COPY package.json ./
+COPY migrations migrations
+COPY proto proto
 COPY --from=deps /app/dist ./dist
 
 # Runs as the image's unprivileged `node` user; it owns only the writable directories.

@@ -1,6 +1,7 @@
 /**
  * The deployment files agree with the code: the Keycloak realm with config/dev-users.json, the
- * compose file with CONTRACT §1/§5, the Dockerfile with §9 Signals, .env.example with §2.
+ * compose file with CONTRACT §1/§5, the Dockerfile with §9 Signals (and test/integration/image.test.ts
+ * runs the files its runtime stage copies), .env.example with §2.
  */
 import { ConfigProvider, Effect, Option } from "effect"
 import { spawn } from "node:child_process"
@@ -74,8 +75,12 @@ describe("docker-compose.yml", () => {
 
 describe("Dockerfile", () => {
   const dockerfile = readFileSync("Dockerfile", "utf8")
-  it("multi-stage on node:24-slim, production dependencies only, a non-root user, a HEALTHCHECK, plain node on the built JavaScript", () => {
-    expect(dockerfile.match(/^FROM node:24-slim\b/gm)).toHaveLength(2)
+  it("multi-stage on one pinned Node 24 release (slim), production dependencies only, a non-root user, a HEALTHCHECK, plain node on the built JavaScript", () => {
+    const bases = [...dockerfile.matchAll(/^FROM (\S+)/gm)].map((m) => m[1])
+    expect(bases).toHaveLength(2)
+    // A full release, optionally with its digest: never a floating `24-slim` or `latest`.
+    for (const base of bases) expect(base).toMatch(/^node:24\.\d+\.\d+-slim(@sha256:[0-9a-f]{64})?$/)
+    expect(new Set(bases).size).toBe(1)
     expect(dockerfile).toMatch(/^RUN npm ci --omit=dev\b/m)
     expect(dockerfile).toMatch(/^COPY --from=deps \/app\/node_modules/m)
     expect(dockerfile).toMatch(/^USER (?!root)\S+$/m)
@@ -84,6 +89,25 @@ describe("Dockerfile", () => {
     expect(dockerfile).toMatch(/^COPY --from=deps \/app\/dist \.\/dist$/m)
     expect(dockerfile).toContain("CMD [\"node\", \"dist/main.js\"]")
     expect(dockerfile).not.toContain("tsx")
+  })
+
+  it("the runtime image copies only what the built service reads, and the build context leaves the rest out", () => {
+    const runtime = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "))
+    const copies = [...runtime.matchAll(/^COPY (.+)$/gm)].map((m) => m[1])
+    expect(copies).toEqual([
+      "--from=deps /app/node_modules ./node_modules",
+      "package.json ./",
+      "migrations migrations",
+      "proto proto",
+      "--from=deps /app/dist ./dist"
+    ])
+    expect(runtime).not.toMatch(/^COPY \. /m)
+    const ignored = new Set(readFileSync(".dockerignore", "utf8").split("\n").filter((l) => l !== "" && !l.startsWith("#")))
+    for (const path of ["node_modules", "dist", ".env", ".git", "test", "docs", "config", ".ci", "*.md", "deploy", ".data"]) {
+      expect(ignored.has(path), path).toBe(true)
+    }
+    // What the build and runtime stages copy is in the context.
+    for (const path of ["package.json", "package-lock.json", "scripts", "src", "migrations", "proto"]) expect(ignored.has(path), path).toBe(false)
   })
 
   // CONTRACT §7: /livez is the liveness probe; /health and /readyz answer 503 during a database
