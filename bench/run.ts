@@ -1,9 +1,9 @@
 /**
- * `npm run bench`: the service against the hand-written baseline (bench/baseline/server.ts), each
- * on its own fresh, identically seeded database, workload by workload in alternating rounds
- * (service, baseline, service, baseline, …). See bench/README.md.
+ * `npm run bench`: the service against an independently written baseline (bench/baseline/server.ts,
+ * its own schema and SQL), each on its own fresh database seeded with the same rows, workload by
+ * workload in alternating rounds (service, baseline, service, baseline, …). See bench/README.md.
  *
- *   npm run bench -- [--rounds 5] [--duration 5] [--warmup 2] [--only W1,W6,W7,idle] [--authors 10000]
+ *   npm run bench -- [--rounds 5] [--duration 5] [--warmup 2] [--only W1,W6,W9,W7,idle] [--authors 10000]
  *                    [--audit-rows 1000000] [--fanout-clients 2000] [--fanout-events 30]
  *                    [--idle-connections 5000] [--users 64]
  *
@@ -18,10 +18,11 @@ import { join } from "node:path"
 import { prepareDatabases, type Prepared } from "./lib/databases.ts"
 import { type FanoutResult, type IdleResult, measureFanout, measureIdle } from "./lib/fanout.ts"
 import { closeClients, openClients, type RoundResult, runHttp, runWsRoundTrips } from "./lib/load.ts"
-import { checkAnswers, checkCodeParity, checkWsAnswers } from "./lib/parity.ts"
+import { type PgCpu, pgCpu, pgDelta, type RedisCpu, redisCpu } from "./lib/cpu.ts"
+import { checkAnswers, checkWsAnswers, paritySamples } from "./lib/parity.ts"
 import { formatNumber as fmt, formatWorkload, type MeasuredRound, ratio, round2, type ServerSummary, summarize } from "./lib/report.ts"
 import { cpuTicks, ROOT, rssMb, type Server, type ServerName, settle, startBaseline, startService } from "./lib/servers.ts"
-import { makeKey, mintTokens, writePublicKey } from "./lib/tokens.ts"
+import { makeKey, mintToken, mintTokens } from "./lib/tokens.ts"
 import { type Context, w6Spec, type Workload, WORKLOADS } from "./lib/workloads.ts"
 
 // ---- options ------------------------------------------------------------------------------------
@@ -39,7 +40,7 @@ const numberOption = (name: string, fallback: number) => {
   return n
 }
 if (argv.includes("--help")) {
-  process.stdout.write("usage: npm run bench -- [--rounds 5] [--duration 5] [--warmup 2] [--only W1,W4,W6,W7,idle] [--authors 10000] [--audit-rows 1000000]\n" +
+  process.stdout.write("usage: npm run bench -- [--rounds 5] [--duration 5] [--warmup 2] [--only W1,W4,W6,W9,W7,idle] [--authors 10000] [--audit-rows 1000000]\n" +
     "                     [--fanout-clients 2000] [--fanout-events 30] [--idle-connections 5000] [--users 64]\n")
   process.exit(0)
 }
@@ -70,6 +71,11 @@ const runId = randomBytes(4).toString("hex")
 const redisPrefix = `adsbench:${runId}:`
 const servers: Array<Server> = []
 let prepared: Prepared | undefined
+let pgMeter: PgCpu | undefined
+let redisMeter: RedisCpu | undefined
+
+/** The bench database a server uses on BENCH_DATABASE_URL's server (its backends' CPU is attributed to it). */
+const databaseOf = (name: ServerName) => prepared?.databaseNames?.[name]
 
 /** Before a round: the database has finished the last round's statements, then the server is idle. */
 const ready = async (pid: number) => (await prepared!.quiet()) + (await settle(pid))
@@ -78,6 +84,7 @@ const cleanup = () =>
   cleaning ??= (async () => {
     for (const s of servers) await s.stop().catch(() => undefined)
     await prepared?.dispose().catch(() => undefined)
+    redisMeter?.close()
     if (redisUrl !== undefined) {
       const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 })
       redis.on("error", () => {})
@@ -158,19 +165,34 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
     for (const s of pair) {
       await attempt(s, async (st) => {
         const settle_ms = await ready(s.pid)
+        const redisBefore = await redisMeter?.sample()
+        const database = databaseOf(s.name)
+        const pgBefore = pgMeter?.sample()
+        const stopWatching = database === undefined ? undefined : pgMeter?.watch(database)
         const ticksBefore = cpuTicks(s.pid)
         const result = await st.runner!(opts.duration)
         const ticksAfter = cpuTicks(s.pid)
+        const watched = stopWatching?.()
+        const pgAfter = pgMeter?.sample()
+        const redisAfter = await redisMeter?.sample()
         if (!s.alive()) throw new Error(s.exitReason() ?? "server is gone") // a round against a dead server is not a data point
-        // The server's own CPU time (1 tick = 10 ms) per answered request: what the other processes
-        // sharing the cores do to the req/s figure leaves this one alone.
+        // CPU time (1 tick = 10 ms) per answered request, of the server and of the database and
+        // Redis (only this server was under load): what other processes sharing the cores do to
+        // the req/s figure leaves these alone.
         const answered = result.ok + result.errors
         const cpu_us_per_request = ticksBefore !== undefined && ticksAfter !== undefined && answered > 0
           ? (ticksAfter - ticksBefore) * 10_000 / answered
           : undefined
-        st.rounds.push({ ...result, settle_ms, cpu_us_per_request })
+        const pg = pgDelta(pgBefore, pgAfter, database, watched, answered)
+        const redis_us_per_request = redisBefore !== undefined && redisAfter !== undefined && answered > 0
+          ? (redisAfter - redisBefore) * 1_000_000 / answered
+          : undefined
+        st.rounds.push({ ...result, settle_ms, cpu_us_per_request, pg_us_per_request: pg.cluster, pg_backends_us_per_request: pg.backends, redis_us_per_request })
+        const us = (n: number | undefined) => (n === undefined ? "–" : fmt(n))
         log(`  ${w.id} round ${r + 1}/${opts.rounds} ${s.name.padEnd(8)} ${fmt(result.rps).padStart(7)} req/s  p50 ${fmt(result.p50, 2)} ms  p99 ${fmt(result.p99, 2)} ms  errors ${result.errors}` +
-          `  CPU ${cpu_us_per_request === undefined ? "–" : fmt(cpu_us_per_request)} µs/request`)
+          `  CPU µs/request: server ${us(cpu_us_per_request)}` +
+          (pgMeter === undefined ? "" : `, PostgreSQL ${us(pg.cluster)} (own db ${us(pg.backends)})`) +
+          (redisMeter === undefined ? "" : `, Redis ${us(redis_us_per_request)}`))
       })
     }
   }
@@ -187,16 +209,18 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
 const main = async () => {
   log(`bench ${runId}: ${opts.authors} authors, ${opts.auditRows} audit records, ${opts.rounds} rounds × ${opts.duration} s (+${opts.warmup} s warm-up), ` +
     `database ${adminUrl === undefined ? "embedded PGlite" : "PostgreSQL (BENCH_DATABASE_URL)"}, ${redisUrl === undefined ? "in-process stores" : "Redis (BENCH_REDIS_URL)"}`)
-  const codeParity = checkCodeParity()
-  if (codeParity.length > 0) throw new Error(`bench/baseline/shared.ts no longer matches src/:\n  ${codeParity.join("\n  ")}`)
-
   const key = await makeKey()
   const tokens = await mintTokens(key, opts.users)
+  const reader = await mintToken(key, "bench-reader", ["get-authors"])
   const anchor = new Date()
   prepared = await prepareDatabases({ adminUrl, redisUrl, redisPrefix, authors: opts.authors, auditRows: opts.auditRows, anchor, key, log })
-  log(`databases ready: ${JSON.stringify(prepared.timings)}`)
-  const jwkFile = join(prepared.baselineDataDir, "public-jwk.json")
-  writePublicKey(jwkFile, key)
+  log(`databases ready, same rows in both (${JSON.stringify(prepared.fingerprint)}): ${JSON.stringify(prepared.timings)}`)
+  const jwkFile = prepared.jwkFile
+  if (adminUrl !== undefined && prepared.databaseNames !== undefined) {
+    pgMeter = await pgCpu(adminUrl, [prepared.databaseNames.service, prepared.databaseNames.baseline]).catch(() => undefined)
+    if (pgMeter === undefined) log("PostgreSQL's processes are not visible in /proc (a remote server?): no PostgreSQL CPU figures")
+  }
+  if (redisUrl !== undefined) redisMeter = redisCpu(redisUrl)
 
   const service = await startService(prepared.serviceDataDir, prepared.service)
   servers.push(service)
@@ -225,22 +249,13 @@ const main = async () => {
   }
 
   const ctx: Context = { tokens, authors: opts.authors, anchor, runId }
-  const DAY = 86_400_000
-  const range = `start_date=${encodeURIComponent(new Date(anchor.getTime() - 90 * DAY).toISOString())}&end_date=${encodeURIComponent(new Date(anchor.getTime() - 30 * DAY).toISOString())}`
-  const answers = await checkAnswers(service, baseline, tokens[0]!, [
-    { label: "W1 page 7", path: "/authors/paginated?page=7&per_page=20" },
-    { label: "W4 last page (offset)", path: `/authors/paginated?page=${Math.ceil(opts.authors / 20)}&per_page=20` },
-    { label: "W4 cursor", path: `/authors/paginated?per_page=20&cursor=${Buffer.from(`a:${opts.authors - 25}`).toString("base64url")}` },
-    { label: "W5 search", path: "/authors?search=ame" },
-    { label: "W5 search (escaped)", path: "/authors?search=%25_a" },
-    { label: "W6 by id", path: "/authors?id=42" },
-    { label: "W8 user + range", path: `/audit-logs?user_id=user-42&${range}` },
-    { label: "W8 rollup total", path: `/audit-logs?action_type=POST&outcome=error&${range}` },
-    { label: "422 page=0", path: "/authors/paginated?page=0" }
-  ])
+  const answers = await checkAnswers(service, baseline, { bench: tokens[0]!, reader }, paritySamples(opts.authors, anchor, runId))
   const wsAnswers = await checkWsAnswers(service, baseline, tokens[0]!)
-  for (const p of [...answers, ...wsAnswers]) log(`parity: ${p}`)
-  if (answers.length === 0) log("parity: both servers give identical answers to the sample requests")
+  const parity = [...answers.problems, ...wsAnswers.problems]
+  for (const p of parity) log(`parity: ${p}`)
+  const paritySummary = `${parity.length === 0 ? "identical answers" : `${parity.length} difference(s)`} on ${answers.compared} HTTP and ${wsAnswers.compared} WebSocket sample requests ` +
+    "(successes: status and body, next_cursor as present/null since each server's cursor is its own; errors: status only, so 422 bodies may differ)"
+  log(`parity: ${paritySummary}`)
 
   const workloads: Array<WorkloadResult> = []
   for (const w of WORKLOADS.filter((w) => selected(w.id))) {
@@ -289,7 +304,7 @@ const main = async () => {
     `${adminUrl === undefined ? "embedded PGlite (in each server process)" : "PostgreSQL"}, ${redisUrl === undefined ? "in-process stores" : "Redis"}`)
   out.push(`machine: ${cpus().length} cores (${cpus()[0]?.model ?? "?"}), ${Math.round(totalmem() / 2 ** 30)} GB, node ${process.version}; servers, database, Redis and the load generator share these cores`)
   out.push("")
-  for (const w of workloads) out.push(formatWorkload(w.id, w.title, detail(w), w.service, w.baseline), "")
+  for (const w of workloads) out.push(formatWorkload(w.id, w.title, detail(w), w.service, w.baseline, adminUrl === undefined ? "in-server" : "postgres", redisUrl !== undefined), "")
   if (fanout !== undefined) {
     out.push(`W7  broadcast fan-out: POST /authors → all ${opts.fanoutClients} WebSocket clients have author.created  [${opts.fanoutEvents} events each]`)
     for (const name of ["service", "baseline"] as const) {
@@ -324,12 +339,17 @@ const main = async () => {
     }
     out.push("")
   }
+  out.push(adminUrl === undefined
+    ? "note: CPU µs per request of the server includes its embedded database (PGlite runs inside each server's process)."
+    : pgMeter === undefined
+    ? "note: no PostgreSQL CPU figures (the cluster's processes are not visible in /proc)."
+    : "note: PostgreSQL CPU µs per request = all the cluster's processes over the round (other clients of the cluster count in it too); in brackets, only the backends of this server's database.")
   if (redisUrl !== undefined) {
-    out.push("note: with Redis the service also appends every audit record to a Redis Stream (pipelined XADD, each request waiting for its own at most 100 ms) for crash safety; the baseline buffers in process only.")
+    out.push("note: Redis CPU µs per request = used_cpu_user + used_cpu_sys of INFO cpu over the round (the whole Redis server).")
+    out.push("note: with Redis the service may also journal audit records in Redis for crash safety; the baseline buffers them in process only.")
   }
   for (const r of restarts) out.push(`note: ${r.server} was restarted at ${r.at_s} s after it stopped unexpectedly (${r.reason.slice(0, 120)}); its later numbers come from a fresh process`)
-  const parity = [...answers, ...wsAnswers]
-  out.push(parity.length === 0 ? "parity: identical answers on the sample requests (HTTP and WS)" : `parity: ${parity.join("; ")}`)
+  out.push(`parity: ${paritySummary}${parity.length === 0 ? "" : `: ${parity.join("; ")}`}`)
   const totalSeconds = (performance.now() - started) / 1000
   out.push(`total wall time ${fmt(totalSeconds, 0)} s (setup ${JSON.stringify(prepared.timings)})`)
   process.stdout.write(`${out.join("\n")}\n`)
@@ -345,7 +365,13 @@ const main = async () => {
     backends: { database: adminUrl === undefined ? "pglite" : "postgres", redis: redisUrl === undefined ? "in-process" : "redis" },
     machine: { cores: cpus().length, cpu: cpus()[0]?.model, memory_gb: Math.round(totalmem() / 2 ** 30), node: process.version },
     setup_timings_s: prepared.timings,
-    parity: { code: codeParity, answers: parity },
+    seeded: prepared.fingerprint,
+    cpu_measured: {
+      server: "utime + stime of the server process (with PGlite: its embedded database too)",
+      postgres: pgMeter === undefined ? null : "all processes of the cluster (postmaster, its children, reaped children); pg_backends_*: the backends of the server's own database",
+      redis: redisMeter === undefined ? null : "INFO cpu used_cpu_user + used_cpu_sys"
+    },
+    parity: { summary: paritySummary, differences: parity },
     restarts,
     workloads,
     fanout,

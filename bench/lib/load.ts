@@ -45,11 +45,16 @@ export class Samples {
   }
 }
 
-export interface HttpSpec {
+export interface HttpRequest {
   readonly method: "GET" | "POST"
+  readonly path: string
+  readonly body?: string
+}
+
+/** An HTTP load: each request made by `next` (paths, methods and bodies may vary per request), tokens round-robin. */
+export interface HttpSpec {
   readonly connections: number
-  readonly path: () => string
-  readonly body?: () => string
+  readonly next: () => HttpRequest
   readonly tokens: ReadonlyArray<string>
 }
 
@@ -65,17 +70,20 @@ export const runHttp = (baseUrl: string, spec: HttpSpec, seconds: number): Promi
       duration: seconds,
       timeout: 10,
       requests: [{
-        method: spec.method,
-        setupRequest: (request) => ({
-          ...request,
-          path: spec.path(),
-          headers: {
-            ...request.headers,
-            authorization: `Bearer ${spec.tokens[next++ % spec.tokens.length]}`,
-            ...(spec.body !== undefined ? { "content-type": "application/json" } : {})
-          },
-          ...(spec.body !== undefined ? { body: spec.body() } : {})
-        })
+        setupRequest: (request) => {
+          const r = spec.next()
+          return {
+            ...request,
+            method: r.method,
+            path: r.path,
+            headers: {
+              ...request.headers,
+              authorization: `Bearer ${spec.tokens[next++ % spec.tokens.length]}`,
+              ...(r.body !== undefined ? { "content-type": "application/json" } : {})
+            },
+            ...(r.body !== undefined ? { body: r.body } : {})
+          }
+        }
       }]
     }, (error: unknown, result: autocannon.Result) => {
       if (error !== null && error !== undefined) return reject(error instanceof Error ? error : new Error(String(error)))

@@ -1,124 +1,170 @@
 /**
- * Keeping the baseline honest, checked on every run:
- * 1. code: the pieces bench/baseline/shared.ts copies from src/ still behave identically
- *    (limiter script, LIKE escaping, cursor encoding, date parsing, request data capture);
- * 2. answers: both servers, on identical data, give the same status and body for sample
- *    requests of every workload (same SQL → same rows, totals, cursors and formatting).
+ * Parity by answers: the two servers are written differently (the baseline has its own schema,
+ * SQL and code), so what keeps the comparison honest is that they give the same answers. Sample
+ * requests of every workload go to both, on identical data:
+ * - a success (2xx, WebSocket status_code 0): status and body identical, except the opaque
+ *   `next_cursor` (compared as present or null: each server has its own format) and the fields
+ *   a sample marks volatile (a created author's `created_at`: checked for its format only);
+ * - an error: status only (422 bodies, for one, are each server's own wording);
+ * - both echo the correlation id, and a success carries a request id and the rate-limit headers.
  */
-import { Option } from "effect"
-import { readFileSync } from "node:fs"
-import { isDeepStrictEqual } from "node:util"
-import { parseIsoDate as svcParseIsoDate } from "../../src/AuditLogs/Api.ts"
-import { captureRequestData as svcCapture } from "../../src/AuditLogs/RequestData.ts"
-import { likePattern as svcLikePattern } from "../../src/Authors/Repo.ts"
-import { decodeCursor as svcDecodeCursor, encodeCursor as svcEncodeCursor } from "../../src/Domain/Pagination.ts"
-import { SLIDING_WINDOW_LUA as svcLua } from "../../src/RateLimit/RedisRateLimiter.ts"
-import * as base from "../baseline/shared.ts"
+import { type WebSocket } from "ws"
+import { type Answer, compareAnswers, RATE_LIMIT_HEADERS } from "./compare.ts"
 import { openClient, parseJson } from "./load.ts"
 import type { Server } from "./servers.ts"
 
-export const checkCodeParity = (): Array<string> => {
-  const problems: Array<string> = []
-  const same = (what: string, a: unknown, b: unknown) => {
-    if (!isDeepStrictEqual(a, b)) problems.push(`${what}: service ${JSON.stringify(a)} ≠ baseline ${JSON.stringify(b)}`)
-  }
-  same("SLIDING_WINDOW_LUA", svcLua, base.SLIDING_WINDOW_LUA)
-  for (const term of ["abc", "50%_off", "back\\slash", "", "Ünï"]) same(`likePattern(${term})`, svcLikePattern(term), base.likePattern(term))
-  for (const id of [0, 1, 42, 999_999, 2 ** 40]) same(`encodeCursor(${id})`, svcEncodeCursor(id), base.encodeCursor(id))
-  for (const c of ["YToxMA", "YTox", "bad!", "YTotMQ", base.encodeCursor(123)]) {
-    same(`decodeCursor(${c})`, Option.getOrUndefined(svcDecodeCursor(c)), base.decodeCursor(c))
-  }
-  for (const d of ["2026-01-31", "2026-01-31T10:11:12Z", "2026-01-31T10:11:12.5+02:00", "2026-02-30", "nope"]) {
-    for (const end of [false, true]) same(`parseIsoDate(${d}, ${end})`, svcParseIsoDate(d, end)?.getTime(), base.parseIsoDate(d, end)?.getTime())
-  }
-  const big = { name: "x".repeat(9000) }
-  for (const [q, b] of [[{ page: "2" }, undefined], [undefined, { name: "a", password: "p", nested: { token: "t" } }], [{ q: "1" }, big]] as const) {
-    same(`captureRequestData(${JSON.stringify(q)}, …)`, svcCapture(q, b), base.captureRequestData(q, b))
-  }
-  problems.push(...checkSqlText())
-  return problems
-}
-
-const ORDER_BY = /ORDER BY [\w."]+(?: (?:ASC|DESC))?(?:, [\w."]+(?: (?:ASC|DESC))?)*/g
-
-/** The baseline's SQL fragments appear verbatim in the repositories, and they order rows the same way. */
-const checkSqlText = (): Array<string> => {
-  const problems: Array<string> = []
-  // Without comments (a comment may say "ORDER BY would …").
-  const source = (path: string) => readFileSync(new URL(`../../${path}`, import.meta.url), "utf8")
-    .replace(/\/\*[\s\S]*?\*\//g, "").replace(/^\s*\/\/.*$/gm, "")
-  const authors = source("src/Authors/Repo.ts")
-  const audit = source("src/AuditLogs/Repo.ts")
-  const expect = (file: string, text: string, fragment: string) => {
-    if (!text.includes(fragment)) problems.push(`${file} no longer contains the baseline's SQL ${JSON.stringify(fragment)}`)
-  }
-  for (const f of [base.SQL.authorColumns, base.SQL.authorsTotal, base.SQL.countTotal, base.SQL.pageColumns, base.SQL.pageWithTotal, base.SQL.pageJoin]) {
-    expect("src/Authors/Repo.ts", authors, f)
-  }
-  for (const f of [base.SQL.auditTimestamp, base.SQL.auditOrderBy, base.SQL.countTotal, base.SQL.auditConflict]) expect("src/AuditLogs/Repo.ts", audit, f)
-  const orders = (text: string) => [...new Set(text.match(ORDER_BY) ?? [])]
-  same2("src/Authors/Repo.ts ORDER BY", orders(authors).sort(), [base.SQL.authorsOrderBy, base.SQL.pageOrderBy].sort(), problems)
-  same2("src/AuditLogs/Repo.ts ORDER BY", orders(audit), [base.SQL.auditOrderBy], problems)
-  return problems
-}
-
-const same2 = (what: string, a: unknown, b: unknown, problems: Array<string>) => {
-  if (!isDeepStrictEqual(a, b)) problems.push(`${what}: service ${JSON.stringify(a)} ≠ baseline ${JSON.stringify(b)}`)
-}
-
-interface Sample {
+export interface Sample {
   readonly label: string
-  readonly path: string
   readonly method?: "GET" | "POST"
+  /** A path, or one computed on each server from its own answers (a cursor is each server's own). */
+  readonly path: string | ((get: (path: string) => Promise<unknown>) => Promise<string>)
   readonly body?: unknown
+  /** Which token: the bench user's (every role, default), one with `get-authors` only, or none. */
+  readonly as?: "bench" | "reader" | "anonymous"
+  readonly volatile?: Readonly<Record<string, RegExp>>
 }
 
-const call = async (server: Server, token: string, s: Sample) => {
-  const res = await fetch(`${server.url}${s.path}`, {
+export interface Tokens {
+  readonly bench: string
+  readonly reader: string
+}
+
+const call = async (server: Server, tokens: Tokens, s: Sample): Promise<Answer> => {
+  const token = s.as === "anonymous" ? undefined : tokens[s.as ?? "bench"]
+  const auth: Record<string, string> = token === undefined ? {} : { authorization: `Bearer ${token}` }
+  const get = async (path: string) => {
+    const res = await fetch(`${server.url}${path}`, { headers: auth })
+    if (res.status !== 200) throw new Error(`GET ${path} answered ${res.status}`)
+    return res.json()
+  }
+  const path = typeof s.path === "string" ? s.path : await s.path(get)
+  const res = await fetch(`${server.url}${path}`, {
     method: s.method ?? "GET",
-    headers: { authorization: `Bearer ${token}`, "x-correlation-id": "bench-parity", ...(s.body !== undefined ? { "content-type": "application/json" } : {}) },
+    headers: { ...auth, "x-correlation-id": "bench-parity", ...(s.body !== undefined ? { "content-type": "application/json" } : {}) },
     ...(s.body !== undefined ? { body: JSON.stringify(s.body) } : {})
   })
-  return { status: res.status, correlation: res.headers.get("x-correlation-id"), body: parseJson(await res.text()) }
+  const headers: Record<string, string | null> = {}
+  for (const h of ["x-correlation-id", "x-request-id", ...RATE_LIMIT_HEADERS]) headers[h] = res.headers.get(h)
+  return { status: res.status, body: parseJson(await res.text()), headers }
 }
 
-/** Same request to both servers; returns the differences (empty when they answer alike). */
-export const checkAnswers = async (service: Server, baseline: Server, token: string, samples: ReadonlyArray<Sample>): Promise<Array<string>> => {
+export interface ParityResult {
+  readonly compared: number
+  readonly problems: ReadonlyArray<string>
+}
+
+/** Each sample to the service, then to the baseline (in order: a create changes what later samples see). */
+export const checkAnswers = async (service: Server, baseline: Server, tokens: Tokens, samples: ReadonlyArray<Sample>): Promise<ParityResult> => {
   const problems: Array<string> = []
   for (const s of samples) {
-    const [a, b] = [await call(service, token, s), await call(baseline, token, s)]
-    if (a.status !== b.status) problems.push(`${s.label}: status ${a.status} vs ${b.status}`)
-    else if (!isDeepStrictEqual(a.body, b.body)) problems.push(`${s.label}: bodies differ: ${JSON.stringify(a.body).slice(0, 200)} vs ${JSON.stringify(b.body).slice(0, 200)}`)
-    if (a.correlation !== "bench-parity" || b.correlation !== "bench-parity") problems.push(`${s.label}: correlation id not echoed (${a.correlation} / ${b.correlation})`)
-  }
-  return problems
-}
-
-/** One package-2 round trip over WS on each server; compares data and meta. */
-export const checkWsAnswers = async (service: Server, baseline: Server, token: string): Promise<Array<string>> => {
-  const ask = async (server: Server) => {
-    const ws = await openClient(server.wsUrl, token, 5000)
     try {
-      return await new Promise<unknown>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error("no answer in 5 s")), 5000)
-        ws.on("message", (raw: Buffer) => {
-          const m = parseJson(raw.toString())
-          if (typeof m === "object" && m !== null && (m as Record<string, unknown>)["req_id"] === "6c0a7b8e-0000-4000-8000-000000000001") {
-            clearTimeout(timer)
-            const { data, meta, status_code } = m as Record<string, unknown>
-            resolve({ status_code, data, meta })
-          }
-        })
-        ws.send(JSON.stringify({ pkg_id: 2, req_id: "6c0a7b8e-0000-4000-8000-000000000001", data: { page: 3, per_page: 5 } }))
-      })
-    } finally {
-      ws.terminate()
+      const a = await call(service, tokens, s)
+      const b = await call(baseline, tokens, s)
+      problems.push(...compareAnswers(s.label, a, b, s.volatile))
+    } catch (error) {
+      problems.push(`${s.label}: not compared (${error instanceof Error ? error.message : String(error)})`)
     }
   }
-  const results = await Promise.allSettled([ask(service), ask(baseline)])
-  const [a, b] = results
-  if (a.status === "rejected" || b.status === "rejected") {
-    return [`ws package 2: not compared (${a.status === "rejected" ? `service: ${String(a.reason)}` : ""}${b.status === "rejected" ? ` baseline: ${String(b.reason)}` : ""})`]
+  return { compared: samples.length, problems }
+}
+
+/** The sample requests: every workload's kind of request, the errors they can meet, and a create. */
+export const paritySamples = (authors: number, anchor: Date, runId: string): Array<Sample> => {
+  const DAY = 86_400_000
+  const range = `start_date=${encodeURIComponent(new Date(anchor.getTime() - 90 * DAY).toISOString())}&end_date=${encodeURIComponent(new Date(anchor.getTime() - 30 * DAY).toISOString())}`
+  const pagesOf = async (get: (path: string) => Promise<unknown>) => ((await get("/authors/paginated?per_page=20")) as { meta: { pages: number } }).meta.pages
+  const cursorOf = async (get: (path: string) => Promise<unknown>, path: string) => {
+    const cursor = ((await get(path)) as { meta: { next_cursor: string | null } }).meta.next_cursor
+    if (cursor === null) throw new Error(`${path} gave no next_cursor`)
+    return encodeURIComponent(cursor)
   }
-  return isDeepStrictEqual(a.value, b.value) ? [] : [`ws package 2: answers differ: ${JSON.stringify(a.value).slice(0, 200)} vs ${JSON.stringify(b.value).slice(0, 200)}`]
+  const name = `bench ${runId} parity`
+  return [
+    { label: "W1 page 7", path: "/authors/paginated?page=7&per_page=20" },
+    { label: "W1 page 50", path: "/authors/paginated?page=50&per_page=20" },
+    { label: "W1 defaults", path: "/authors/paginated" },
+    { label: "per_page over 1000 (clamped)", path: "/authors/paginated?page=2&per_page=1500" },
+    { label: "page past the end", path: `/authors/paginated?page=${Math.ceil(authors / 20) + 5}&per_page=20` },
+    { label: "W4 last page (offset)", path: async (get) => `/authors/paginated?page=${await pagesOf(get)}&per_page=20` },
+    { label: "W4 last page (cursor)", path: async (get) => `/authors/paginated?per_page=20&cursor=${await cursorOf(get, `/authors/paginated?page=${(await pagesOf(get)) - 1}&per_page=20`)}` },
+    { label: "cursor after page 1", path: async (get) => `/authors/paginated?per_page=20&cursor=${await cursorOf(get, "/authors/paginated?page=1&per_page=20")}` },
+    { label: "page filtered by id", path: "/authors/paginated?id=42" },
+    { label: "W5 search", path: "/authors?search=ame" },
+    { label: "W5 search, other case", path: "/authors?search=AME" },
+    { label: "W5 search (escaped % and _)", path: "/authors?search=%25_a" },
+    { label: "W6 by id", path: "/authors?id=42" },
+    { label: "W6/W9 id past the end", path: `/authors?id=${authors + 150}` },
+    { label: "name, exact", path: async (get) => `/authors?name=${encodeURIComponent(((await get("/authors?id=5")) as Array<{ name: string }>)[0]!.name)}` },
+    { label: "W8 user + range", path: `/audit-logs?user_id=user-42&${range}` },
+    { label: "W8 page 2", path: `/audit-logs?user_id=user-42&${range}&page=2&per_page=5` },
+    { label: "W8 action + outcome + range", path: `/audit-logs?action_type=POST&outcome=error&${range}` },
+    { label: "422 page=0", path: "/authors/paginated?page=0" },
+    { label: "422 per_page=abc", path: "/authors/paginated?per_page=abc" },
+    { label: "422 id=abc", path: "/authors?id=abc" },
+    { label: "422 bad cursor", path: "/authors/paginated?cursor=%21%21" },
+    { label: "422 audit per_page=101", path: "/audit-logs?per_page=101" },
+    { label: "401 no token", path: "/authors?id=1", as: "anonymous" },
+    { label: "403 audit without admin", path: "/audit-logs", as: "reader" },
+    { label: "404 unknown path", path: "/nope" },
+    { label: "422 create, empty name", method: "POST", path: "/authors", body: { name: "   " } },
+    { label: "W2/W9 create", method: "POST", path: "/authors", body: { name: `  ${name}  ` }, volatile: { created_at: /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}$/ } },
+    { label: "409 create, same name", method: "POST", path: "/authors", body: { name } },
+    { label: "the create, read back", path: `/authors?id=${authors + 1}`, volatile: { created_at: /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}$/ } }
+  ]
+}
+
+export interface WsSample {
+  readonly label: string
+  readonly data: unknown
+}
+
+export const WS_SAMPLES: ReadonlyArray<WsSample> = [
+  { label: "W3 package 2", data: { page: 3, per_page: 5 } },
+  { label: "W3 package 2, name filter", data: { page: 1, per_page: 10, filters: { name: "ame" } } },
+  { label: "W3 package 2, id filter", data: { page: 1, per_page: 20, filters: { id: 42 } } },
+  { label: "W3 package 2, invalid page", data: { page: 0, per_page: 5 } }
+]
+
+const ask = (ws: WebSocket, reqId: string, data: unknown) =>
+  new Promise<Answer>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      ws.off("message", onMessage)
+      reject(new Error("no answer in 5 s"))
+    }, 5000)
+    const onMessage = (raw: Buffer) => {
+      const m = parseJson(raw.toString())
+      if (typeof m !== "object" || m === null || (m as Record<string, unknown>)["req_id"] !== reqId) return
+      clearTimeout(timer)
+      ws.off("message", onMessage)
+      const { status_code, data, meta, pkg_id } = m as Record<string, unknown>
+      // As HTTP: status_code 0 is a success (compared whole), any other an error (compared by code).
+      resolve({ status: status_code === 0 ? 200 : 400 + Number(status_code), body: { pkg_id, req_id: reqId, data, meta } })
+    }
+    ws.on("message", onMessage)
+    ws.send(JSON.stringify({ pkg_id: 2, req_id: reqId, data }))
+  })
+
+/** Package-2 round trips over one connection to each server. */
+export const checkWsAnswers = async (service: Server, baseline: Server, token: string): Promise<ParityResult> => {
+  const problems: Array<string> = []
+  const open = async (s: Server) => openClient(s.wsUrl, token, 5000).catch((error: unknown) => error instanceof Error ? error : new Error(String(error)))
+  const [a, b] = [await open(service), await open(baseline)]
+  try {
+    if (a instanceof Error || b instanceof Error) {
+      return { compared: 0, problems: [`WebSocket: not compared (${a instanceof Error ? `service: ${a.message} ` : ""}${b instanceof Error ? `baseline: ${b.message}` : ""})`] }
+    }
+    for (const [i, s] of WS_SAMPLES.entries()) {
+      const reqId = `6c0a7b8e-0000-4000-8000-${String(i + 1).padStart(12, "0")}`
+      try {
+        const [x, y] = [await ask(a, reqId, s.data), await ask(b, reqId, s.data)]
+        problems.push(...compareAnswers(s.label, x, y).map((p) => p.replace(/status (\d+)/g, (_m, n: string) => `status_code ${Number(n) === 200 ? 0 : Number(n) - 400}`)))
+      } catch (error) {
+        problems.push(`${s.label}: not compared (${error instanceof Error ? error.message : String(error)})`)
+      }
+    }
+    return { compared: WS_SAMPLES.length, problems }
+  } finally {
+    if (!(a instanceof Error)) a.terminate()
+    if (!(b instanceof Error)) b.terminate()
+  }
 }

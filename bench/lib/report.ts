@@ -1,8 +1,18 @@
 /** Summaries of rounds and the printed tables (bench/README.md §Output). */
 import { percentile, type RoundResult } from "./load.ts"
 
-/** A round as the runner measured it: the load's result, the settle wait before it, the server's CPU per request. */
-export type MeasuredRound = RoundResult & { readonly settle_ms: number; readonly cpu_us_per_request: number | undefined }
+/** CPU per answered request (µs) in one round: the server process, PostgreSQL, Redis (undefined: not measured or not used). */
+export interface RoundCpu {
+  readonly cpu_us_per_request: number | undefined
+  /** Every process of the PostgreSQL cluster (bench/lib/cpu.ts). */
+  readonly pg_us_per_request: number | undefined
+  /** Only the backends connected to this server's database. */
+  readonly pg_backends_us_per_request: number | undefined
+  readonly redis_us_per_request: number | undefined
+}
+
+/** A round as the runner measured it: the load's result, the settle wait before it, CPU per request. */
+export type MeasuredRound = RoundResult & RoundCpu & { readonly settle_ms: number }
 
 export interface RoundSummary {
   readonly rps: number
@@ -13,6 +23,9 @@ export interface RoundSummary {
   readonly p99_ms: number
   readonly settle_ms: number
   readonly cpu_us_per_request: number | undefined
+  readonly pg_us_per_request: number | undefined
+  readonly pg_backends_us_per_request: number | undefined
+  readonly redis_us_per_request: number | undefined
 }
 
 export interface ServerSummary {
@@ -28,8 +41,11 @@ export interface ServerSummary {
   readonly errors?: number
   readonly problems?: Record<string, number>
   readonly end_rss_mb?: number | undefined
-  /** Median over the rounds of the server's CPU time per answered request (µs). */
+  /** Medians over the rounds of CPU time per answered request (µs): the server process, PostgreSQL (cluster; this database's backends), Redis. */
   readonly cpu_us_per_request?: number | undefined
+  readonly pg_us_per_request?: number | undefined
+  readonly pg_backends_us_per_request?: number | undefined
+  readonly redis_us_per_request?: number | undefined
 }
 
 export const median = (xs: ReadonlyArray<number>) => {
@@ -42,7 +58,10 @@ export const median = (xs: ReadonlyArray<number>) => {
 export const summarize = (rounds: ReadonlyArray<MeasuredRound>, failure: string | undefined, endRss: number | undefined): ServerSummary => {
   const roundSummaries = rounds.map((r) => ({
     rps: round1(r.rps), ok: r.ok, errors: r.errors, seconds: round2(r.seconds), p50_ms: round2(r.p50), p99_ms: round2(r.p99), settle_ms: r.settle_ms,
-    cpu_us_per_request: r.cpu_us_per_request === undefined ? undefined : Math.round(r.cpu_us_per_request)
+    cpu_us_per_request: roundOrUndefined(r.cpu_us_per_request),
+    pg_us_per_request: roundOrUndefined(r.pg_us_per_request),
+    pg_backends_us_per_request: roundOrUndefined(r.pg_backends_us_per_request),
+    redis_us_per_request: roundOrUndefined(r.redis_us_per_request)
   }))
   const problems: Record<string, number> = {}
   for (const r of rounds) for (const [k, v] of Object.entries(r.problems)) problems[k] = (problems[k] ?? 0) + v
@@ -72,20 +91,28 @@ export const summarize = (rounds: ReadonlyArray<MeasuredRound>, failure: string 
     errors,
     problems,
     end_rss_mb: endRss,
-    cpu_us_per_request: cpuPerRequest(rounds)
+    cpu_us_per_request: medianOf(rounds, "cpu_us_per_request"),
+    pg_us_per_request: medianOf(rounds, "pg_us_per_request"),
+    pg_backends_us_per_request: medianOf(rounds, "pg_backends_us_per_request"),
+    redis_us_per_request: medianOf(rounds, "redis_us_per_request")
   }
 }
 
-const cpuPerRequest = (rounds: ReadonlyArray<MeasuredRound>) => {
-  const measured = rounds.flatMap((r) => (r.cpu_us_per_request === undefined ? [] : [r.cpu_us_per_request]))
+const roundOrUndefined = (n: number | undefined) => (n === undefined ? undefined : Math.round(n))
+
+const medianOf = (rounds: ReadonlyArray<MeasuredRound>, key: keyof RoundCpu) => {
+  const measured = rounds.flatMap((r) => (r[key] === undefined ? [] : [r[key]]))
   return measured.length === 0 ? undefined : Math.round(median(measured))
 }
 
-/** How many times the baseline's CPU per request the service spends (1.0 = as cheap; lower is better). */
-export const cpuRatio = (service: ServerSummary, baseline: ServerSummary) =>
-  service.cpu_us_per_request !== undefined && baseline.cpu_us_per_request !== undefined && baseline.cpu_us_per_request > 0
-    ? service.cpu_us_per_request / baseline.cpu_us_per_request
-    : undefined
+type CpuKey = "cpu_us_per_request" | "pg_us_per_request" | "pg_backends_us_per_request" | "redis_us_per_request"
+
+/** How many times the baseline's CPU per request the service spends there (1.0 = as cheap; lower is better). */
+export const cpuRatio = (service: ServerSummary, baseline: ServerSummary, key: CpuKey = "cpu_us_per_request") => {
+  const s = service[key]
+  const b = baseline[key]
+  return s !== undefined && b !== undefined && b > 0 ? s / b : undefined
+}
 
 export const round1 = (n: number) => Math.round(n * 10) / 10
 export const round2 = (n: number) => Math.round(n * 100) / 100
@@ -96,23 +123,34 @@ const num = (n: number | undefined, digits = 0) =>
 export const ratio = (service: ServerSummary, baseline: ServerSummary) =>
   service.median_rps !== undefined && baseline.median_rps !== undefined && baseline.median_rps > 0 ? service.median_rps / baseline.median_rps : undefined
 
-export const formatWorkload = (id: string, title: string, detail: string, s: ServerSummary, b: ServerSummary) => {
+/** Where PostgreSQL's CPU is: its own processes (measured), or inside the server process (PGlite). */
+export type DatabaseCpu = "postgres" | "in-server"
+
+export const formatWorkload = (id: string, title: string, detail: string, s: ServerSummary, b: ServerSummary, db: DatabaseCpu, redis: boolean) => {
   const lines = [`${id}  ${title}  [${detail}]`]
-  lines.push(`  ${"server".padEnd(9)} ${"req/s median (min–max)".padEnd(28)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"errors".padStart(7)} ${"RSS MB".padStart(7)} ${"CPU µs/req".padStart(11)}`)
+  const pgHead = db === "postgres" ? "PG (own db)" : "PG"
+  lines.push(`  ${"".padEnd(9)} ${"".padEnd(28)} ${"".padStart(8)} ${"".padStart(8)} ${"".padStart(7)} ${"".padStart(7)}   CPU µs per request:`)
+  lines.push(`  ${"server".padEnd(9)} ${"req/s median (min–max)".padEnd(28)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"errors".padStart(7)} ${"RSS MB".padStart(7)} ` +
+    `${"server".padStart(8)} ${pgHead.padStart(15)} ${"Redis".padStart(6)}`)
+  const pgCell = (r: ServerSummary) =>
+    db === "in-server" ? "in server" : `${num(r.pg_us_per_request)} (${num(r.pg_backends_us_per_request)})`
   for (const [name, r] of [["service", s], ["baseline", b]] as const) {
     if (r.status === "failed") {
       lines.push(`  ${name.padEnd(9)} failed: ${r.reason}`)
       continue
     }
     const rps = `${num(r.median_rps)} (${num(r.min_rps)}–${num(r.max_rps)})`
-    lines.push(`  ${name.padEnd(9)} ${rps.padEnd(28)} ${num(r.p50_ms, 2).padStart(8)} ${num(r.p99_ms, 2).padStart(8)} ${num(r.errors).padStart(7)} ${num(r.end_rss_mb).padStart(7)} ${num(r.cpu_us_per_request).padStart(11)}`)
+    lines.push(`  ${name.padEnd(9)} ${rps.padEnd(28)} ${num(r.p50_ms, 2).padStart(8)} ${num(r.p99_ms, 2).padStart(8)} ${num(r.errors).padStart(7)} ${num(r.end_rss_mb).padStart(7)} ` +
+      `${num(r.cpu_us_per_request).padStart(8)} ${pgCell(r).padStart(15)} ${(redis ? num(r.redis_us_per_request) : "–").padStart(6)}`)
     const problems = Object.entries(r.problems ?? {})
     if (problems.length > 0) lines.push(`  ${"".padEnd(9)} errors: ${problems.map(([k, v]) => `${k} ×${v}`).join(", ")}`)
   }
   const q = ratio(s, b)
-  const c = cpuRatio(s, b)
-  lines.push(`  service/baseline (median req/s): ${q === undefined ? "–" : `${q.toFixed(2)}×`}; ` +
-    `CPU per request: ${c === undefined ? "–" : `${c.toFixed(2)}× the baseline's`}`)
+  const times = (x: number | undefined) => (x === undefined ? "–" : `${x.toFixed(2)}×`)
+  const parts = [`server ${times(cpuRatio(s, b))}`]
+  if (db === "postgres") parts.push(`PostgreSQL ${times(cpuRatio(s, b, "pg_us_per_request"))} (own db ${times(cpuRatio(s, b, "pg_backends_us_per_request"))})`)
+  if (redis) parts.push(`Redis ${times(cpuRatio(s, b, "redis_us_per_request"))}`)
+  lines.push(`  service/baseline: req/s (medians) ${times(q)}; CPU per request ${parts.join(", ")}`)
   return lines.join("\n")
 }
 

@@ -3,7 +3,6 @@
  * an HTTP spec for autocannon or a WebSocket request maker. W7 and the idle test are separate
  * (bench/lib/fanout.ts).
  */
-import { encodeCursor } from "../../src/Domain/Pagination.ts"
 import { NAME_ALPHABET } from "../seed.ts"
 import type { HttpSpec } from "./load.ts"
 import type { Server } from "./servers.ts"
@@ -40,18 +39,22 @@ const getJson = async (server: Server, token: string, path: string): Promise<unk
   return res.json()
 }
 
-/** The last page of the table as it is now on this server (W2 may have grown it): page number and a cursor to it. */
+/**
+ * The last page of the table as it is now on this server (W2 may have grown it): its number, and a
+ * cursor to it — the server's own (each server's cursor is opaque): `next_cursor` of the page before.
+ */
 const lastPage = async (ctx: Context, server: Server) => {
   const token = ctx.tokens[0]!
   const first = await getJson(server, token, "/authors/paginated?page=1&per_page=20") as { meta: { pages: number } }
   const pages = first.meta.pages
-  const last = await getJson(server, token, `/authors/paginated?page=${pages}&per_page=20`) as { items: Array<{ id: number }> }
-  const firstId = last.items[0]?.id
-  if (firstId === undefined) throw new Error("empty table")
-  return { pages, cursor: encodeCursor(firstId - 1) }
+  if (pages < 2) throw new Error("fewer than two pages of authors")
+  const before = await getJson(server, token, `/authors/paginated?page=${pages - 1}&per_page=20`) as { meta: { next_cursor: string | null } }
+  const cursor = before.meta.next_cursor
+  if (cursor === null) throw new Error(`page ${pages - 1} has no next_cursor`)
+  return { pages, cursor: encodeURIComponent(cursor) }
 }
 
-const get = (connections: number, tokens: ReadonlyArray<string>, path: () => string): HttpSpec => ({ method: "GET", connections, tokens, path })
+const get = (connections: number, tokens: ReadonlyArray<string>, path: () => string): HttpSpec => ({ connections, tokens, next: () => ({ method: "GET", path: path() }) })
 
 export const WORKLOADS: ReadonlyArray<Workload> = [
   {
@@ -93,11 +96,29 @@ export const WORKLOADS: ReadonlyArray<Workload> = [
     request: () => () => ({ pkg_id: 2, data: { page: 1 + rand(50), per_page: 20 } })
   },
   {
+    id: "W9", kind: "http", connections: 64,
+    title: "mixed: 45 % GET /authors?id=rand(1..N+200), 45 % GET /authors/paginated?page=rand(1..50)&per_page=20, 10 % POST /authors",
+    spec: async (ctx, server) => {
+      let n = 0
+      const prefix = `bench ${ctx.runId} ${server.name} mixed`
+      return {
+        connections: 64,
+        tokens: ctx.tokens,
+        next: () => {
+          const r = Math.random()
+          if (r < 0.45) return { method: "GET", path: `/authors?id=${1 + rand(ctx.authors + 200)}` }
+          if (r < 0.9) return { method: "GET", path: `/authors/paginated?page=${1 + rand(50)}&per_page=20` }
+          return { method: "POST", path: "/authors", body: JSON.stringify({ name: `${prefix} ${n++}` }) }
+        }
+      }
+    }
+  },
+  {
     id: "W2", kind: "http", connections: 16, title: "POST /authors (unique names)",
     spec: async (ctx, server) => {
       let n = 0
       const prefix = `bench ${ctx.runId} ${server.name}`
-      return { method: "POST", connections: 16, tokens: ctx.tokens, path: () => "/authors", body: () => JSON.stringify({ name: `${prefix} ${n++}` }) }
+      return { connections: 16, tokens: ctx.tokens, next: () => ({ method: "POST", path: "/authors", body: JSON.stringify({ name: `${prefix} ${n++}` }) }) }
     }
   }
 ]
