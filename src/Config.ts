@@ -61,6 +61,8 @@ export interface AppConfigShape {
   readonly profilingOutputDir: string
   readonly profilingIntervalSeconds: number
   readonly otelExporterOtlpEndpoint: Option.Option<string>
+  /** The OpenTelemetry specification's signal-specific URL, used as is; it wins over `<endpoint>/v1/traces`. */
+  readonly otelExporterOtlpTracesEndpoint: Option.Option<string>
   readonly otelServiceName: string
 }
 
@@ -190,6 +192,7 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     profilingOutputDir: yield* Config.String("PROFILING_OUTPUT_DIR").pipe(Config.withDefault("profiling_reports")),
     profilingIntervalSeconds: yield* positiveInt("PROFILING_INTERVAL_SECONDS", 30),
     otelExporterOtlpEndpoint: yield* nonEmpty("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    otelExporterOtlpTracesEndpoint: yield* nonEmpty("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
     otelServiceName: yield* Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("author-directory-service"))
   } satisfies AppConfigShape
 })

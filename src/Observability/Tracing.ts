@@ -2,7 +2,8 @@
  * OpenTelemetry tracing (CONTRACT §8). Effect creates the spans — the HTTP server (one per request,
  * continuing an incoming W3C `traceparent`), the SQL client (one per statement), `redisCommand` (one
  * per Redis command) and the WebSocket route (`ws.message`) — and this layer decides where they go:
- * over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. Without an endpoint the tracer is
+ * over OTLP/HTTP when `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set
+ * (`tracesUrl`, as the OpenTelemetry specification reads them). Without either the tracer is
  * disabled: no spans are made (Effect hands out no-op spans), no OpenTelemetry module is even loaded
  * (they are imported on demand), and log lines carry the request's trace id (Edge/RequestContext.ts
  * `traceId`: the caller's `traceparent`, else the request id). Provide it *under* the server and SQL
@@ -16,7 +17,7 @@
 import type { SpanProcessor } from "@opentelemetry/sdk-trace-base"
 import { Effect, Layer, Option, References } from "effect"
 import { HttpMiddleware, UrlParams } from "effect/http"
-import { AppConfig } from "../Config.ts"
+import { AppConfig, type AppConfigShape } from "../Config.ts"
 import { appVersion } from "./Metrics.ts"
 
 /** Headers a server span may carry, per phase; every other header is left out. */
@@ -60,19 +61,30 @@ export const tracingWith = (processor: SpanProcessor): Layer.Layer<never, never,
   }))
 
 /**
- * `OTEL_EXPORTER_OTLP_ENDPOINT` is the base URL of an OTLP/HTTP receiver (the collector's :4318);
- * spans are posted to `<endpoint>/v1/traces` in batches, flushed at shutdown.
+ * Where spans are posted, as the OpenTelemetry specification reads its variables:
+ * `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is the full URL, used as is; else `OTEL_EXPORTER_OTLP_ENDPOINT`
+ * is the base URL of an OTLP/HTTP receiver (the collector's :4318) and spans go to
+ * `<endpoint>/v1/traces`. Neither set: no tracing.
  */
-export const otlpTracing = (endpoint: string): Layer.Layer<never, never, AppConfig> =>
+export const tracesUrl = (
+  config: Pick<AppConfigShape, "otelExporterOtlpEndpoint" | "otelExporterOtlpTracesEndpoint">
+): Option.Option<string> =>
+  Option.orElse(
+    config.otelExporterOtlpTracesEndpoint,
+    () => Option.map(config.otelExporterOtlpEndpoint, (endpoint) => `${endpoint.replace(/\/+$/, "")}/v1/traces`)
+  )
+
+/** Spans posted to `url` in batches, flushed at shutdown. */
+export const otlpTracing = (url: string): Layer.Layer<never, never, AppConfig> =>
   Layer.unwrap(Effect.gen(function*() {
     const [{ OTLPTraceExporter }, { BatchSpanProcessor }] = yield* Effect.promise(() =>
       Promise.all([import("@opentelemetry/exporter-trace-otlp-http"), import("@opentelemetry/sdk-trace-base")])
     )
-    return tracingWith(new BatchSpanProcessor(new OTLPTraceExporter({ url: `${endpoint.replace(/\/+$/, "")}/v1/traces` })))
+    return tracingWith(new BatchSpanProcessor(new OTLPTraceExporter({ url })))
   }))
 
 export const TracingLive: Layer.Layer<never, never, AppConfig> = Layer.unwrap(AppConfig.useSync((config) =>
-  Option.match(config.otelExporterOtlpEndpoint, {
+  Option.match(tracesUrl(config), {
     // No exporter, no tracing work at all: every span (server, SQL, Redis, WS) is a no-op and the
     // server opens none (log lines take their trace id from the request instead, Logging.ts). The
     // allow-lists still keep secrets out of any URL the platform renders (an HttpServerError in a log line).

@@ -1,15 +1,16 @@
 /**
  * CONTRACT §8: a span per HTTP request (named by route template), SQL statement and Redis command,
  * one trace per request, an incoming W3C `traceparent` continued; OTLP/HTTP export when
- * `OTEL_EXPORTER_OTLP_ENDPOINT` is set; a server span says only what an allow-list lets it
- * (no credential from a header or the query).
+ * `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the URL as is) or `OTEL_EXPORTER_OTLP_ENDPOINT` (+ `/v1/traces`)
+ * is set, as the OpenTelemetry specification reads them; a server span says only what an
+ * allow-list lets it (no credential from a header or the query).
  */
 import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base"
 import { Option, Redacted } from "effect"
 import { createServer, type IncomingMessage, type Server } from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { loggerLayer } from "../../src/Observability/Logging.ts"
-import { tracingWith } from "../../src/Observability/Tracing.ts"
+import { tracesUrl, tracingWith } from "../../src/Observability/Tracing.ts"
 import { login, request, startTestApp, type TestApp, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
 
@@ -200,5 +201,49 @@ describe("tracing over OTLP/HTTP", () => {
     expect(all).toContain("GET /authors/paginated")
     expect(all).toContain("GET /health")
     expect(all).toContain("ads-otlp-test")
+  })
+
+  it("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT alone switches tracing on; its URL is used as is", async () => {
+    const app = await startTestApp({ config: { otelExporterOtlpTracesEndpoint: Option.some(`${endpoint}/custom/spans`), otelServiceName: "ads-otlp-traces-test" } })
+    try {
+      expect((await request(app, "GET", "/authors")).status).toBe(401)
+    } finally {
+      await app.close()
+    }
+    const all = received.filter((r) => r.path === "/custom/spans").map((t) => t.body).join("\n")
+    expect(all).toContain("GET /authors")
+    expect(all).toContain("ads-otlp-traces-test")
+    // Not `<it>/v1/traces`: the signal-specific URL is the whole URL.
+    expect(received.some((r) => r.path.startsWith("/custom/spans/"))).toBe(false)
+  })
+
+  it("with both set, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT wins over OTEL_EXPORTER_OTLP_ENDPOINT", async () => {
+    const app = await startTestApp({
+      config: {
+        otelExporterOtlpTracesEndpoint: Option.some(`${endpoint}/signal/traces`),
+        otelExporterOtlpEndpoint: Option.some(`${endpoint}/base`),
+        otelServiceName: "ads-otlp-both-test"
+      }
+    })
+    try {
+      expect((await request(app, "GET", "/authors")).status).toBe(401)
+    } finally {
+      await app.close()
+    }
+    expect(received.filter((r) => r.path === "/signal/traces").map((t) => t.body).join("\n")).toContain("ads-otlp-both-test")
+    expect(received.filter((r) => r.path.startsWith("/base"))).toEqual([])
+  })
+})
+
+describe("tracesUrl (the OpenTelemetry specification's endpoint variables)", () => {
+  const url = (traces: string | undefined, base: string | undefined) =>
+    Option.getOrUndefined(tracesUrl({ otelExporterOtlpTracesEndpoint: Option.fromUndefinedOr(traces), otelExporterOtlpEndpoint: Option.fromUndefinedOr(base) }))
+
+  it("signal-specific as is; else the base URL + /v1/traces; neither: no tracing", () => {
+    expect(url("http://c:4318/x/y", undefined)).toBe("http://c:4318/x/y")
+    expect(url("http://c:4318/x/y/", "http://b:4318")).toBe("http://c:4318/x/y/")
+    expect(url(undefined, "http://b:4318")).toBe("http://b:4318/v1/traces")
+    expect(url(undefined, "http://b:4318/otlp/")).toBe("http://b:4318/otlp/v1/traces")
+    expect(url(undefined, undefined)).toBeUndefined()
   })
 })
