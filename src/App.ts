@@ -1,7 +1,7 @@
 /**
  * The one place where Layers are wired. `main.ts` adds the environment's configuration and the
- * Node server (opened last, once everything else is up); tests add a test server and their own
- * configuration.
+ * Node server (opened first: it answers the probes while the rest starts); tests add a test
+ * server and their own configuration.
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Effect, Layer, Option, References } from "effect"
@@ -34,6 +34,7 @@ import { redisLayer, RedisProbe } from "./Store/Redis.ts"
 import { WsHttpLive } from "./Ws/Http.ts"
 import { RedisRegistryLive } from "./Ws/RedisRegistry.ts"
 import { AuthorEventsLive, MemoryRegistryLive, WebSocketProbeLive } from "./Ws/Registry.ts"
+import { untilDatabaseReachable } from "./Startup.ts"
 import { WsServerLive } from "./Ws/Server.ts"
 
 /** The HttpApi with its handlers; the middlewares it declares (authentication, common responses). */
@@ -63,9 +64,12 @@ const StoresLive = Layer.unwrap(Effect.gen(function*() {
   })
 }))
 
-/** External systems, or their embedded stand-ins, as the configuration says. */
+/**
+ * External systems, or their embedded stand-ins, as the configuration says. A database that
+ * cannot be reached yet is waited for, up to STARTUP_TIMEOUT_SECONDS (Startup.ts).
+ */
 const InfrastructureLive = Layer.mergeAll(
-  DatabaseLive,
+  untilDatabaseReachable(DatabaseLive),
   AuthLive,
   Layer.mergeAll(AuthorEventsLive, WebSocketProbeLive).pipe(Layer.provideMerge(StoresLive))
 )
@@ -90,6 +94,13 @@ const StartupLog = Layer.effectDiscard(Effect.gen(function*() {
     Option.isNone(config.oidcIssuerUrl) ? `identity provider (built-in, users from ${config.authUsersFile})` : undefined
   ].filter((x) => x !== undefined)
   yield* Effect.logInfo(embedded.length > 0 ? `Embedded: ${embedded.join(", ")}` : "Embedded: none")
+  // Production refuses an embedded database (Config.ts); in-process stores it allows, but says what they mean.
+  if (config.appEnv === "production" && Option.isNone(config.redisUrl)) {
+    yield* Effect.logWarning(
+      "REDIS_URL is not set: rate limits, WebSocket connection counts, broadcasts and session expiry are per instance " +
+        "(in-process stores); with more than one instance, set REDIS_URL"
+    )
+  }
 }))
 
 /** HTTP server spans are named by route template (`GET /authors/{author_id}`), never the raw path. */
@@ -112,33 +123,38 @@ const routes = HttpRouter.toHttpEffect(RoutesLive).pipe(Effect.provideService(Ht
  */
 const withServerSpan = HttpMiddleware.make((app) => app)
 
+/** Attaches the handler (the port is already open) and the `/web` server; "Listening on" says the service is ready. */
 const serving = <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
   HttpServer.withLogAddress(Layer.mergeAll(
     Layer.unwrap(Effect.map(Effect.service(References.TracerEnabled), (traced) => traced ? HttpServer.serve(handler, withServerSpan) : HttpServer.serve(handler))),
     WsServerLive
   ))
 
-/**
- * On `server`, opened here: the routes are built first, so the port opens only once there is a
- * handler to answer on it (STACK-NOTES pitfall 1).
- */
-const serveOn = <S, E, R>(server: Layer.Layer<S, E, R>) =>
-  Layer.unwrap(Effect.map(routes, (handler) => serving(handler).pipe(Layer.provideMerge(server))))
+/** The routes, built once every service is up, then served. */
+const ServedLive = Layer.unwrap(Effect.map(routes, serving))
+
+/** Logs the open port: until "Listening on", probes answer and every other request gets 503 `Service starting`. */
+const PortOpenLog = Layer.effectDiscard(HttpServer.addressFormattedWith((address) =>
+  Effect.logInfo(`Port open on ${address}: starting (/livez 200, /readyz and /health 503, other requests 503 until ready)`)
+))
 
 /**
- * The whole service — the HttpApi and the `/web` WebSocket on one port — opening `server` (e.g.
- * `nodeServerLayer`, Http/NodeServer.ts) itself, after every service is up and the routes are
- * built; its services (`NodeServer`, `Upgrades`, `HttpServer`) are outputs. Needs the `AppConfig`. `tracing` is
- * provided under everything else (server, SQL, Redis), so every span goes to it
- * (Observability/Tracing.ts).
+ * The whole service — the HttpApi and the `/web` WebSocket on one port — on `server` (e.g.
+ * `nodeServerLayer`, Http/NodeServer.ts), which it opens first: a request during start-up gets
+ * the Node server's starting answer (STACK-NOTES pitfall 1) — probes included, for as long as
+ * the database takes — until every service is up, the routes are built and the handler is
+ * attached. Its services (`NodeServer`, `Upgrades`, `HttpServer`) are outputs. Needs the
+ * `AppConfig`. `tracing` is provided under everything else (server, SQL, Redis), so every span
+ * goes to it (Observability/Tracing.ts).
  */
 export const makeServedAppLive = <S, E>(
   server: Layer.Layer<S | NodeServer | Upgrades | HttpServer.HttpServer, E, AppConfig>,
   tracing: Layer.Layer<never, never, AppConfig> = TracingLive
 ) =>
-  serveOn(server).pipe(
+  ServedLive.pipe(
     Layer.provide(SpanNamesLive),
     Layer.provide(ServicesLive),
     Layer.provide(StartupLog),
+    Layer.provideMerge(Layer.provideMerge(PortOpenLog, server)),
     Layer.provide(tracing)
   )

@@ -10,6 +10,8 @@ export type AppEnv = "development" | "production"
 export interface AppConfigShape {
   readonly port: number
   readonly host: string
+  /** How long start-up keeps retrying a database it cannot reach before it gives up (exit 1). */
+  readonly startupTimeoutSeconds: number
   readonly appEnv: AppEnv
   readonly logLevel: "trace" | "debug" | "info" | "warning" | "error" | "fatal" | "none"
   readonly logFormat: "json" | "pretty"
@@ -87,6 +89,27 @@ const nonEmpty = (name: string) =>
 const nonEmptyRedacted = (name: string) =>
   Config.Redacted(name).pipe(Config.option, Config.map(Option.filter((s) => Redacted.value(s).trim() !== "")))
 
+/**
+ * Why `DATABASE_URL` cannot be used, if it cannot: it must be a `postgres://` URL, and production
+ * needs one — without it the data would live in the embedded database on the instance's own disk
+ * (a pod's, lost at its next reschedule). The message never repeats the URL (it holds a password).
+ */
+export const databaseUrlProblem = (url: Option.Option<Redacted.Redacted<string>>, appEnv: AppEnv): string | undefined => {
+  if (Option.isNone(url)) {
+    return appEnv === "production"
+      ? "DATABASE_URL must be set when APP_ENV=production: without it the data would live in the embedded " +
+        "database on this instance's own disk (a pod's disk is lost when it is rescheduled)"
+      : undefined
+  }
+  let protocol: string
+  try {
+    protocol = new URL(Redacted.value(url.value)).protocol
+  } catch {
+    return "DATABASE_URL must be a postgres:// URL"
+  }
+  return protocol === "postgres:" || protocol === "postgresql:" ? undefined : "DATABASE_URL must be a postgres:// URL"
+}
+
 /** `ALLOWED_WS_ORIGINS`, `CORS_ALLOWED_ORIGINS`: comma-separated or a JSON array of strings. */
 export const parseOriginList = (raw: string): Result.Result<ReadonlyArray<string>, string> => {
   const text = raw.trim()
@@ -146,9 +169,13 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     const problem = issuerUrlProblem(oidcIssuerUrl.value, appEnv, oidcAllowHttpIssuer)
     if (problem !== undefined) return yield* Effect.fail(invalid("OIDC_ISSUER_URL", oidcIssuerUrl.value, problem))
   }
+  const databaseUrl = yield* nonEmptyRedacted("DATABASE_URL")
+  const databaseProblem = databaseUrlProblem(databaseUrl, appEnv)
+  if (databaseProblem !== undefined) return yield* Effect.fail(invalid("DATABASE_URL", "<redacted>", databaseProblem))
   return {
     port: yield* Config.Port("PORT").pipe(Config.withDefault(8000)),
     host: yield* Config.String("HOST").pipe(Config.withDefault("0.0.0.0")),
+    startupTimeoutSeconds: yield* positiveInt("STARTUP_TIMEOUT_SECONDS", 60),
     appEnv,
     logLevel: yield* Config.schema(LogLevelSetting, "LOG_LEVEL").pipe(
       Config.withDefault("info"),
@@ -157,7 +184,7 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     logFormat: yield* Config.Literals(["json", "pretty"], "LOG_FORMAT").pipe(
       Config.withDefault(appEnv === "production" ? "json" : "pretty")
     ),
-    databaseUrl: yield* nonEmptyRedacted("DATABASE_URL"),
+    databaseUrl,
     databasePoolMax: yield* positiveInt("DATABASE_POOL_MAX", 10),
     databasePreparedStatements: yield* Config.Boolean("DATABASE_PREPARED_STATEMENTS").pipe(Config.withDefault(true)),
     databaseStatementTimeoutSeconds: yield* positiveInt("DATABASE_STATEMENT_TIMEOUT_SECONDS", 5),

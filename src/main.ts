@@ -6,6 +6,7 @@ import { ShutdownDeadline } from "./AuditLogs/Writer.ts"
 import { AppConfig } from "./Config.ts"
 import { drainOnShutdown, nodeServerLayer } from "./Http/NodeServer.ts"
 import { LoggerLive } from "./Observability/Logging.ts"
+import { causeText, failureLine } from "./Startup.ts"
 
 const ServerLive = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
@@ -35,10 +36,17 @@ const ShutdownDeadlineLive = Layer.succeed(ShutdownDeadline, {
   at: () => (signalledAt === undefined ? undefined : signalledAt + FLUSH_DONE_BY_MS)
 })
 
-// The port opens last, once the database is migrated and the routes are built (STACK-NOTES
-// pitfall 1). drainOnShutdown wraps the app, so its finalizer runs first: the app's handler and
-// services are still in place while the requests in flight finish.
-const MainLive = drainOnShutdown(DRAIN_MS).pipe(
+/** Set once the service is ready (its handler attached): a failure after that is not a failed start. */
+let ready = false
+const ReadyMark = Layer.effectDiscard(Effect.sync(() => {
+  ready = true
+}))
+
+// The port opens first and answers the probes while the rest starts (App.ts); the handler is
+// attached once the database is migrated and the routes are built. drainOnShutdown wraps the
+// app, so its finalizer runs first: the app's handler and services are still in place while the
+// requests in flight finish.
+const MainLive = Layer.mergeAll(drainOnShutdown(DRAIN_MS), ReadyMark).pipe(
   Layer.provideMerge(makeServedAppLive(ServerLive)),
   Layer.provide(ShutdownDeadlineLive),
   Layer.provide(LoggerLive),
@@ -46,13 +54,16 @@ const MainLive = drainOnShutdown(DRAIN_MS).pipe(
 )
 
 /**
- * A failure to start (an invalid setting, the built-in provider in production, an unreachable
- * database) goes to stderr, naming its cause, and the exit code is non-zero (CONTRACT §2).
+ * A failure to start (an invalid setting, the built-in provider in production, a database that
+ * stayed unreachable for STARTUP_TIMEOUT_SECONDS) is one log line on stderr naming its cause —
+ * JSON in production — and the exit code is 1 (Startup.ts `failureLine`).
  */
 const reportFailure = (cause: Cause.Cause<unknown>) =>
   Cause.hasInterruptsOnly(cause)
     ? Effect.void
-    : Effect.sync(() => process.stderr.write(`Service failed: ${Cause.pretty(cause)}\n`))
+    : Effect.sync(() =>
+      process.stderr.write(`${failureLine(process.env, `${ready ? "Service failed" : "Service failed to start"}: ${causeText(cause)}`)}\n`)
+    )
 
 /**
  * CONTRACT §5: a signal ends the service by interrupting it; once the drain is done that is a

@@ -2,7 +2,9 @@
  * The Node HTTP server under the app, with the edges @effect/platform leaves open:
  * - Before the app's handler is attached and after it is detached at shutdown, a request would
  *   get no answer at all (STACK-NOTES pitfall 1); it gets 503 instead — with the health report's
- *   shape on the health endpoints (CONTRACT §7). `main.ts` opens the port last, so this is rare.
+ *   shape on the health endpoints, `/livez` 200. The port opens first (App.ts), so this is what a
+ *   probe sees for as long as the service starts (the database may take a while to come up):
+ *   `{"detail":"Service starting"}`, and `Service unavailable` once the app has been detached.
  * - WebSocket upgrades go to the service's own `/web` server (Ws/Server.ts), which needs the raw
  *   `ws` options the platform does not expose (frame size limit → 1009, no compression, one
  *   bounded send buffer per connection); the platform's upgrade handler never sees them.
@@ -49,18 +51,30 @@ const answerClientError = (error: NodeJS.ErrnoException, socket: Duplex) => {
 
 const LIVE = JSON.stringify({ status: "ok" })
 const STARTING = JSON.stringify(STARTING_REPORT)
-const UNAVAILABLE = JSON.stringify({ detail: "Service unavailable" })
 
-/** CONTRACT §7, while starting: alive (`/livez` 200), not ready — `/health` and `/readyz` answer 503 in the health report's shape. */
-const startingAnswer = (url: string | undefined): readonly [number, string] => {
+/** Before the app's handler is first attached, and after it has been detached. */
+type Phase = "starting" | "stopped"
+
+const detailOf = (phase: Phase) => (phase === "starting" ? "Service starting" : "Service unavailable")
+
+/** Without the app: alive (`/livez` 200), not ready — `/health` and `/readyz` 503 in the health report's shape, anything else 503 `{detail}`. */
+const startingAnswer = (url: string | undefined, phase: Phase): readonly [number, string] => {
   const path = url === undefined ? "" : url.split("?", 1)[0]
-  return path === "/livez" ? [200, LIVE] : path === "/health" || path === "/readyz" ? [503, STARTING] : [503, UNAVAILABLE]
+  return path === "/livez"
+    ? [200, LIVE]
+    : path === "/health" || path === "/readyz"
+    ? [503, STARTING]
+    : [503, JSON.stringify({ detail: detailOf(phase) })]
 }
 
 export const makeNodeServer = (): NodeServerShape => {
   const server = createServer({ keepAliveTimeout: 65_000 })
   let inFlight = 0
   let upgrades: UpgradeHandler | undefined
+  // Whether the app's handler has ever been attached: without it now, the service is either
+  // still starting or already stopped.
+  let attached = false
+  const phase = (): Phase => (attached ? "stopped" : "starting")
   const idle = new Set<() => void>()
   // Registered first, so they see every request (`checkContinue` replaces `request` for
   // `Expect: 100-continue` once the platform listens to it); they answer only when alone.
@@ -71,20 +85,30 @@ export const makeNodeServer = (): NodeServerShape => {
       if (inFlight === 0) for (const wake of idle) wake()
     })
     if (server.listenerCount(event) > 1) return
-    const [status, body] = startingAnswer(req.url)
-    res.writeHead(status, { "content-type": "application/json", ...(status === 503 ? { "retry-after": "1", connection: "close" } : {}) })
+    const [status, body] = startingAnswer(req.url, phase())
+    res.writeHead(status, {
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(body),
+      ...(status === 503 ? { "retry-after": "1", connection: "close" } : {})
+    })
     res.end(body)
   }
   server.on("request", track("request"))
   server.on("checkContinue", track("checkContinue"))
+  server.on("newListener", (event: string | symbol) => {
+    if (event === "request") attached = true
+  })
   server.on("clientError", answerClientError)
-  // Upgrades are dispatched here instead of to the listeners (the platform registers one).
+  // Upgrades are dispatched here instead of to the listeners (the platform registers one). Node
+  // emits `upgrade` only when something listens: this listener (never called) makes it do so
+  // from the start, so an upgrade while starting is refused here too, not taken for a request.
+  server.on("upgrade", () => {})
   const emit = server.emit
   server.emit = function(this: Server, event: string | symbol, ...args: Array<unknown>) {
     if (event !== "upgrade") return Reflect.apply(emit, this, [event, ...args]) as boolean
     const [request, socket, head] = args as [IncomingMessage, Duplex, Buffer]
     socket.on("error", () => {})
-    if (upgrades === undefined) refuseOnSocket(socket, 503, "Service unavailable")
+    if (upgrades === undefined) refuseOnSocket(socket, 503, detailOf(phase()))
     else upgrades.upgrade(request, socket, head)
     return true
   } as Server["emit"]
@@ -119,6 +143,7 @@ export const makeNodeServer = (): NodeServerShape => {
     Effect.acquireRelease(
       Effect.sync(() => {
         upgrades = handler
+        attached = true
       }),
       () =>
         Effect.sync(() => {

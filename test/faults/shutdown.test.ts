@@ -169,15 +169,29 @@ describe("SIGTERM during startup (before /health answers 200)", () => {
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
   }, 60_000)
 
-  it("while the embedded database starts (its first log line written, /health not 200): exits 0 within 10 s", async () => {
+  it("while the embedded database starts (its first log line written, the port already open: /livez 200, /health not 200): exits 0 within 10 s", async () => {
     const { service, url } = await starting()
     await logged(service, "Embedded: database (PGlite")
     expect(service.child.exitCode).toBeNull()
+    // The port opened before the database started: the probes answer while it does.
+    const live = await fetch(`${url}/livez`)
+    expect([live.status, await live.json()]).toEqual([200, { status: "ok" }])
     expect(await notHealthy(url)).toBe(true)
     const { code, ms } = await sigterm(service)
     console.log(`[fault] SIGTERM while PGlite starts: exit ${code} after ${ms} ms`)
-    // Interrupted: it never opened the port.
+    // Interrupted before it was ready ("Listening on" is the ready line).
     expect(service.stdout()).not.toContain("Listening on")
+    expect(code).toBe(0)
+    expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
+  }, 60_000)
+
+  it("while start-up waits for a database that refuses connections (between attempts): exits 0 within 10 s", async () => {
+    const { service, url } = await starting({ DATABASE_URL: `postgres://postgres@127.0.0.1:${await freePort()}/authors`, LOG_LEVEL: "warn" })
+    await logged(service, "Database not reachable yet (attempt 2)")
+    expect(service.child.exitCode).toBeNull()
+    expect(await notHealthy(url)).toBe(true)
+    const { code, ms } = await sigterm(service)
+    console.log(`[fault] SIGTERM while start-up retries the database: exit ${code} after ${ms} ms`)
     expect(code).toBe(0)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
   }, 60_000)

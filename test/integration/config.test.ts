@@ -1,7 +1,8 @@
 /**
- * CONTRACT §2: an invalid value stops startup with a message naming the variable. The real
- * entry point is spawned with one bad variable at a time. And the settings whose defaults or
- * rules depend on others (OIDC_AUDIENCE, an https:// OIDC_ISSUER_URL in production).
+ * CONTRACT §2: an invalid value stops startup with a message naming the variable — one log line
+ * (JSON with LOG_FORMAT=json) and exit code 1. The real entry point is spawned with one bad
+ * variable at a time. And the settings whose defaults or rules depend on others (OIDC_AUDIENCE, an
+ * https:// OIDC_ISSUER_URL and a DATABASE_URL in production).
  */
 import { ConfigProvider, Effect, Option } from "effect"
 import { spawn } from "node:child_process"
@@ -10,8 +11,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { appConfig, tokenAudience } from "../../src/Config.ts"
-import { freePort, spawnService, waitFor } from "../support/Spawn.ts"
-import { seedEmbeddedDatabase } from "../support/TestApp.ts"
+import { startDatabaseServer } from "../support/DatabaseServer.ts"
+import { freePort, spawnService, type Spawned, waitFor } from "../support/Spawn.ts"
 
 const dataDir = mkdtempSync(join(tmpdir(), "ads-config-"))
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
@@ -26,8 +27,22 @@ const cases: ReadonlyArray<readonly [string, string, Record<string, string>?]> =
   ["ALLOWED_WS_ORIGINS", "[1, 2"],
   ["LOGIN_MAX_FAILURES", "-1"],
   ["LOGIN_FAILURE_WINDOW_SECONDS", "0"],
-  ["OIDC_ISSUER_URL", "http://idp.example/realms/author-directory", { APP_ENV: "production" }]
+  ["OIDC_ISSUER_URL", "http://idp.example/realms/author-directory", { APP_ENV: "production", DATABASE_URL: "postgres://u@db.example/authors" }],
+  ["DATABASE_URL", "mysql://authors@db.example/authors"],
+  ["STARTUP_TIMEOUT_SECONDS", "0"]
 ]
+
+/** A production environment that passes every check (the database URL need not answer for configuration checks). */
+const PRODUCTION = { APP_ENV: "production", DATABASE_URL: "postgres://authors@db.example/authors" }
+
+/** The one line a failed start leaves on stderr, parsed (LOG_FORMAT=json: the test spawns with it). */
+const failureOf = (service: Spawned) => {
+  const lines = service.stderr().split("\n").filter((line) => line.trim() !== "")
+  expect(lines, service.stderr()).toHaveLength(1)
+  const line = JSON.parse(lines[0]!) as Record<string, unknown>
+  expect(line).toMatchObject({ level: "FATAL" })
+  return String(line["message"])
+}
 
 describe("LOG_LEVEL (CONTRACT §2)", () => {
   it("takes warn as well as warning; anything else stops startup", async () => {
@@ -61,21 +76,35 @@ describe("npm start reads .env when present (CONTRACT §1, .env.example)", () =>
 
 describe("invalid configuration stops startup", () => {
   // Spawned together: each start costs a second or two of module loading.
-  it("each bad variable → non-zero exit, stderr names the variable", async () => {
-    const runs = await Promise.all(cases.map(async ([name, value, others]) => {
-      const service = spawnService({ DATA_DIR: join(dataDir, name), PORT: String(await freePort()), ...others, [name]: value })
-      return { name, code: await service.exited, stderr: service.stderr() }
+  it("each bad variable → exit 1 after one JSON line on stderr naming the variable; the port never opens", async () => {
+    const runs = await Promise.all(cases.map(async ([name, value, others], i) => {
+      const service = spawnService({ DATA_DIR: join(dataDir, `${name}-${i}`), PORT: String(await freePort()), ...others, [name]: value })
+      return { name, value, code: await service.exited, service }
     }))
     for (const run of runs) {
-      expect(run.code, run.name).not.toBe(0)
-      expect(run.stderr, run.name).toContain(run.name)
+      expect(run.code, run.name).toBe(1)
+      const message = failureOf(run.service)
+      expect(message, run.name).toMatch(/^Service failed to start: /)
+      expect(message, run.name).toContain(run.name)
+      expect(run.service.stdout(), run.name).not.toContain("Port open")
     }
+    // A URL is never repeated (it may hold a password).
+    expect(failureOf(runs.find((r) => r.name === "DATABASE_URL")!.service)).not.toContain("db.example")
   }, 120_000)
 
+  it("APP_ENV=production without DATABASE_URL refuses to start, naming DATABASE_URL (the embedded database would live on the pod's disk)", async () => {
+    const service = spawnService({ DATA_DIR: dataDir, PORT: String(await freePort()), APP_ENV: "production", OIDC_ISSUER_URL: "https://idp.example/realms/author-directory", DATABASE_URL: undefined })
+    expect(await service.exited).toBe(1)
+    expect(failureOf(service)).toMatch(/DATABASE_URL must be set when APP_ENV=production: .*embedded database on this instance's own disk/)
+    // Refused before anything started: no port, no embedded database.
+    expect(service.stdout()).not.toMatch(/Port open|Embedded/)
+  }, 60_000)
+
   it("APP_ENV=production without OIDC_ISSUER_URL refuses the built-in identity provider", async () => {
-    const service = spawnService({ DATA_DIR: dataDir, PORT: String(await freePort()), APP_ENV: "production" })
-    expect(await service.exited).not.toBe(0)
-    expect(service.stderr()).toMatch(/built-in identity provider.*OIDC_ISSUER_URL/)
+    // The database is not reachable: the identity provider's refusal does not wait for it.
+    const service = spawnService({ ...PRODUCTION, DATABASE_URL: `postgres://authors@127.0.0.1:${await freePort()}/authors`, DATA_DIR: dataDir, PORT: String(await freePort()) })
+    expect(await service.exited).toBe(1)
+    expect(failureOf(service)).toMatch(/built-in identity provider.*OIDC_ISSUER_URL/)
   }, 60_000)
 })
 
@@ -88,23 +117,26 @@ describe("PROFILING_ENABLED (CONTRACT §2: true in development, false in product
   it("defaults to the environment's; a value set replaces the default in either", async () => {
     expect(await profilingOf({})).toBe(true)
     expect(await profilingOf({ APP_ENV: "development" })).toBe(true)
-    expect(await profilingOf({ APP_ENV: "production" })).toBe(false)
-    expect(await profilingOf({ APP_ENV: "production", PROFILING_ENABLED: "true" })).toBe(true)
+    expect(await profilingOf(PRODUCTION)).toBe(false)
+    expect(await profilingOf({ ...PRODUCTION, PROFILING_ENABLED: "true" })).toBe(true)
     expect(await profilingOf({ APP_ENV: "development", PROFILING_ENABLED: "false" })).toBe(false)
   })
 
-  it("a production process with PROFILING_ENABLED unset reports profiling disabled and refuses a capture", async () => {
+  it("a production process with PROFILING_ENABLED unset reports profiling disabled and refuses a capture; without REDIS_URL it warns once that its stores are per instance", async () => {
     const port = await freePort()
     const url = `http://127.0.0.1:${port}`
     const productionDir = join(dataDir, "production")
-    seedEmbeddedDatabase(productionDir)
-    // The identity provider is only asked when a token needs it (discovery is lazy): none runs here.
+    const database = await startDatabaseServer()
+    // The identity provider is only asked when a token needs it (discovery is lazy): none runs
+    // here. Its http:// URL is accepted in production because OIDC_ALLOW_HTTP_ISSUER says so.
     const service = spawnService({
       DATA_DIR: productionDir,
       PORT: String(port),
       HOST: "127.0.0.1",
       APP_ENV: "production",
-      OIDC_ISSUER_URL: "https://127.0.0.1:9/realms/author-directory",
+      DATABASE_URL: database.url,
+      OIDC_ISSUER_URL: "http://127.0.0.1:9/realms/author-directory",
+      OIDC_ALLOW_HTTP_ISSUER: "true",
       PROFILING_OUTPUT_DIR: join(dataDir, "production-profiling"),
       PROFILING_ENABLED: undefined
     })
@@ -119,9 +151,16 @@ describe("PROFILING_ENABLED (CONTRACT §2: true in development, false in product
       const capture = await fetch(`${url}/api/profiling/reports`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" })
       expect(capture.status).toBe(409)
       expect(await capture.json()).toEqual({ detail: "Profiling is disabled" })
+      const warnings = service.stdout().split("\n").filter((line) => line.includes("REDIS_URL is not set"))
+      expect(warnings).toHaveLength(1)
+      expect(JSON.parse(warnings[0]!)).toMatchObject({
+        level: "WARN",
+        message: expect.stringMatching(/rate limits, WebSocket connection counts, broadcasts and session expiry are per instance/)
+      })
     } finally {
       service.child.kill("SIGTERM")
       await service.exited
+      await database.close()
     }
   }, 90_000)
 })
@@ -137,9 +176,10 @@ describe("OIDC_ISSUER_URL: https:// in production (CONTRACT §1)", () => {
   it("production refuses an http:// issuer, naming the variable, unless OIDC_ALLOW_HTTP_ISSUER=true says the network is trusted", async () => {
     const http = "http://keycloak:8080/realms/author-directory"
     const https = "https://keycloak.example.com/realms/author-directory"
-    expect(await issuerOf({ APP_ENV: "production", OIDC_ISSUER_URL: http })).toMatch(/OIDC_ISSUER_URL must be an https:\/\/ URL when APP_ENV=production/)
-    expect(await issuerOf({ APP_ENV: "production", OIDC_ISSUER_URL: `${https}/` })).toBe(https)
-    expect(await issuerOf({ APP_ENV: "production", OIDC_ISSUER_URL: http, OIDC_ALLOW_HTTP_ISSUER: "true" })).toBe(http)
+    expect(await issuerOf({ ...PRODUCTION, OIDC_ISSUER_URL: http })).toMatch(/OIDC_ISSUER_URL must be an https:\/\/ URL when APP_ENV=production/)
+    expect(await issuerOf({ ...PRODUCTION, OIDC_ISSUER_URL: `${https}/` })).toBe(https)
+    expect(await issuerOf({ ...PRODUCTION, OIDC_ISSUER_URL: http, OIDC_ALLOW_HTTP_ISSUER: "true" })).toBe(http)
+    expect(await issuerOf({ ...PRODUCTION, OIDC_ISSUER_URL: http, OIDC_ALLOW_HTTP_ISSUER: "false" })).toMatch(/OIDC_ISSUER_URL must be an https:\/\/ URL/)
     // Development (Keycloak on localhost) takes http.
     expect(await issuerOf({ OIDC_ISSUER_URL: http })).toBe(http)
     // Not a URL, or not http(s): refused anywhere.
@@ -156,10 +196,10 @@ describe("OIDC_AUDIENCE (CONTRACT §2)", () => {
     )
 
   it("production: defaults to OIDC_CLIENT_ID; a value replaces it; none switches the check off", async () => {
-    expect(await audienceOf({ APP_ENV: "production" })).toBe("author-directory")
-    expect(await audienceOf({ APP_ENV: "production", OIDC_CLIENT_ID: "other-client" })).toBe("other-client")
-    expect(await audienceOf({ APP_ENV: "production", OIDC_AUDIENCE: "api" })).toBe("api")
-    expect(await audienceOf({ APP_ENV: "production", OIDC_AUDIENCE: "none" })).toBeUndefined()
+    expect(await audienceOf(PRODUCTION)).toBe("author-directory")
+    expect(await audienceOf({ ...PRODUCTION, OIDC_CLIENT_ID: "other-client" })).toBe("other-client")
+    expect(await audienceOf({ ...PRODUCTION, OIDC_AUDIENCE: "api" })).toBe("api")
+    expect(await audienceOf({ ...PRODUCTION, OIDC_AUDIENCE: "none" })).toBeUndefined()
   })
 
   it("development: unset means no check; a value is checked", async () => {
@@ -172,5 +212,35 @@ describe("OIDC_AUDIENCE (CONTRACT §2)", () => {
       appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: {} })))
     )
     expect([defaults.loginMaxFailures, defaults.loginFailureWindowSeconds]).toEqual([10, 900])
+  })
+})
+
+describe("start-up and traces settings", () => {
+  const configOf = async (env: Record<string, string>) => {
+    const result = await Effect.runPromise(Effect.result(
+      appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })))
+    ))
+    if (result._tag === "Failure") throw new Error(String(result.failure))
+    return result.success
+  }
+
+  it("STARTUP_TIMEOUT_SECONDS defaults to 60; a positive integer replaces it", async () => {
+    expect((await configOf({})).startupTimeoutSeconds).toBe(60)
+    expect((await configOf({ STARTUP_TIMEOUT_SECONDS: "5" })).startupTimeoutSeconds).toBe(5)
+    await expect(configOf({ STARTUP_TIMEOUT_SECONDS: "1.5" })).rejects.toThrow(/STARTUP_TIMEOUT_SECONDS/)
+  })
+
+  it("DATABASE_URL: required in production, a postgres:// URL anywhere", async () => {
+    await expect(configOf({ APP_ENV: "production" })).rejects.toThrow(/DATABASE_URL must be set when APP_ENV=production/)
+    expect((await configOf({ APP_ENV: "production", DATABASE_URL: "postgresql://u@db/authors" })).appEnv).toBe("production")
+    expect(Option.isNone((await configOf({ DATABASE_URL: "" })).databaseUrl)).toBe(true)
+    await expect(configOf({ DATABASE_URL: "db.example:5432/authors" })).rejects.toThrow(/DATABASE_URL must be a postgres:\/\/ URL/)
+  })
+
+  it("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is read beside OTEL_EXPORTER_OTLP_ENDPOINT", async () => {
+    const config = await configOf({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://collector:4318/custom/traces", OTEL_EXPORTER_OTLP_ENDPOINT: "http://other:4318" })
+    expect(Option.getOrUndefined(config.otelExporterOtlpTracesEndpoint)).toBe("http://collector:4318/custom/traces")
+    expect(Option.getOrUndefined(config.otelExporterOtlpEndpoint)).toBe("http://other:4318")
+    expect(Option.isNone((await configOf({})).otelExporterOtlpTracesEndpoint)).toBe(true)
   })
 })

@@ -1,0 +1,143 @@
+/**
+ * What start-up does besides wiring the Layers (App.ts): it waits for a database it cannot reach
+ * yet, and when it gives up — or anything else stops it — it says why in one log line.
+ *
+ * The port is already open while this runs (App.ts), answering the probes (Http/NodeServer.ts), so
+ * a database that comes up a little after the service (a restarted cluster, a pod scheduled first)
+ * costs a few seconds of "starting" instead of a crash loop. What is waited for is only what a
+ * later attempt can fix — the server refusing or not answering, a name not resolving yet, the
+ * server starting up or shutting down, too many connections; a wrong password, a missing database
+ * or a bad URL stop start-up at once.
+ */
+import { Cause, Data, Effect, Exit, Layer, Scope } from "effect"
+import { AppConfig } from "./Config.ts"
+import { isDatabaseTimeout } from "./Db/Deadline.ts"
+import { scrubText } from "./Observability/Logging.ts"
+
+/** Start-up gave up on the database after STARTUP_TIMEOUT_SECONDS. */
+export class DatabaseUnreachable extends Data.TaggedError("DatabaseUnreachable")<{ readonly message: string }> {}
+
+/** The error, then its causes (a few levels: SqlError → reason → the socket's error). */
+const causeChain = (error: unknown): ReadonlyArray<unknown> => {
+  const chain: Array<unknown> = []
+  let current = error
+  while (current !== undefined && current !== null && chain.length < 8 && !chain.includes(current)) {
+    chain.push(current)
+    current = typeof current === "object" && "cause" in current ? current.cause : undefined
+  }
+  return chain
+}
+
+const codeOf = (error: unknown): string | undefined =>
+  typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : undefined
+
+const messageOf = (error: unknown): string | undefined =>
+  error instanceof Error ? error.message : typeof error === "object" && error !== null && "message" in error && typeof error.message === "string" ? error.message : undefined
+
+/** A socket error (ECONNREFUSED, ENOTFOUND, EAI_AGAIN, ETIMEDOUT, EHOSTUNREACH, ECONNRESET, …); not ERR_* (a bad URL, a TLS setting). */
+const SOCKET_ERROR = /^E[A-Z]+$/
+
+/**
+ * SQLSTATEs of a server that will take connections again: 08 connection exceptions, 53300 too
+ * many connections, 57P01–57P03 shutting down or starting up ("the database system is starting up").
+ */
+const isTransientSqlState = (code: string) => code.startsWith("08") || code === "53300" || /^57P0[123]$/.test(code)
+
+/** The driver's own words for a server that accepted and then went away or never answered. */
+const TRANSIENT_MESSAGES = new Set(["Connection timed out", "Connection closed unexpectedly"])
+
+/** Whether a start-up failure is the database not being reachable (yet): worth another attempt. */
+export const isUnreachable = (error: unknown): boolean =>
+  causeChain(error).some((e) => {
+    if (isDatabaseTimeout(e)) return true
+    const code = codeOf(e)
+    if (code !== undefined && (SOCKET_ERROR.test(code) || isTransientSqlState(code))) return true
+    const message = messageOf(e)
+    return message !== undefined && TRANSIENT_MESSAGES.has(message)
+  })
+
+/**
+ * An error as one line: its message and those of its causes, repeats left out
+ * (`PgConnection: Failed to connect: connect ECONNREFUSED 10.0.0.5:5432`). A configuration error
+ * becomes `NAME: what is wrong`.
+ */
+export const errorText = (error: unknown): string => {
+  const parts: Array<string> = []
+  for (const e of causeChain(error)) {
+    const message = messageOf(e)?.trim()
+    if (message === undefined || message === "" || parts.some((p) => p.includes(message))) continue
+    parts.push(message)
+  }
+  const text = parts.length > 0 ? parts.join(": ") : String(error)
+  // Config errors read `SchemaError(<what> at ["NAME"])`.
+  const setting = /^(?:ConfigError\()?SchemaError\(([\s\S]*?)\s+at \["([A-Z][A-Z0-9_]*)"\]\)+(?::[\s\S]*)?$/.exec(text)
+  const line = setting === undefined || setting === null
+    ? text
+    : setting[1]!.startsWith(setting[2]!) ? setting[1]! : `${setting[2]!}: ${setting[1]!}`
+  return scrubText(line.replace(/\s*\n\s*/g, " "))
+}
+
+/** What stopped the service, as one line (interruptions left out). */
+export const causeText = (cause: Cause.Cause<unknown>): string => {
+  const reasons = cause.reasons.flatMap((reason) =>
+    Cause.isFailReason(reason) ? [errorText(reason.error)] : Cause.isDieReason(reason) ? [errorText(reason.defect)] : []
+  )
+  return [...new Set(reasons)].join("; ") || "interrupted"
+}
+
+/**
+ * Builds `database` (connect, migrate) and, while the database cannot be reached, builds it again
+ * with a growing pause (0.25 s doubling to 5 s) until STARTUP_TIMEOUT_SECONDS have passed since the
+ * first attempt; then fails with `DatabaseUnreachable`, naming the last cause. An attempt under way
+ * at the deadline is not cut short (it may be migrating): the connect timeout bounds it. Each
+ * attempt gets a fresh scope, so a failed attempt's connections are closed before the next one.
+ */
+export const untilDatabaseReachable = <A, E, R>(
+  database: Layer.Layer<A, E, R>
+): Layer.Layer<A, E | DatabaseUnreachable, R | AppConfig> =>
+  Layer.effectContext(Effect.gen(function*() {
+    const config = yield* AppConfig
+    const scope = yield* Effect.scope
+    const timeoutMs = config.startupTimeoutSeconds * 1000
+    const started = Date.now()
+    let pauseMs = 250
+    for (let attempt = 1; ; attempt++) {
+      const attemptScope = yield* Scope.fork(scope, "sequential")
+      const exit = yield* Effect.exit(Layer.buildWithScope(database, attemptScope))
+      if (Exit.isSuccess(exit)) {
+        if (attempt > 1) yield* Effect.logInfo(`Database reached after ${attempt} attempts (${((Date.now() - started) / 1000).toFixed(1)} s)`)
+        return exit.value
+      }
+      yield* Scope.close(attemptScope, exit)
+      const failure = Cause.findErrorOption(exit.cause)
+      if (failure._tag === "None" || !isUnreachable(failure.value)) return yield* Effect.failCause(exit.cause)
+      const reason = errorText(failure.value)
+      const leftMs = started + timeoutMs - Date.now()
+      if (leftMs <= 0) {
+        return yield* Effect.fail(new DatabaseUnreachable({
+          message: `The database could not be reached within STARTUP_TIMEOUT_SECONDS=${config.startupTimeoutSeconds} (${attempt} attempts): ${reason}`
+        }))
+      }
+      const waitMs = Math.min(pauseMs, leftMs)
+      yield* Effect.logWarning(
+        `Database not reachable yet (attempt ${attempt}): ${reason}; next attempt in ${(waitMs / 1000).toFixed(2)} s, ` +
+          `giving up ${Math.ceil(leftMs / 1000)} s from now (STARTUP_TIMEOUT_SECONDS)`
+      )
+      yield* Effect.sleep(waitMs)
+      pauseMs = Math.min(pauseMs * 2, 5_000)
+    }
+  }))
+
+/**
+ * The line a failed start (or a service that stops on an error) leaves behind: JSON with
+ * LOG_FORMAT=json (the default in production), else a pretty line — one line either way, written
+ * whatever LOG_LEVEL says (it is the reason for the exit code). The format comes from the raw
+ * environment: the configuration itself may be what failed.
+ */
+export const failureLine = (env: Readonly<Record<string, string | undefined>>, message: string, now = new Date()): string => {
+  const format = env["LOG_FORMAT"]?.trim()
+  const json = format === "json" || (format !== "pretty" && env["APP_ENV"]?.trim() === "production")
+  return json
+    ? JSON.stringify({ timestamp: now.toISOString(), level: "FATAL", message })
+    : `[${now.toISOString()}] FATAL ${message}`
+}
