@@ -10,6 +10,11 @@ export type AppEnv = "development" | "production"
 export interface AppConfigShape {
   readonly port: number
   readonly host: string
+  /**
+   * `ADMIN_PORT`: when set, `/metrics` and `/api/profiling/*` are served on this port only (bound
+   * on `host` too) and `port` answers them 404; unset, they are served on `port`.
+   */
+  readonly adminPort: Option.Option<number>
   /** How long start-up keeps retrying a database it cannot reach before it gives up (exit 1). */
   readonly startupTimeoutSeconds: number
   readonly appEnv: AppEnv
@@ -88,6 +93,22 @@ const nonEmpty = (name: string) =>
 
 const nonEmptyRedacted = (name: string) =>
   Config.Redacted(name).pipe(Config.option, Config.map(Option.filter((s) => Redacted.value(s).trim() !== "")))
+
+/** A port, or none when unset or empty. */
+const optionalPort = (name: string) =>
+  nonEmpty(name).pipe(
+    Config.mapEffect((raw) =>
+      Option.match(raw, {
+        onNone: () => Effect.succeed(Option.none<number>()),
+        onSome: (text) => {
+          const port = Number(text.trim())
+          return Number.isInteger(port) && port >= 1 && port <= 65535
+            ? Effect.succeed(Option.some(port))
+            : Effect.fail(invalid(name, text, `${name} must be a port number (1-65535) or empty`))
+        }
+      })
+    )
+  )
 
 /**
  * Why `DATABASE_URL` cannot be used, if it cannot: it must be a `postgres://` URL, and production
@@ -172,9 +193,15 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
   const databaseUrl = yield* nonEmptyRedacted("DATABASE_URL")
   const databaseProblem = databaseUrlProblem(databaseUrl, appEnv)
   if (databaseProblem !== undefined) return yield* Effect.fail(invalid("DATABASE_URL", "<redacted>", databaseProblem))
+  const port = yield* Config.Port("PORT").pipe(Config.withDefault(8000))
+  const adminPort = yield* optionalPort("ADMIN_PORT")
+  if (Option.isSome(adminPort) && adminPort.value === port) {
+    return yield* Effect.fail(invalid("ADMIN_PORT", String(adminPort.value), "ADMIN_PORT must differ from PORT (or be empty to serve everything on PORT)"))
+  }
   return {
-    port: yield* Config.Port("PORT").pipe(Config.withDefault(8000)),
+    port,
     host: yield* Config.String("HOST").pipe(Config.withDefault("0.0.0.0")),
+    adminPort,
     startupTimeoutSeconds: yield* positiveInt("STARTUP_TIMEOUT_SECONDS", 60),
     appEnv,
     logLevel: yield* Config.schema(LogLevelSetting, "LOG_LEVEL").pipe(

@@ -1,6 +1,6 @@
 /** Starts the service with the configuration from the environment (CONTRACT §2). */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Cause, Effect, Exit, Layer, type Runtime } from "effect"
+import { Cause, Effect, Exit, Layer, Option, type Runtime } from "effect"
 import { makeServedAppLive } from "./App.ts"
 import { ShutdownDeadline } from "./AuditLogs/Writer.ts"
 import { AppConfig } from "./Config.ts"
@@ -10,7 +10,7 @@ import { causeText, failureLine } from "./Startup.ts"
 
 const ServerLive = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
-  return nodeServerLayer({ port: config.port, host: config.host })
+  return nodeServerLayer({ port: config.port, host: config.host, adminPort: Option.getOrUndefined(config.adminPort) })
 }))
 
 /**

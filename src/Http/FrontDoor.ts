@@ -7,9 +7,14 @@
  * headers (Correlation.ts, SecurityHeaders.ts, Cors.ts — whose preflights are answered first).
  * The request's facts are one immutable
  * `RequestContext` (Correlation.ts), built here and read by everything inside.
+ *
+ * With `ADMIN_PORT` set, the front door is also where the two ports part (`portRefuses`): the
+ * admin listener hands its requests to this same app (Http/NodeServer.ts), marked, and only those
+ * get `/metrics` and `/api/profiling/*`; on `PORT` those paths are unknown routes (404), and the
+ * admin port serves nothing but them and the probes.
  */
 import { Cause, Effect, Option } from "effect"
-import { Headers, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { FindMyWay, Headers, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { HttpApi, HttpApiGroup } from "effect/http-api"
 import { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { TokenVerifier } from "../Auth/TokenVerifier.ts"
@@ -22,6 +27,7 @@ import { makeBodyLimit } from "./BodyLimit.ts"
 import { makeCors } from "./Cors.ts"
 import { idHeaders, makeCorrelation } from "./Correlation.ts"
 import { detail, makeErrorResponse } from "./ErrorResponse.ts"
+import { onAdminPort } from "./NodeServer.ts"
 import { applyRateHeaders, makeRateLimitStage } from "./RateLimitStage.ts"
 import { currentRequest, type RequestContext } from "../Edge/RequestContext.ts"
 import { securityHeaders } from "./SecurityHeaders.ts"
@@ -33,6 +39,19 @@ export const UNLIMITED_PATHS: ReadonlySet<string> = new Set([
   "/health", "/livez", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json", "/asyncapi.json", "/proto/websocket.proto",
   "/web"
 ])
+
+/**
+ * Which side of `ADMIN_PORT` a path belongs to, matched as the app's router matches (same router,
+ * same options: case, trailing and duplicate slashes, percent-escapes): the admin routes, the
+ * probes (served on both ports), or neither.
+ */
+const makePortSides = (routerConfig: Partial<FindMyWay.RouterConfig>) => {
+  const sides = FindMyWay.make<"admin" | "probe">(routerConfig)
+  sides.all("/metrics", "admin")
+  sides.all("/api/profiling/*", "admin")
+  for (const probe of ["/livez", "/readyz", "/health"] as const) sides.all(probe, "probe")
+  return (method: string, url: string) => sides.find(method, markInvalidUtf8(url))?.handler
+}
 
 /** The path as the router matches it: duplicate slashes are one (FindMyWay `ignoreDuplicateSlashes`). */
 const routedPath = (pathname: string) => pathname.includes("//") ? pathname.replace(/\/{2,}/g, "/") : pathname
@@ -100,6 +119,14 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
       const cors = makeCors(config.corsAllowedOrigins)
       // Over the limit, the rest of the body is not read: the connection closes after the 413.
       const tooLarge = HttpServerResponse.setHeader(detail(413, PayloadTooLarge.instance.detail), "connection", "close")
+      const sideOf = Option.isSome(config.adminPort) ? makePortSides(yield* HttpRouter.RouterConfig) : undefined
+      /** With ADMIN_PORT: the admin paths on PORT, anything but them and the probes on ADMIN_PORT. */
+      const portRefuses = (request: HttpServerRequest.HttpServerRequest) => {
+        if (sideOf === undefined) return false
+        const side = sideOf(request.method, request.url)
+        return onAdminPort(request.source) ? side === undefined : side === "admin"
+      }
+      const notFound = Effect.succeed(detail(404, "Not Found"))
 
       /** Body size → authentication (once, when anything will ask) → rate limit → the app. */
       const admit = <E>(
@@ -153,8 +180,10 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
           const pathname = pathnameOf(request.url)
-          const unlimited = UNLIMITED_PATHS.has(pathname)
-          const shape = shapeOf(shapes, request.method, pathname)
+          // A path this port does not serve is an unknown route here: 404, labelled, limited and logged as one.
+          const refused = portRefuses(request)
+          const unlimited = !refused && UNLIMITED_PATHS.has(pathname)
+          const shape = refused ? undefined : shapeOf(shapes, request.method, pathname)
           const label = unlimited ? pathname : shape?.template ?? "unmatched"
           const base = facts.begin(request)
           const preflight = cors?.preflight(request)
@@ -162,7 +191,7 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
           const limited = config.rateLimitEnabled && !unlimited
           const observation = observe(request.method, label, unlimited)
 
-          const { ctx, presented, response } = yield* admit(request, base, shape, limited, app).pipe(
+          const { ctx, presented, response } = yield* admit(request, base, shape, limited, refused ? notFound : app).pipe(
             Effect.ensuring(observation.leave)
           )
           yield* observation.finish(response.status, ctx)

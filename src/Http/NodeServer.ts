@@ -5,6 +5,10 @@
  *   shape on the health endpoints, `/livez` 200. The port opens first (App.ts), so this is what a
  *   probe sees for as long as the service starts (the database may take a while to come up):
  *   `{"detail":"Service starting"}`, and `Service unavailable` once the app has been detached.
+ * - `ADMIN_PORT`: a second listener (`nodeServerLayer`'s `adminPort`) whose requests go to this
+ *   same server's listeners — one app, one router, one place that wires the Layers. Its requests
+ *   are marked (`onAdminPort`), and the front door serves the admin paths only to them
+ *   (Http/FrontDoor.ts).
  * - WebSocket upgrades go to the service's own `/web` server (Ws/Server.ts), which needs the raw
  *   `ws` options the platform does not expose (frame size limit → 1009, no compression, one
  *   bounded send buffer per connection); the platform's upgrade handler never sees them.
@@ -26,6 +30,11 @@ export interface NodeServerShape {
   readonly drain: (timeoutMs: number) => Effect.Effect<void>
   /** Takes over WebSocket upgrades until the scope closes. */
   readonly handleUpgrades: (handler: UpgradeHandler) => Effect.Effect<void, never, Scope.Scope>
+  /**
+   * Takes the requests of the `ADMIN_PORT` listener: marked (`onAdminPort`), answered by this
+   * server's listeners (counted, drained, the starting answer), and it stops accepting with this one.
+   */
+  readonly adoptAdmin: (listener: Server) => void
 }
 
 export class NodeServer extends Context.Service<NodeServer, NodeServerShape>()("Http/NodeServer") {}
@@ -66,6 +75,12 @@ const startingAnswer = (url: string | undefined, phase: Phase): readonly [number
     ? [503, STARTING]
     : [503, JSON.stringify({ detail: detailOf(phase) })]
 }
+
+/** Requests that came in on the `ADMIN_PORT` listener (the Node request objects; nothing a client can forge). */
+const adminRequests = new WeakSet<object>()
+
+/** Whether a request (its platform `source`, the Node request) arrived on the `ADMIN_PORT` listener. */
+export const onAdminPort = (source: object): boolean => adminRequests.has(source)
 
 export const makeNodeServer = (): NodeServerShape => {
   const server = createServer({ keepAliveTimeout: 65_000 })
@@ -113,10 +128,29 @@ export const makeNodeServer = (): NodeServerShape => {
     return true
   } as Server["emit"]
 
+  const admins = new Set<Server>()
+  const adoptAdmin = (listener: Server) => {
+    admins.add(listener)
+    listener.on("request", (req: IncomingMessage, res: ServerResponse) => {
+      adminRequests.add(req)
+      server.emit("request", req, res)
+    })
+    listener.on("clientError", answerClientError)
+    // No WebSocket on the admin port.
+    listener.on("upgrade", (_req: IncomingMessage, socket: Duplex) => {
+      socket.on("error", () => {})
+      refuseOnSocket(socket, 404, "Not Found")
+    })
+  }
+
   const drain = (timeoutMs: number) =>
     Effect.callback<void>((resume) => {
       server.close()
       server.closeIdleConnections()
+      for (const admin of admins) {
+        admin.close()
+        admin.closeIdleConnections()
+      }
       const closingSockets = upgrades?.shutdown() ?? Promise.resolve()
       let requestsDone = false
       let finished = false
@@ -127,6 +161,7 @@ export const makeNodeServer = (): NodeServerShape => {
         idle.delete(wake)
         // Keep-alive connections whose last response just finished.
         server.closeIdleConnections()
+        for (const admin of admins) admin.closeIdleConnections()
         resume(Effect.void)
       }
       const wake = () => {
@@ -151,17 +186,49 @@ export const makeNodeServer = (): NodeServerShape => {
         })
     )
 
-  return { server, inFlight: () => inFlight, drain, handleUpgrades }
+  return { server, inFlight: () => inFlight, drain, handleUpgrades, adoptAdmin }
 }
 
-/** The Node server (as `NodeServer` and `Upgrades`) and the platform's `HttpServer` on it. */
-export const nodeServerLayer = (options: { readonly port: number; readonly host: string }) =>
+/**
+ * The `ADMIN_PORT` listener on `host`, adopted by `node` (its requests go to the same app), open
+ * until the scope closes. A port that cannot be bound stops startup, naming ADMIN_PORT.
+ */
+const adminListener = (node: NodeServerShape, options: { readonly port: number; readonly host: string }) =>
+  Layer.effectDiscard(Effect.gen(function*() {
+    const admin = createServer({ keepAliveTimeout: 65_000 })
+    yield* Effect.acquireRelease(
+      Effect.callback<void, Error>((resume) => {
+        const failed = (error: Error) => resume(Effect.fail(new Error(`ADMIN_PORT ${options.port} cannot be opened: ${error.message}`)))
+        admin.once("error", failed)
+        admin.listen(options.port, options.host, () => {
+          admin.off("error", failed)
+          resume(Effect.void)
+        })
+      }),
+      () =>
+        Effect.callback<void>((resume) => {
+          admin.close(() => resume(Effect.void))
+          admin.closeAllConnections()
+        })
+    )
+    node.adoptAdmin(admin)
+    const address = admin.address()
+    const port = typeof address === "object" && address !== null ? address.port : options.port
+    yield* Effect.logInfo(`Admin port: /metrics and /api/profiling/* on http://${options.host.includes(":") ? `[${options.host}]` : options.host}:${port} only`)
+  }))
+
+/**
+ * The Node server (as `NodeServer` and `Upgrades`) and the platform's `HttpServer` on it; with
+ * `adminPort`, the admin listener too.
+ */
+export const nodeServerLayer = (options: { readonly port: number; readonly host: string; readonly adminPort?: number | undefined }) =>
   Layer.unwrap(Effect.sync(() => {
     const node = makeNodeServer()
     return Layer.mergeAll(
       Layer.succeed(NodeServer, node),
       Layer.succeed(Upgrades, { handle: node.handleUpgrades }),
-      NodeHttpServer.layer(() => node.server, options)
+      NodeHttpServer.layer(() => node.server, { port: options.port, host: options.host }),
+      options.adminPort === undefined ? Layer.empty : adminListener(node, { port: options.adminPort, host: options.host })
     )
   }))
 

@@ -2,7 +2,7 @@
  * CONTRACT §2: an invalid value stops startup with a message naming the variable — one log line
  * (JSON with LOG_FORMAT=json) and exit code 1. The real entry point is spawned with one bad
  * variable at a time. And the settings whose defaults or rules depend on others (OIDC_AUDIENCE, an
- * https:// OIDC_ISSUER_URL and a DATABASE_URL in production).
+ * https:// OIDC_ISSUER_URL and a DATABASE_URL in production, ADMIN_PORT beside PORT).
  */
 import { ConfigProvider, Effect, Option } from "effect"
 import { spawn } from "node:child_process"
@@ -29,7 +29,9 @@ const cases: ReadonlyArray<readonly [string, string, Record<string, string>?]> =
   ["LOGIN_FAILURE_WINDOW_SECONDS", "0"],
   ["OIDC_ISSUER_URL", "http://idp.example/realms/author-directory", { APP_ENV: "production", DATABASE_URL: "postgres://u@db.example/authors" }],
   ["DATABASE_URL", "mysql://authors@db.example/authors"],
-  ["STARTUP_TIMEOUT_SECONDS", "0"]
+  ["STARTUP_TIMEOUT_SECONDS", "0"],
+  ["ADMIN_PORT", "70000"],
+  ["ADMIN_PORT", "18555", { PORT: "18555" }]
 ]
 
 /** A production environment that passes every check (the database URL need not answer for configuration checks). */
@@ -215,7 +217,7 @@ describe("OIDC_AUDIENCE (CONTRACT §2)", () => {
   })
 })
 
-describe("start-up and traces settings", () => {
+describe("start-up, ports and traces settings", () => {
   const configOf = async (env: Record<string, string>) => {
     const result = await Effect.runPromise(Effect.result(
       appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })))
@@ -228,6 +230,14 @@ describe("start-up and traces settings", () => {
     expect((await configOf({})).startupTimeoutSeconds).toBe(60)
     expect((await configOf({ STARTUP_TIMEOUT_SECONDS: "5" })).startupTimeoutSeconds).toBe(5)
     await expect(configOf({ STARTUP_TIMEOUT_SECONDS: "1.5" })).rejects.toThrow(/STARTUP_TIMEOUT_SECONDS/)
+  })
+
+  it("ADMIN_PORT: unset or empty → none (everything on PORT); a port → that port", async () => {
+    expect(Option.getOrUndefined((await configOf({})).adminPort)).toBeUndefined()
+    expect(Option.getOrUndefined((await configOf({ ADMIN_PORT: "" })).adminPort)).toBeUndefined()
+    expect(Option.getOrUndefined((await configOf({ ADMIN_PORT: " 9090 " })).adminPort)).toBe(9090)
+    await expect(configOf({ ADMIN_PORT: "metrics" })).rejects.toThrow(/ADMIN_PORT must be a port number/)
+    await expect(configOf({ PORT: "9090", ADMIN_PORT: "9090" })).rejects.toThrow(/ADMIN_PORT must differ from PORT/)
   })
 
   it("DATABASE_URL: required in production, a postgres:// URL anywhere", async () => {

@@ -160,7 +160,7 @@ describe(".env.example", () => {
       "REDIS_KEY_PREFIX", "AUDIT_LOG_ENABLED", "PROFILING_ENABLED", "PROFILING_OUTPUT_DIR", "PROFILING_INTERVAL_SECONDS",
       "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "WS_SESSION_GRACE_SECONDS", "WS_SLOT_TTL_SECONDS",
       "DATABASE_STATEMENT_TIMEOUT_SECONDS", "WS_MAX_CONNECTIONS", "OIDC_ALLOW_HTTP_ISSUER", "CORS_ALLOWED_ORIGINS",
-      "STARTUP_TIMEOUT_SECONDS", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]) {
+      "STARTUP_TIMEOUT_SECONDS", "ADMIN_PORT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]) {
       expect(documented.has(name), name).toBe(true)
     }
   })
@@ -170,6 +170,7 @@ describe(".env.example", () => {
     const expected: Record<string, string> = {
       PORT: String(defaults.port),
       HOST: defaults.host,
+      ADMIN_PORT: Option.match(defaults.adminPort, { onNone: () => "", onSome: String }),
       STARTUP_TIMEOUT_SECONDS: String(defaults.startupTimeoutSeconds),
       APP_ENV: defaults.appEnv,
       LOG_LEVEL: defaults.logLevel,
