@@ -35,7 +35,7 @@ const messageOf = (error: unknown): string | undefined =>
   error instanceof Error ? error.message : typeof error === "object" && error !== null && "message" in error && typeof error.message === "string" ? error.message : undefined
 
 /** A socket error (ECONNREFUSED, ENOTFOUND, EAI_AGAIN, ETIMEDOUT, EHOSTUNREACH, ECONNRESET, …); not ERR_* (a bad URL, a TLS setting). */
-const SOCKET_ERROR = /^E[A-Z]+$/
+const SOCKET_ERROR = /^E(?!RR_)[A-Z_]+$/
 
 /**
  * SQLSTATEs of a server that will take connections again: 08 connection exceptions, 53300 too
