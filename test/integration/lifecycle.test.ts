@@ -37,8 +37,9 @@ const start = async (name: string) => {
   const port = await freePort()
   const service = spawnService({ DATA_DIR: join(root, name), PORT: String(port), HOST: "127.0.0.1", RATE_LIMIT_ENABLED: "false" })
   children.push(service)
-  // While it starts, the port either refuses or answers — never hangs: /health and /readyz 503 with
-  // the health report's shape, /livez 200, anything else 503 with a JSON detail (CONTRACT §7).
+  // While it starts, the port either refuses (before it opened) or answers — never hangs: /health
+  // and /readyz 503 with the health report's shape, /livez 200, anything else 503
+  // `Service starting` (CONTRACT §7). The port opens before the embedded database starts.
   const early: Array<{ path: string; status: number; body: string }> = []
   await waitFor(async () => {
     for (const path of ["/livez", "/readyz", "/authors"]) {
@@ -54,7 +55,7 @@ const start = async (name: string) => {
     "/livez": { status: 200, body: JSON.stringify({ status: "ok" }) },
     "/health": { status: 503, body: starting },
     "/readyz": { status: 503, body: starting },
-    "/authors": { status: 503, body: JSON.stringify({ detail: "Service unavailable" }) }
+    "/authors": { status: 503, body: JSON.stringify({ detail: "Service starting" }) }
   }
   for (const { path, ...res } of early) expect({ path, ...res }).toEqual({ path, ...expected[path] })
   return { port, service }
