@@ -65,6 +65,18 @@ export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("Payl
 export class RouteNotFound extends Schema.TaggedError<RouteNotFound>()("RouteNotFound", fields) {
   static readonly instance = new RouteNotFound({ detail: "Not Found" })
 }
+/**
+ * A known path asked with a method it does not serve; `allow` is what the `Allow` header lists
+ * (Http/ErrorResponse.ts answers it, the body being `{detail}` only). Not in OpenAPI, as FastAPI
+ * documents no 405 either.
+ */
+export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", {
+  ...fields,
+  allow: Schema.Array(Schema.String)
+}) {
+  static readonly DETAIL = "Method Not Allowed"
+  static readonly of = (allow: ReadonlyArray<string>) => new MethodNotAllowed({ detail: MethodNotAllowed.DETAIL, allow })
+}
 export class InternalError extends Schema.TaggedError<InternalError>()("InternalError", fields) {
   static readonly instance = new InternalError({ detail: "Internal server error" })
 }
@@ -85,6 +97,7 @@ export type ClientError =
   | TooManyFailedLogins
   | PayloadTooLarge
   | RouteNotFound
+  | MethodNotAllowed
   | InternalError
 
 /** WebSocket status codes (INTERFACE §Errors). */
@@ -108,6 +121,7 @@ export const errorStatus: { readonly [K in ClientError["_tag"]]: { readonly http
   TooManyFailedLogins: { http: 429, ws: WsStatus.ERROR },
   PayloadTooLarge: { http: 413, ws: WsStatus.INVALID_DATA },
   RouteNotFound: { http: 404, ws: WsStatus.INVALID_DATA },
+  MethodNotAllowed: { http: 405, ws: WsStatus.INVALID_DATA },
   InternalError: { http: 500, ws: WsStatus.ERROR }
 }
 

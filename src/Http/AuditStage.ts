@@ -70,7 +70,8 @@ export const makeAuditStage = (audit: AuditLog["Service"], unaudited: ReadonlySe
 ): Effect.Effect<void> => {
   const user = ctx.user
   if (user === undefined || unaudited.has(pathname) || SELF_AUDITED_PATHS.has(pathname)) return Effect.void
-  return Effect.flatMap(bodyOf(bodySource), (body) => {
+  // A 405 was decided on the path alone: its body went to no handler and is not read for the record either.
+  return Effect.flatMap(response.status === 405 ? Effect.undefined : bodyOf(bodySource), (body) => {
     const queryStart = request.url.indexOf("?")
     const query = queryStart === -1 ? undefined : Object.fromEntries(new URLSearchParams(request.url.slice(queryStart + 1)))
     const status = response.status

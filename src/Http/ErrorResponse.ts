@@ -2,20 +2,23 @@
  * Front door: every failure becomes a JSON response (CONTRACT §3 "every error body is JSON with
  * `detail`"): HttpApi's decode failures → the FastAPI 422 (Validation.ts), malformed JSON →
  * `json_invalid`, a wrong content type → 422, an unknown route → 404 `{detail: "Not Found"}`, a
+ * method the path does not serve → 405 `{detail: "Method Not Allowed"}` with `Allow`, a
  * failing health check → 503 with the health report, and only true bugs → 500
  * `{detail: "Internal server error"}`, logged, leaking nothing.
  */
 import { Cause, Effect } from "effect"
 import { HttpMethod, type HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
-import { errorStatus, InternalError, isClientError, RouteNotFound } from "../Errors.ts"
+import { type ClientError, errorStatus, InternalError, isClientError, MethodNotAllowed, RouteNotFound } from "../Errors.ts"
 import { Unhealthy } from "../Observability/Api.ts"
 import { textDepthExceeds, tooDeepMessage } from "../Edge/JsonDepth.ts"
 import {
+  allowedMethods,
   contentTypeInvalid,
   type EndpointShape,
   jsonInvalid,
   requestView,
+  routedPath,
   toValidationIssues,
   type ValidationIssue
 } from "./Validation.ts"
@@ -51,7 +54,26 @@ const errorOf = (cause: Cause.Cause<unknown>): unknown => {
   return Cause.squash(cause)
 }
 
+/** A client error as its response: `{detail}` with the table's status (and a 405's `Allow`). */
+export const clientErrorResponse = (error: ClientError) => {
+  const response = detail(errorStatus[error._tag].http, error.detail)
+  return error._tag === "MethodNotAllowed" ? HttpServerResponse.setHeader(response, "allow", error.allow.join(", ")) : response
+}
+
 export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
+  /**
+   * Why the router found no route: a known path asked with a method its route does not serve is a
+   * 405 (decided on the path alone: the body is never read); anything else — an unknown path, or
+   * a parameter longer than the router takes — is a 404.
+   */
+  const notRouted = (request: HttpServerRequest.HttpServerRequest): ClientError => {
+    const queryStart = request.url.indexOf("?")
+    const pathname = routedPath(queryStart === -1 ? request.url : request.url.slice(0, queryStart))
+    const allow = allowedMethods(shapes, pathname)
+    return allow.length > 0 && !allow.includes(request.method) ? MethodNotAllowed.of(allow) : RouteNotFound.instance
+  }
+
+
   /** Maps anything the app failed with to a response; only true bugs become a 500. */
   const fromCause = (request: HttpServerRequest.HttpServerRequest, cause: Cause.Cause<unknown>) =>
     Effect.gen(function*() {
@@ -76,10 +98,10 @@ export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
       }
       // INTERFACE §GET /health: 503 with the health report's own shape, not `{detail}`.
       if (error instanceof Unhealthy) return json(503, error.report)
-      if (isClientError(error)) return detail(errorStatus[error._tag].http, error.detail)
+      if (isClientError(error)) return clientErrorResponse(error)
       if (typeof error === "object" && error !== null && "_tag" in error && error._tag === "HttpServerError" && "reason" in error) {
         const reason = error.reason as { readonly _tag: string; readonly cause?: unknown }
-        if (reason._tag === "RouteNotFound") return detail(404, RouteNotFound.instance.detail)
+        if (reason._tag === "RouteNotFound") return clientErrorResponse(notRouted(request))
         // The upload broke off or was not readable as text.
         if (reason._tag === "RequestParseError") {
           return validationResponse(jsonInvalid(reason.cause instanceof Error ? reason.cause.message : "Invalid JSON"))

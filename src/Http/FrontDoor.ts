@@ -32,7 +32,7 @@ import { applyRateHeaders, makeRateLimitStage } from "./RateLimitStage.ts"
 import { currentRequest, type RequestContext } from "../Edge/RequestContext.ts"
 import { securityHeaders } from "./SecurityHeaders.ts"
 import { markInvalidUtf8 } from "./UrlText.ts"
-import { type EndpointShape, endpointShapes, findShape } from "./Validation.ts"
+import { type EndpointShape, endpointShapes, findShape, routeTemplate } from "./Validation.ts"
 
 /** CONTRACT §4: never rate limited (nor audited). */
 export const UNLIMITED_PATHS: ReadonlySet<string> = new Set([
@@ -64,8 +64,9 @@ const pathnameOf = (url: string) => {
   return queryStart === -1 ? url : url.slice(0, queryStart)
 }
 
+/** A wrong method on a known path (405) is labelled with that path's route template too. */
 const labelOf = (shapes: ReadonlyArray<EndpointShape>, method: string, pathname: string): string =>
-  UNLIMITED_PATHS.has(pathname) ? pathname : shapeOf(shapes, method, pathname)?.template ?? "unmatched"
+  UNLIMITED_PATHS.has(pathname) ? pathname : routeTemplate(shapes, method, routedPath(pathname)) ?? "unmatched"
 
 /** The route template of a request URL for span names (`/authors/{author_id}`), never the raw path; the metrics use the same. */
 export const routeLabeler = <Id extends string, Groups extends HttpApiGroup.Constraint>(api: HttpApi.HttpApi<Id, Groups>) => {
@@ -184,7 +185,7 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
           const refused = portRefuses(request)
           const unlimited = !refused && UNLIMITED_PATHS.has(pathname)
           const shape = refused ? undefined : shapeOf(shapes, request.method, pathname)
-          const label = unlimited ? pathname : shape?.template ?? "unmatched"
+          const label = refused ? "unmatched" : labelOf(shapes, request.method, pathname)
           const base = facts.begin(request)
           const preflight = cors?.preflight(request)
           if (preflight !== undefined) return HttpServerResponse.setHeaders(preflight, { ...idHeaders(base), ...securityHeaders(preflight) })

@@ -27,7 +27,24 @@ export interface EndpointShape {
   readonly secured: boolean
 }
 
-/** Every endpoint of the API, built once at startup: route templates, path patterns, guards. */
+/**
+ * The routes beside the HttpApi on the same router, all GET: the OpenAPI document (HttpApiBuilder,
+ * App.ts), the docs pages (Docs.ts), and the WebSocket's path and companions (Ws/Http.ts). Listed
+ * here so that a wrong method on them is a 405 and their requests are labelled by path.
+ */
+export const PLAIN_GET_PATHS: ReadonlyArray<string> = [
+  "/openapi.json", "/docs", "/redoc", "/web", "/proto/websocket.proto", "/asyncapi.json"
+]
+
+const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
+
+/** As the router matches: a trailing slash and the case of the path do not matter. */
+const patternOf = (source: string) => new RegExp(`^${source}/?$`, "i")
+
+/**
+ * Every route of the router, built once at startup: the API's endpoints (route templates, path
+ * patterns, guards) and the plain GET routes beside them.
+ */
 export const endpointShapes = <Id extends string, Groups extends HttpApiGroup.Constraint>(
   api: HttpApi.HttpApi<Id, Groups>
 ): ReadonlyArray<EndpointShape> => {
@@ -36,20 +53,22 @@ export const endpointShapes = <Id extends string, Groups extends HttpApiGroup.Co
     onGroup: () => {},
     onEndpoint: ({ endpoint, middleware }) => {
       const pathParams: Array<string> = []
-      const source = endpoint.path.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/:(\w+)/g, (_, name: string) => {
+      const source = escapeRegExp(endpoint.path).replace(/:(\w+)/g, (_, name: string) => {
         pathParams.push(name)
         return "([^/]+)"
       })
       shapes.push({
         method: endpoint.method,
         template: endpoint.path.replace(/:(\w+)/g, "{$1}"),
-        // As the router matches: a trailing slash and the case of the path do not matter.
-        pattern: new RegExp(`^${source}/?$`, "i"),
+        pattern: patternOf(source),
         pathParams,
         secured: [...middleware].some((key) => HttpApiMiddleware.isSecurity(key))
       })
     }
   })
+  for (const path of PLAIN_GET_PATHS) {
+    shapes.push({ method: "GET", template: path, pattern: patternOf(escapeRegExp(path)), pathParams: [], secured: false })
+  }
   return shapes
 }
 
@@ -59,6 +78,47 @@ export const findShape = (shapes: ReadonlyArray<EndpointShape>, method: string, 
   }
   return undefined
 }
+
+/** The path as the router matches it: duplicate slashes are one (FindMyWay `ignoreDuplicateSlashes`). */
+export const routedPath = (pathname: string) => pathname.includes("//") ? pathname.replace(/\/{2,}/g, "/") : pathname
+
+/**
+ * The shapes of the route a path belongs to, whatever the method: the template with the fewest
+ * parameters among those matching (the router prefers static segments, so `/authors/paginated`
+ * is its own route, not an `{author_id}`). Empty for a path no route serves.
+ */
+const routeOfPath = (shapes: ReadonlyArray<EndpointShape>, pathname: string): ReadonlyArray<EndpointShape> => {
+  let best: EndpointShape | undefined
+  for (const shape of shapes) {
+    if (shape.pattern.test(pathname) && (best === undefined || shape.pathParams.length < best.pathParams.length)) best = shape
+  }
+  if (best === undefined) return []
+  const template = best.template
+  return shapes.filter((shape) => shape.template === template)
+}
+
+const METHOD_ORDER = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+/**
+ * The methods a path's route serves, for `Allow`: HEAD wherever GET is (the router answers HEAD
+ * with the GET route). Empty for an unknown path.
+ */
+export const allowedMethods = (shapes: ReadonlyArray<EndpointShape>, pathname: string): ReadonlyArray<string> => {
+  const methods = new Set(routeOfPath(shapes, pathname).map((shape) => shape.method))
+  if (methods.has("GET")) methods.add("HEAD")
+  const rank = (method: string) => {
+    const index = METHOD_ORDER.indexOf(method)
+    return index === -1 ? METHOD_ORDER.length : index
+  }
+  return [...methods].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b))
+}
+
+/**
+ * The route template of a request, for metrics and span names: its endpoint's, or — for a method
+ * the path does not serve (a 405, HEAD) — the path's route's. Undefined for an unknown path.
+ */
+export const routeTemplate = (shapes: ReadonlyArray<EndpointShape>, method: string, pathname: string): string | undefined =>
+  findShape(shapes, method, pathname)?.template ?? routeOfPath(shapes, pathname)[0]?.template
 
 /** One failure of the issue tree: where (inside its part), the leaf that failed, its message. */
 export interface FlatIssue {
