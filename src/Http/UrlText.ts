@@ -3,7 +3,9 @@
  * client error, a 422 naming the parameter — never a 404 (the router cannot decode the path) nor
  * a silent U+FFFD (URLSearchParams replaces what it cannot decode). Such a run of escapes is
  * rewritten to `%00` before routing, so the parameter's own schema (Domain/Params.ts `ParamText`,
- * which refuses NUL) answers the 422 in its place, after authentication and the role check.
+ * which refuses NUL) answers the 422 in its place, after authentication and the role check. A
+ * profiling report name is the exception: the profiler refuses it with 400 `Invalid filename`,
+ * as it refuses every name outside its pattern (Profiling/Api.ts).
  * A `%` that starts no escape is taken literally, as URLSearchParams takes it (`%25`): the
  * router's decoder would otherwise give up on the whole value and pass its escapes through raw.
  */

@@ -6,7 +6,6 @@
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Wire } from "../Errors.ts"
-import { ParamText } from "../Domain/Params.ts"
 
 export const ProfilingStatus = Schema.Struct({
   enabled: Schema.Boolean,
@@ -41,7 +40,17 @@ export const ReportDeleted = Schema.Struct({
   filename: Schema.String
 }).annotate({ identifier: "ReportDeleted" })
 
-const FilenameParams = { filename: ParamText }
+/**
+ * A report name as the client sent it, any text: the profiler checks it (Profiler.ts `locate`) and
+ * answers every name it refuses with 400 `Invalid filename` — NUL and bytes that are not UTF-8
+ * (which Http/UrlText.ts marks as NUL) included, where other parameters give such text a 422.
+ */
+const ReportName = Schema.String.annotate({
+  description: "A report name: `^[A-Za-z0-9][A-Za-z0-9._-]*\\.html$`, at most 255 bytes, resolving inside the output directory; " +
+    "any other name is 400 `Invalid filename`"
+})
+
+const FilenameParams = { filename: ReportName }
 
 export class ProfilingApi extends HttpApiGroup.make("profiling")
   .add(

@@ -11,7 +11,7 @@ import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { KEEP_REPORTS } from "../../src/Profiling/Profiler.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
-import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
+import { login, request, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { burnUntil } from "../support/Burn.ts"
 
 /** `profiling_captures_refused_total{reason}` as the service's /metrics shows it. */
@@ -175,6 +175,26 @@ describe("profiling endpoints", () => {
     // 255 bytes is a valid name: absent, so 404.
     const longest = "a".repeat(250) + ".html"
     expect(await request(app, "GET", `/api/profiling/reports/${longest}`)).toMatchObject({ status: 404, body: { detail: `Report ${longest} not found` } })
+  })
+
+  it("refuses names with NUL or bytes that are not UTF-8 with 400 Invalid filename (the report rule wins over the 422 of other parameters)", async () => {
+    writeReport(dir(), "nul.html")
+    const names = ["%00", "a%00.html", "nul.html%00", "%00nul.html", "%FF", "a%FF.html", "%C3%28.html", "%E2%82.html", "nul%00.html%FF", "a%FF%00b.html"]
+    for (const name of names) {
+      for (const method of ["GET", "DELETE"] as const) {
+        const res = await rawRequest(app, method, `/api/profiling/reports/${name}`)
+        expect({ name, method, status: res.status, body: JSON.parse(res.body) as unknown })
+          .toEqual({ name, method, status: 400, body: { detail: "Invalid filename" } })
+      }
+    }
+    // Nothing was deleted; the other parameters keep their 422 for the same text.
+    expect(readdirSync(dir())).toContain("nul.html")
+    const admin = (await login(app, "admin")).access_token
+    for (const value of ["a%00b", "a%FFb"]) {
+      const other = await request(app, "GET", `/audit-logs/user/${value}`, { token: admin })
+      expect({ value, status: other.status, loc: (other.body as { detail: Array<{ loc: unknown }> }).detail[0]?.loc })
+        .toEqual({ value, status: 422, loc: ["path", "user_id"] })
+    }
   })
 
   it("serves a symlink that resolves inside the directory", async () => {
