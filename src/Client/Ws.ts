@@ -2,7 +2,7 @@
  * A small client for the `/web` WebSocket (CONTRACT §5), with a plain Promise API: JSON text
  * frames or `?format=protobuf` binary frames (the messages of `proto/websocket.proto`, the text
  * the server compiles), `request(pkgId, data)` answered by `req_id`, broadcasts to a callback,
- * re-authentication before the token's `exp`, and reconnection with bounded exponential backoff
+ * re-authentication before the token's `exp`, and reconnection with bounded, jittered backoff
  * after an abnormal close. One module on purpose (~340 lines): it is the whole client a
  * developer copies or imports, and its states (connecting, authenticating, open, reconnecting)
  * are one state machine.
@@ -51,8 +51,18 @@ export interface WsClientOptions {
   readonly onStateChange?: (state: WsState, close?: { readonly code: number; readonly reason: string }) => void
   /** Re-authenticate this many seconds before the token's `exp` (default 30). */
   readonly reauthBeforeSeconds?: number
-  /** Backoff after an abnormal close: `initialDelayMs` (250) doubling up to `maxDelayMs` (10 000), `maxAttempts` (10) in a row. */
-  readonly reconnect?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number; readonly maxAttempts?: number } | false
+  /**
+   * Backoff after an abnormal close, `maxAttempts` (10) in a row: the n-th delay is a random point
+   * below `initialDelayMs` (250) doubling up to `maxDelayMs` (10 000) — so the clients of a
+   * restarted server do not all come back at the same instants. `random` (default `Math.random`,
+   * values in [0, 1)) is there for tests.
+   */
+  readonly reconnect?: {
+    readonly initialDelayMs?: number
+    readonly maxDelayMs?: number
+    readonly maxAttempts?: number
+    readonly random?: () => number
+  } | false
   /** Reject a request not answered within this time (default 30 000 ms). */
   readonly requestTimeoutMs?: number
   /** Extra handshake headers (e.g. `origin`, `x-correlation-id`). */
@@ -103,6 +113,21 @@ export const tokenExpiry = (token: string): number | undefined => {
   }
 }
 
+export interface ReconnectBounds {
+  readonly initialDelayMs: number
+  readonly maxDelayMs: number
+}
+
+/**
+ * The delay before reconnection attempt `attempt` (0 for the first), "full jitter": a random point
+ * below the documented bound `initialDelayMs·2^attempt`, which never passes `maxDelayMs`. Fixed
+ * delays would bring every client dropped by one restart back at the same instants, each retry a
+ * new stampede; drawing each delay under a bound that still doubles spreads them and still backs
+ * off. `random` gives values in [0, 1).
+ */
+export const reconnectDelay = (attempt: number, bounds: ReconnectBounds, random: () => number = Math.random): number =>
+  random() * Math.min(bounds.maxDelayMs, bounds.initialDelayMs * 2 ** attempt)
+
 /** Closes after which connecting again makes sense: going away, abnormal, server errors, session expiry. */
 const reconnectable = (code: number, reason: string) =>
   code === 1001 || code === 1005 || code === 1006 || code === 1011 || code === 1012 || code === 1013 ||
@@ -132,9 +157,9 @@ export const connectWs = async (options: WsClientOptions): Promise<WsClient> => 
   if (format === "protobuf") url.searchParams.set("format", "protobuf")
   const reauthMarginMs = (options.reauthBeforeSeconds ?? 30) * 1000
   const backoff = options.reconnect === false ? undefined : {
-    initialDelayMs: options.reconnect?.initialDelayMs ?? 250,
-    maxDelayMs: options.reconnect?.maxDelayMs ?? 10_000,
-    maxAttempts: options.reconnect?.maxAttempts ?? 10
+    bounds: { initialDelayMs: options.reconnect?.initialDelayMs ?? 250, maxDelayMs: options.reconnect?.maxDelayMs ?? 10_000 },
+    maxAttempts: options.reconnect?.maxAttempts ?? 10,
+    random: options.reconnect?.random ?? Math.random
   }
   const requestTimeoutMs = options.requestTimeoutMs ?? 30_000
 
@@ -261,7 +286,6 @@ export const connectWs = async (options: WsClientOptions): Promise<WsClient> => 
       finish(new WsClosedError(lastClose.code, lastClose.reason))
       return
     }
-    const delay = Math.min(backoff.initialDelayMs * 2 ** attempt, backoff.maxDelayMs)
     reconnectTimer = setTimeout(() => {
       open().then(
         () => {
@@ -275,7 +299,7 @@ export const connectWs = async (options: WsClientOptions): Promise<WsClient> => 
           else connectLoop(attempt + 1, close)
         }
       )
-    }, delay)
+    }, reconnectDelay(attempt, backoff.bounds, backoff.random))
   }
 
   const onDisconnect = (code: number, reason: string) => {

@@ -199,10 +199,20 @@ describe("client kit", () => {
 
       it("reconnects after the connection drops, and serves requests again", async () => {
         const states = event<WsState>()
+        // The delays are drawn from the given source (src/Client/Ws.ts reconnectDelay; unit: ws.backoff).
+        let draws = 0
         const socket = await connect({
           url: `http://127.0.0.1:${proxy.port}`,
           onStateChange: states.emit,
-          reconnect: { initialDelayMs: 50, maxDelayMs: 500, maxAttempts: 20 }
+          reconnect: {
+            initialDelayMs: 50,
+            maxDelayMs: 500,
+            maxAttempts: 20,
+            random: () => {
+              draws++
+              return 0.5
+            }
+          }
         })
         expect((await socket.request(1, { filters: { id: -1 } })).status_code).toBe(0)
         const reconnecting = states.next((s) => s === "reconnecting")
@@ -214,6 +224,7 @@ describe("client kit", () => {
         await proxy.restore()
         await reopened
         expect((await answered).status_code).toBe(0)
+        expect(draws).toBeGreaterThanOrEqual(1)
         await socket.close()
         expect(socket.state()).toBe("closed")
       })
