@@ -24,6 +24,10 @@
  *   a later end — and at once when Redis is unreachable. So no connection outlives its session
  *   whatever Redis does (restarted without the setting, events not permitted, down), and an
  *   extension made on either side (a re-auth frame moves the key and the timer) is honoured.
+ *   The events are switched on with `CONFIG SET` only when `CONFIG GET` shows them off; where
+ *   Redis refuses CONFIG (managed services, ACLs) the timer is the mode, armed at the session's
+ *   end itself: a connection and its re-auth frames live on one instance, so its own timer is on
+ *   time, and the startup log says which mode is used.
  * - Recovery: on every (re)connection of either connection (a Redis restart forgets a
  *   `CONFIG SET` and every key), this instance re-enables the key-expiry events (when CONFIG is
  *   permitted), subscribes its channels again (ioredis resubscribes only the channels whose
@@ -62,20 +66,30 @@ export const hasExpiredEvents = (flags: string) => flags.includes("E") && (flags
  */
 export const SESSION_BACKSTOP_MS = 250
 
-type ExpiredEvents = "on" | "enabled" | "unavailable"
-
 /**
- * Turns on expired-key events if needed: "on" (they were), "enabled" (CONFIG SET done), or
- * "unavailable" (they are off and CONFIG is not permitted, or Redis did not answer).
+ * Whether Redis sends this instance expired-key events: "on" (they were: left as they are),
+ * "enabled" (this instance ran CONFIG SET), "refused" (off, and Redis refuses CONFIG — a managed
+ * Redis, or an ACL without it), or "unanswered" (Redis did not answer: asked again on reconnection).
  */
-const enableExpiredEvents = (client: Redis) =>
+export type ExpiredEvents =
+  | { readonly state: "on" }
+  | { readonly state: "enabled"; readonly flags: string }
+  | { readonly state: "refused" | "unanswered"; readonly cause: unknown }
+
+/** Redis answered the command with an error (unknown or renamed command, NOPERM), as opposed to not answering. */
+const isReplyError = (cause: unknown) => cause instanceof Error && cause.name === "ReplyError"
+
+/** Turns on expired-key events unless CONFIG GET shows them on already. */
+export const enableExpiredEvents = (client: Redis): Effect.Effect<ExpiredEvents> =>
   Effect.gen(function*() {
     const reply = yield* redisCommand("CONFIG GET", () => client.config("GET", "notify-keyspace-events"), COMMAND_TIMEOUT_MS * 2)
     const flags = Array.isArray(reply) && typeof reply[1] === "string" ? reply[1] : ""
-    if (hasExpiredEvents(flags)) return "on" as ExpiredEvents
+    if (hasExpiredEvents(flags)) return { state: "on" } as const
     yield* redisCommand("CONFIG SET", () => client.config("SET", "notify-keyspace-events", `${flags}Ex`), COMMAND_TIMEOUT_MS * 2)
-    return "enabled" as ExpiredEvents
-  }).pipe(Effect.catch((error) => Effect.succeed({ state: "unavailable" as ExpiredEvents, cause: error.cause })))
+    return { state: "enabled", flags: `${flags}Ex` } as const
+  }).pipe(Effect.catch((error) =>
+    Effect.succeed({ state: isReplyError(error.cause) ? "refused" : "unanswered", cause: error.cause } as const)
+  ))
 
 export const makeRedisRegistry = (options: RedisRegistryOptions) =>
   Effect.gen(function*() {
@@ -197,33 +211,53 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
       }, COMMAND_TIMEOUT_MS * 2).pipe(Effect.asVoid, Effect.catch((error) => Effect.logWarning("WebSocket session keys not restored", error.cause)))
     })
 
-    /** Key-expiry events on (when permitted); the warning and the recovery are logged once per change. */
-    const ensureExpiredEvents = (first: boolean) =>
-      Effect.gen(function*() {
-        const result = yield* enableExpiredEvents(client)
-        const state = typeof result === "string" ? result : result.state
-        const was = keyEvents
-        keyEvents = state !== "unavailable"
-        if (typeof result !== "string" && (first || was)) {
-          yield* Effect.logWarning(
-            "Redis key-expiry events are off and could not be enabled (set notify-keyspace-events to include Ex); " +
-              "WebSocket sessions expire on this instance's timers instead",
+    /** What was last logged about the expiry mode: said once, and again only when it changes. */
+    let said: "events" | "refused" | "unanswered" | undefined
+    /** Key-expiry events on (when permitted), and which mode expires sessions, logged once per change. */
+    const ensureExpiredEvents = Effect.gen(function*() {
+      const result = yield* enableExpiredEvents(client)
+      const now = result.state === "on" || result.state === "enabled" ? "events" : result.state
+      const hadEvents = keyEvents
+      keyEvents = now === "events"
+      // Events gone (a restart without the setting): the sessions' timers move to their ends.
+      if (hadEvents && !keyEvents) for (const [id, end] of sessions) arm(id, end)
+      if (result.state === "enabled" && said === "events") {
+        return yield* Effect.logInfo("Redis key-expiry events enabled again (notify-keyspace-events was reset)")
+      }
+      if (now === said) return
+      said = now
+      switch (result.state) {
+        case "on":
+          return yield* Effect.logInfo(
+            "WebSocket session expiry: Redis key-expiry events (notify-keyspace-events already includes them; left as it is)"
+          )
+        case "enabled":
+          return yield* Effect.logInfo(
+            `WebSocket session expiry: Redis key-expiry events (this instance set notify-keyspace-events to "${result.flags}")`
+          )
+        case "refused":
+          // A mode, not a fault: Redis's reply says why, no stack trace.
+          return yield* Effect.logInfo(
+            "WebSocket session expiry: this instance's timers (Redis refuses CONFIG, as managed Redis services do; " +
+              `sessions end on time all the same). Redis said: ${result.cause instanceof Error ? result.cause.message.trim() : String(result.cause)}`
+          )
+        case "unanswered":
+          return yield* Effect.logWarning(
+            "WebSocket session expiry: this instance's timers until Redis answers (key-expiry events could not be checked)",
             result.cause
           )
-        } else if (state === "enabled" && !first) {
-          yield* Effect.logInfo("Redis key-expiry events enabled again (notify-keyspace-events was reset)")
-        }
-      })
+      }
+    })
 
     /** Everything a Redis restart takes away, put back; run on every (re)connection. */
     const recover = Effect.gen(function*() {
-      yield* ensureExpiredEvents(false)
+      yield* ensureExpiredEvents
       if (subscriber.status === "ready") yield* subscribe
       yield* renew
       yield* restoreSessions
     })
 
-    yield* ensureExpiredEvents(true)
+    yield* ensureExpiredEvents
     yield* subscribe
 
     // Either connection ready again (the first time included): one recovery pass per burst.

@@ -1,8 +1,10 @@
 /**
  * One contract suite for both `ConnectionRegistry` implementations (ARCHITECTURE habit 15): the
- * in-process maps and timers, and Redis (two registries on one prefix stand for two instances).
+ * in-process maps and timers, and Redis (two registries on one prefix stand for two instances) —
+ * also a Redis that refuses CONFIG, as managed services do, where sessions expire on the holding
+ * instance's timers instead of Redis's key-expiry events.
  */
-import { describe, expect, it } from "@effect/vitest"
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import type { Redis } from "ioredis"
 import { vi } from "vitest"
 import { Context, Effect, Layer, Option, Redacted, type Scope } from "effect"
@@ -10,10 +12,13 @@ import { randomUUID } from "node:crypto"
 import { AppConfig } from "../../src/Config.ts"
 import { registry as metricsRegistry } from "../../src/Observability/Metrics.ts"
 import { RedisClient, redisLayer } from "../../src/Store/Redis.ts"
-import { hasExpiredEvents, makeRedisRegistry, RedisRegistryLive } from "../../src/Ws/RedisRegistry.ts"
+import { enableExpiredEvents, hasExpiredEvents, makeRedisRegistry, RedisRegistryLive } from "../../src/Ws/RedisRegistry.ts"
 import { type BroadcastMessage, ConnectionRegistry, MemoryRegistryLive } from "../../src/Ws/Registry.ts"
+import { loggerLayer } from "../../src/Observability/Logging.ts"
+import { onPath } from "../support/Binaries.ts"
 import { readRegistry } from "../support/Metrics.ts"
-import { startRedisServer } from "../support/RedisServer.ts"
+import { type RedisServer, startRedisServer } from "../support/RedisServer.ts"
+import { freePort } from "../support/Spawn.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
 type Registry = Context.Service.Shape<typeof ConnectionRegistry>
@@ -135,7 +140,33 @@ contract("in-process", (count) =>
     return Array.from({ length: Math.min(count, 1) }, () => registry)
   }))
 
-const redis = (prefix: string) => redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), prefix)
+const redis = (prefix: string, url = TEST_REDIS_URL ?? "") => redisLayer(Redacted.make(url), prefix)
+
+/** `count` Redis registries on one fresh prefix of the Redis at `url()`. */
+const redisInstancesAt = (url: () => string, slotTtlMs: number): Instances => (count) =>
+  Effect.gen(function*() {
+    const prefix = `test-registry-${randomUUID()}:`
+    return yield* Effect.forEach(Array.from({ length: count }), () =>
+      Effect.map(
+        Layer.build(Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs })).pipe(Layer.provide(redis(prefix, url())))),
+        Context.get(ConnectionRegistry)
+      ))
+  })
+
+/** The JSON log lines written while `effect` runs (and by the fibers it forks). */
+const capturingLogs = () => {
+  const lines: Array<{ level: string; message: string }> = []
+  const layer = loggerLayer("json", (line) => {
+    const { level, message } = JSON.parse(line) as { level: string; message: unknown }
+    // A line logged with its cause has [text, cause] as its message.
+    lines.push({ level, message: String(Array.isArray(message) ? message[0] : message) })
+  })
+  const messages = (prefix: string) => lines.filter((l) => l.message.startsWith(prefix))
+  return { layer, lines, messages }
+}
+
+/** The session-expiry mode lines (one per mode the registry settled on). */
+const MODE_LINE = "WebSocket session expiry:"
 
 /** Redis's clock, in ms (what the slot scripts measure leases on). */
 const redisNow = (client: Redis) =>
@@ -150,15 +181,7 @@ const slots = (client: Redis, key: string) =>
   }))
 
 describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
-  const redisInstances = (slotTtlMs: number): Instances => (count) =>
-    Effect.gen(function*() {
-      const prefix = `test-registry-${randomUUID()}:`
-      return yield* Effect.forEach(Array.from({ length: count }), () =>
-        Effect.map(
-          Layer.build(Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs })).pipe(Layer.provide(redis(prefix)))),
-          Context.get(ConnectionRegistry)
-        ))
-    })
+  const redisInstances = (slotTtlMs: number) => redisInstancesAt(() => TEST_REDIS_URL ?? "", slotTtlMs)
 
   /** One instance on `prefix` (a registry with its own Redis connection), and that connection. */
   const instance = (prefix: string, slotTtlMs: number) =>
@@ -302,8 +325,94 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       )
       const probe = Context.get(yield* Layer.build(redisLayer(Redacted.make(server.url), "probe:")), RedisClient).client
       expect(hasExpiredEvents(yield* flags(probe))).toBe(false)
-      yield* Layer.build(layer)
+      const logs = capturingLogs()
+      const registry = Context.get(yield* Layer.build(layer).pipe(Effect.provide(logs.layer)), ConnectionRegistry)
       expect(hasExpiredEvents(yield* flags(probe))).toBe(true)
+      // Sessions end through the events; the mode is said once.
+      const l = yield* listenTo(registry)
+      yield* registry.startSession("events-mode", Date.now() + 300)
+      yield* l.until(() => l.expired.includes("events-mode"))
+      expect(logs.messages(MODE_LINE).map((line) => [line.level, line.message])).toEqual([
+        ["INFO", "WebSocket session expiry: Redis key-expiry events (this instance set notify-keyspace-events to \"Ex\")"]
+      ])
+    }).pipe(Effect.scoped))
+
+  it.live("a Redis whose key-expiry events are on already is left as it is: no CONFIG SET, the operator's flags kept", () =>
+    Effect.gen(function*() {
+      const server = yield* Effect.acquireRelease(
+        Effect.promise(() => startRedisServer(["--notify-keyspace-events", "KEA"])),
+        (s) => Effect.promise(() => s.kill())
+      )
+      const probe = Context.get(yield* Layer.build(redisLayer(Redacted.make(server.url), "probe:")), RedisClient).client
+      const flags = Effect.promise(() => probe.config("GET", "notify-keyspace-events")).pipe(Effect.map((reply) => (reply as Array<string>)[1]))
+      const before = yield* flags
+      const configSets = Effect.promise(() => probe.info("commandstats")).pipe(
+        Effect.map((text) => Number(/cmdstat_config\|set:calls=(\d+)/.exec(text)?.[1] ?? 0))
+      )
+      const logs = capturingLogs()
+      yield* Layer.build(Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs: 30_000 })).pipe(
+        Layer.provide(redis(`test-registry-${randomUUID()}:`, server.url))
+      )).pipe(Effect.provide(logs.layer))
+      expect(yield* flags).toBe(before)
+      expect(yield* configSets).toBe(0)
+      expect(logs.messages(MODE_LINE).map((line) => line.message)).toEqual([
+        "WebSocket session expiry: Redis key-expiry events (notify-keyspace-events already includes them; left as it is)"
+      ])
+    }).pipe(Effect.scoped))
+
+  it.live("a CONFIG refused by the ACL (NOPERM) is told apart from a Redis that does not answer", () =>
+    Effect.gen(function*() {
+      const admin = Context.get(yield* Layer.build(redis("probe:")), RedisClient).client
+      const user = `test-noconfig-${randomUUID()}`
+      const password = randomUUID()
+      yield* Effect.acquireRelease(
+        Effect.promise(() => admin.call("ACL", "SETUSER", user, "on", `>${password}`, "~*", "&*", "+@all", "-config")),
+        () => Effect.promise(() => admin.call("ACL", "DELUSER", user))
+      )
+      const url = new URL(TEST_REDIS_URL ?? "")
+      url.username = user
+      url.password = password
+      const limited = Context.get(yield* Layer.build(redis("probe:", url.toString())), RedisClient).client
+      const refused = yield* enableExpiredEvents(limited)
+      expect(refused.state).toBe("refused")
+      expect(String((refused as { cause: unknown }).cause)).toMatch(/NOPERM/)
+      const port = yield* Effect.promise(() => freePort())
+      const nobody = Context.get(yield* Layer.build(redis("probe:", `redis://127.0.0.1:${port}/0`)), RedisClient).client
+      expect((yield* enableExpiredEvents(nobody)).state).toBe("unanswered")
+    }).pipe(Effect.scoped))
+})
+
+// A private `redis-server`, started with CONFIG renamed away as managed Redis services do; on a
+// machine with only Node there is none (`.ci/run` installs it).
+describe.runIf(onPath("redis-server"))("Redis that refuses CONFIG", () => {
+  let server: RedisServer
+  beforeAll(async () => {
+    server = await startRedisServer(["--rename-command", "CONFIG", ""])
+  })
+  afterAll(() => server?.kill())
+
+  // The whole contract holds: sessions end on the holding instance, re-auth extensions included.
+  contract("Redis refusing CONFIG (sessions on the instance's timers)", redisInstancesAt(() => server.url, 30_000))
+
+  it.live("says once that sessions expire on this instance's timers, and a session still ends at its end", () =>
+    Effect.gen(function*() {
+      const probe = Context.get(yield* Layer.build(redis("probe:", server.url)), RedisClient).client
+      const refused = yield* enableExpiredEvents(probe)
+      expect(refused.state).toBe("refused")
+      expect(String((refused as { cause: unknown }).cause)).toMatch(/unknown command/i)
+      const logs = capturingLogs()
+      const [registry] = yield* redisInstancesAt(() => server.url, 30_000)(1).pipe(Effect.provide(logs.layer))
+      const l = yield* listenTo(registry!)
+      const end = Date.now() + 500
+      yield* registry!.startSession("timer-mode", end)
+      yield* l.until(() => l.expired.includes("timer-mode"))
+      console.log(`[registry] CONFIG refused: session ended ${Date.now() - end} ms after its end`)
+      expect(l.expired).toEqual(["timer-mode"])
+      expect(logs.messages(MODE_LINE).map((line) => [line.level, line.message])).toEqual([[
+        "INFO",
+        "WebSocket session expiry: this instance's timers (Redis refuses CONFIG, as managed Redis services do; sessions end on time all the same). " +
+          "Redis said: ERR unknown command 'config', with args beginning with: 'GET' 'notify-keyspace-events'"
+      ]])
     }).pipe(Effect.scoped))
 })
 
