@@ -26,7 +26,7 @@ import { hasRoles, OperationRoles } from "../Auth/Rbac.ts"
 import { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import type { Authors } from "../Authors/Authors.ts"
 import { AppConfig } from "../Config.ts"
-import { WsStatus } from "../Errors.ts"
+import { MethodNotAllowed, WsStatus } from "../Errors.ts"
 import { clientIp } from "../Edge/ClientIp.ts"
 import { refuseOnSocket, Upgrades } from "../Edge/Upgrades.ts"
 import { correlationIdFrom, traceIdFrom } from "../Edge/RequestContext.ts"
@@ -194,6 +194,10 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     // CONTRACT §3: every answer carries the caller's correlation id (when valid), refusals included.
     const correlationId = correlationIdFrom(headerText(request.headers["x-correlation-id"]))
     if (url.pathname !== WS_PATH) return refuseOnSocket(socket, 404, "Not Found", { correlationId })
+    // As the HTTP route answers a wrong method (Http/ErrorResponse.ts), not ws's text/html 405.
+    if (request.method !== "GET") {
+      return refuseOnSocket(socket, 405, MethodNotAllowed.DETAIL, { correlationId, headers: { Allow: "GET, HEAD" } })
+    }
     if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable", { correlationId })
     if (sockets.size + admitting >= config.wsMaxConnections) {
       wsUpgradesRefusedTotal.inc({ reason: "capacity" })

@@ -8,6 +8,7 @@
  */
 import { randomUUID } from "node:crypto"
 import { request as httpRequest } from "node:http"
+import { connect } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { awaitAuditRecord } from "../support/AuditTrail.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
@@ -191,5 +192,45 @@ describe("405 Method Not Allowed", () => {
     const doc = await (await fetch(`${app.url}/openapi.json`)).text()
     expect(doc).not.toContain("\"405\"")
     expect(doc).not.toContain("Method Not Allowed")
+  })
+})
+
+describe("405 on the WebSocket upgrade path", () => {
+  let app: TestApp
+  beforeAll(async () => {
+    app = await startTestApp()
+  })
+  afterAll(() => app?.close())
+
+  /** An upgrade request on a raw socket; everything the server sent until it closed (the head of a 101). */
+  const upgrade = (method: string, path: string) =>
+    new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(new URL(app.url).port), "127.0.0.1")
+      const chunks: Array<Buffer> = []
+      socket.on("data", (c: Buffer) => {
+        chunks.push(c)
+        // An accepted upgrade stays open: its head is all there is to read.
+        if (Buffer.concat(chunks).toString("latin1").startsWith("HTTP/1.1 101")) socket.destroy()
+      })
+      socket.on("error", reject)
+      socket.on("close", () => resolve(Buffer.concat(chunks).toString("utf8")))
+      socket.write(
+        `${method} ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n` +
+          "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Correlation-ID: upgrade-405\r\nContent-Length: 0\r\n\r\n"
+      )
+    })
+
+  it("an upgrade to /web with another method than GET is the JSON 405 with Allow, as the HTTP route answers", async () => {
+    for (const method of ["POST", "PUT", "DELETE"]) {
+      const answer = await upgrade(method, "/web")
+      const [head, body] = answer.split("\r\n\r\n")
+      expect({ method, status: head!.split("\r\n")[0] }).toEqual({ method, status: "HTTP/1.1 405 Method Not Allowed" })
+      expect(head).toMatch(/\r\nAllow: GET, HEAD\r\n/)
+      expect(head).toMatch(/\r\nX-Correlation-ID: upgrade-405\r\n/)
+      expect(head).toMatch(/\r\nContent-Type: application\/json\r\n/)
+      expect(JSON.parse(body!)).toEqual(NOT_ALLOWED)
+    }
+    // A GET upgrade still opens the WebSocket.
+    expect((await upgrade("GET", "/web")).split("\r\n")[0]).toBe("HTTP/1.1 101 Switching Protocols")
   })
 })
