@@ -82,6 +82,16 @@ describe("CORS_ALLOWED_ORIGINS set", () => {
     expect(pre.status).not.toBe(204)
     expect(pre.headers.get("access-control-allow-origin")).toBeNull()
   })
+
+  it("an OPTIONS that is not a preflight (or from an origin not listed) is the route's 405, with the CORS headers it earns", async () => {
+    const plain = await request(app, "OPTIONS", "/authors", { headers: { origin: ALLOWED } })
+    expect(plain).toMatchObject({ status: 405, body: { detail: "Method Not Allowed" } })
+    expect(plain.headers.get("allow")).toBe("GET, HEAD, POST")
+    expect(plain.headers.get("access-control-allow-origin")).toBe(ALLOWED)
+    const refused = await preflight(app, "https://evil.example")
+    expect(refused).toMatchObject({ status: 405, body: { detail: "Method Not Allowed" } })
+    expect(refused.headers.get("access-control-allow-origin")).toBeNull()
+  })
 })
 
 describe("CORS_ALLOWED_ORIGINS=*", () => {
