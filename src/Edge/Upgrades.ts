@@ -22,19 +22,24 @@ export class Upgrades extends Context.Service<Upgrades, {
 /**
  * Answers on the raw socket with a JSON `{detail}` error (CONTRACT §3) and closes it: a refused
  * upgrade, a request the parser refused. `correlationId` defaults to a generated one; `headers`
- * adds more (a 429's Retry-After and X-RateLimit-*).
+ * adds more (a 429's Retry-After and X-RateLimit-*); `head` leaves the body out (the answer to a
+ * HEAD request has none: a client would read it as the start of the next response).
  */
 export const refuseOnSocket = (
   socket: Duplex,
   status: number,
   detail: string,
-  options: { readonly correlationId?: string; readonly headers?: Readonly<Record<string, string>> } = {}
+  options: {
+    readonly correlationId?: string
+    readonly headers?: Readonly<Record<string, string>>
+    readonly head?: boolean
+  } = {}
 ) => {
   const body = JSON.stringify({ detail })
   const extra = Object.entries(options.headers ?? {}).map(([name, value]) => `${name}: ${value}\r\n`).join("")
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Bad Request"}\r\nContent-Type: application/json\r\n` +
       `Content-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\n` +
-      `X-Correlation-ID: ${options.correlationId ?? randomBytes(4).toString("hex")}\r\n${extra}Connection: close\r\n\r\n${body}`
+      `X-Correlation-ID: ${options.correlationId ?? randomBytes(4).toString("hex")}\r\n${extra}Connection: close\r\n\r\n${options.head === true ? "" : body}`
   )
 }

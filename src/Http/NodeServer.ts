@@ -12,6 +12,8 @@
  * - WebSocket upgrades go to the service's own `/web` server (Ws/Server.ts), which needs the raw
  *   `ws` options the platform does not expose (frame size limit → 1009, no compression, one
  *   bounded send buffer per connection); the platform's upgrade handler never sees them.
+ * - HTTP/1.1 framing and pipelining (Http1.ts): one answer per request, in order, a parser refusal
+ *   included; requests behind a write wait for it; ambiguous framing and headers are refused.
  * - Graceful shutdown (CONTRACT §5, §9 Signals): stop accepting, close the WebSockets, let the
  *   requests in flight finish while every service is still up, then let the layers close.
  */
@@ -20,6 +22,7 @@ import { Context, Effect, Layer, type Scope } from "effect"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
 import { refuseOnSocket, type UpgradeHandler, Upgrades } from "../Edge/Upgrades.ts"
+import { serveHttp1 } from "./Http1.ts"
 import { STARTING_REPORT } from "../Observability/Api.ts"
 
 export interface NodeServerShape {
@@ -38,25 +41,6 @@ export interface NodeServerShape {
 }
 
 export class NodeServer extends Context.Service<NodeServer, NodeServerShape>()("Http/NodeServer") {}
-
-/**
- * A request Node's HTTP parser refuses (control or non-ASCII bytes in the target or a header, a
- * header section over 16 KiB, Content-Length with Transfer-Encoding, a malformed chunk) never
- * reaches the app; Node would answer a bare 400 with no body. CONTRACT §3: every error body is JSON
- * with `detail`.
- */
-const answerClientError = (error: NodeJS.ErrnoException, socket: Duplex) => {
-  if (error.code === "ECONNRESET" || !socket.writable) {
-    socket.destroy()
-    return
-  }
-  const [status, detail] = error.code === "HPE_HEADER_OVERFLOW"
-    ? [431, "Request header fields too large"]
-    : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
-    ? [408, "Request timeout"]
-    : [400, "Bad request"]
-  refuseOnSocket(socket, status, detail)
-}
 
 const LIVE = JSON.stringify({ status: "ok" })
 const STARTING = JSON.stringify(STARTING_REPORT)
@@ -113,7 +97,6 @@ export const makeNodeServer = (): NodeServerShape => {
   server.on("newListener", (event: string | symbol) => {
     if (event === "request") attached = true
   })
-  server.on("clientError", answerClientError)
   // Upgrades are dispatched here instead of to the listeners (the platform registers one). Node
   // emits `upgrade` only when something listens: this listener (never called) makes it do so
   // from the start, so an upgrade while starting is refused here too, not taken for a request.
@@ -127,6 +110,8 @@ export const makeNodeServer = (): NodeServerShape => {
     else upgrades.upgrade(request, socket, head)
     return true
   } as Server["emit"]
+  // Outermost: one answer per request in order, held requests, parser refusals (Http1.ts).
+  const http1 = serveHttp1(server)
 
   const admins = new Set<Server>()
   const adoptAdmin = (listener: Server) => {
@@ -135,7 +120,8 @@ export const makeNodeServer = (): NodeServerShape => {
       adminRequests.add(req)
       server.emit("request", req, res)
     })
-    listener.on("clientError", answerClientError)
+    // Its requests go through the main server's `emit`, so Http1.ts orders them per connection too.
+    listener.on("clientError", http1.clientError)
     // No WebSocket on the admin port.
     listener.on("upgrade", (_req: IncomingMessage, socket: Duplex) => {
       socket.on("error", () => {})

@@ -8,7 +8,7 @@
  *
  * Properties: no response is a 5xx; every error has a JSON body with `detail`; every response
  * carries a well-formed X-Correlation-ID (the caller's when it was valid); a body over the limit is
- * a 413. Requests that the HTTP parser itself refuses (raw bytes that are not ASCII in the request
+ * a 413; two Authorization lines are a 400, whatever the body. Requests that the HTTP parser itself refuses (raw bytes that are not ASCII in the request
  * target, control characters in a header, a header section over 16 KiB…) are held to the same
  * error-body rule. Afterwards the audit trail still advances.
  */
@@ -123,7 +123,10 @@ const violation = (p: Probe, o: Outcome): string | undefined => {
     return oversized ? undefined : "the connection ended without a response"
   }
   if (o.status >= 500) return `5xx response`
-  if (oversized && o.status !== 413) return `a body over ${BODY_LIMIT} bytes was not refused with 413`
+  // Two Authorization lines are refused before anything else, the body's size included.
+  const twoAuthorizations = Array.isArray(p.headers["authorization"])
+  if (twoAuthorizations && o.status !== 400) return "two Authorization lines were not refused with 400"
+  if (oversized && !twoAuthorizations && o.status !== 413) return `a body over ${BODY_LIMIT} bytes was not refused with 413`
   if (o.status >= 400 && p.method !== "HEAD") {
     if (!String(o.headers["content-type"]).toLowerCase().startsWith("application/json")) return "an error without a JSON content type"
     let parsed: unknown
