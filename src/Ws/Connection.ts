@@ -14,6 +14,11 @@
  * `ready`, so the table is never buffered); frames queued behind it wait until its last fragment,
  * since no other data frame may come between the fragments of a message (RFC 6455 §5.4).
  *
+ * Pings are answered here (not by `ws`, whose automatic pongs cut the TCP connection after 60
+ * unflushed ones, with no Close frame): a pong counts toward the same bytes waiting to be sent, and
+ * a ping that comes while more than `PONG_BUFFER_MAX` wait closes the connection 1008 `Policy
+ * violation`. Pongs alone thus never reach the bound that drops a client for not reading data.
+ *
  * Inbound: frames are handled one at a time, in order; past `INBOX_HIGH` waiting frames the
  * socket stops being read (TCP backpressure) until the inbox is down to `INBOX_LOW`.
  *
@@ -23,7 +28,7 @@
 import { type RawData, WebSocket } from "ws"
 import type { Principal } from "../Domain/User.ts"
 import { wsMessagesSent, wsSendQueueOverflowsTotal } from "../Observability/Metrics.ts"
-import type { CloseCode } from "./Protocol.ts"
+import { Close, type CloseCode } from "./Protocol.ts"
 
 export type Format = "json" | "protobuf"
 
@@ -32,6 +37,8 @@ type Phase = "handshake" | "open" | "closed"
 
 /** Bytes a connection may have waiting to be sent before it counts as not reading. */
 export const SEND_BUFFER_MAX = 4 * 1024 * 1024
+/** Bytes waiting to be sent past which a ping is a flood: the client does not read its pongs. */
+export const PONG_BUFFER_MAX = SEND_BUFFER_MAX / 2
 /** The writer stops handing frames to the socket above this many buffered bytes, until they flush. */
 const WRITE_HIGH_WATER = 256 * 1024
 /** Frames waiting to be handled before the socket stops being read, and when it reads again. */
@@ -102,6 +109,8 @@ export interface Connection extends ConnectionInfo {
     readonly claim: () => boolean
     readonly release: () => void
   }
+  /** A ping from the client: answered with a pong, or, from a client that does not read them, a 1008 close. */
+  readonly answerPing: (data: Buffer) => void
   /** Heartbeat: false when the previous ping got no pong (the peer is dead). Sends a ping. */
   readonly ping: () => boolean
   readonly pong: () => void
@@ -315,6 +324,11 @@ export const makeConnection = (
       release: () => {
         handling = false
       }
+    },
+    answerPing: (data) => {
+      if (ws.readyState !== WebSocket.OPEN) return
+      if (queuedBytes + ws.bufferedAmount + data.length > PONG_BUFFER_MAX) return conn.close(Close.PingFlood)
+      ws.pong(data)
     },
     ping: () => {
       if (!alive) return false

@@ -110,6 +110,11 @@ export const Close = {
     reason: "Message rate limit exceeded",
     when: "WS_MESSAGE_RATE_LIMIT messages were refused for rate in the trailing 60 s"
   },
+  PingFlood: {
+    code: 1008,
+    reason: "Policy violation",
+    when: "pings keep coming while the client does not read the pongs: what waits to be sent to it passed half the send bound (2 MiB)"
+  },
   TooBig: { code: 1009, reason: "", when: "a frame larger than WS_MAX_MESSAGE_BYTES" },
   InternalError: {
     code: 1011,

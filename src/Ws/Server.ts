@@ -61,7 +61,9 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     noServer: true,
     maxPayload: config.wsMaxMessageBytes, // larger frames: ws closes 1009
     perMessageDeflate: false,
-    clientTracking: false
+    clientTracking: false,
+    // Pongs are sent by the connection, within its send bound (Connection.ts `answerPing`).
+    autoPong: false
   })
   /** Every socket, from upgrade to end; `open` holds the authenticated ones by id. */
   const sockets = new Set<Connection>()
@@ -176,6 +178,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     ws.on("close", (code) => onEnded(conn, code))
     ws.on("error", () => {}) // protocol errors (bad UTF-8 → 1007, too big → 1009): ws closes by itself
     ws.on("pong", conn.pong)
+    ws.on("ping", conn.answerPing)
     handshake.begin(conn, request, url, format)
   }
 

@@ -4,15 +4,19 @@
  * the parser refuses included, after the answers before it, then the close; requests pipelined
  * behind a write see it; ambiguous framing (HTTP/1.0 with Transfer-Encoding) and ambiguous headers
  * (two Host or two Authorization lines) are refused, and nothing after them runs; parser refusals
- * are counted in `http_requests_total`.
+ * are counted in `http_requests_total`; a WebSocket client flooding pings without reading the
+ * pongs gets a Close frame 1008, not a TCP reset, while another client carries on.
  *
  * Rate limits are off: a file of many requests from one user must not meet them.
  */
 import { randomUUID } from "node:crypto"
+import { readFileSync } from "node:fs"
 import { connect } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { closeCode, encodeFrame, Opcode, rawWs } from "../support/RawWs.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { login, request, startTestApp, type TestApp } from "../support/TestApp.ts"
+import { connectWs } from "../support/WsClient.ts"
 
 /** Liveness guard only: a connection that neither answers nor closes by then is a failure. */
 const HANG_MS = 20_000
@@ -323,4 +327,71 @@ describe("requests the parser refuses are counted (http_requests_total, endpoint
     const methods = new Set(after.find("http_requests_total", { endpoint: "unmatched" }).map((s) => s.labels["method"]))
     expect([...methods].every((m) => m === "UNKNOWN" || /^[A-Z-]+$/.test(m ?? ""))).toBe(true)
   })
+})
+
+/** What the kernel may hold on loopback before the server's own send buffer grows (both ends, at most). */
+const kernelBufferBytes = () => {
+  const max = (file: string, fallback: number) => {
+    try {
+      return Number(readFileSync(file, "utf8").trim().split(/\s+/)[2])
+    } catch {
+      return fallback
+    }
+  }
+  return max("/proc/sys/net/ipv4/tcp_rmem", 32 * 1024 * 1024) + max("/proc/sys/net/ipv4/tcp_wmem", 32 * 1024 * 1024)
+}
+
+describe("WebSocket control frames", () => {
+  it("a client that reads gets a pong for each of 1,000 pings sent in one write, and stays open", async () => {
+    const client = rawWs(`${app.wsUrl}/web?token=${admin}`)
+    expect((await client.upgraded).status).toBe(101)
+    const payloads = Array.from({ length: 1_000 }, (_, i) => Buffer.from(`ping-${i}`))
+    client.socket.write(Buffer.concat(payloads.map((p) => encodeFrame(Opcode.Ping, p))))
+    for (const payload of payloads) {
+      const frame = await Promise.race([client.frames.take((f) => f.opcode !== Opcode.Text), client.ended.then(() => undefined)])
+      if (frame === undefined) throw new Error("the connection ended")
+      expect(frame.opcode).toBe(Opcode.Pong)
+      expect(frame.payload.toString()).toBe(payload.toString())
+    }
+    client.destroy()
+  })
+
+  it("a client flooding pings without reading the pongs gets Close 1008 \"Policy violation\"; another client carries on", async () => {
+    const other = connectWs(app.url, { token: admin })
+    expect((await other.request(2, { page: 1, per_page: 1 })).status_code).toBe(0)
+
+    const flooder = rawWs(`${app.wsUrl}/web?token=${admin}`)
+    expect((await flooder.upgraded).status).toBe(101)
+    flooder.socket.pause() // reads nothing from here on
+    // Enough pings that their pongs fill every kernel buffer between the two ends and then more
+    // than the server holds for a client (2 MiB), with a wide margin.
+    const ping = encodeFrame(Opcode.Ping, Buffer.alloc(125, 0x70))
+    const pongBytes = 127
+    const pings = Math.ceil(((kernelBufferBytes() + 4 * 1024 * 1024) / pongBytes) * 1.5)
+    const batch = Buffer.concat(Array.from({ length: 1_000 }, () => ping))
+    for (let sent = 0; sent < pings && !flooder.socket.destroyed; sent += 1_000) {
+      if (!flooder.socket.write(batch)) await Promise.race([new Promise((resolve) => flooder.socket.once("drain", resolve)), flooder.ended])
+    }
+
+    // Meanwhile the other client is served.
+    expect((await other.request(2, { page: 1, per_page: 1 })).status_code).toBe(0)
+
+    // Now read: pongs, then the close frame (not the end of the socket without one).
+    flooder.socket.resume()
+    const close = await Promise.race([
+      flooder.frames.take((frame) => frame.opcode === Opcode.Close),
+      flooder.ended.then(() => undefined)
+    ])
+    if (close === undefined) throw new Error("the connection ended without a Close frame")
+    const pongs = flooder.frames.size // every frame before the close
+    expect(closeCode(close)).toBe(1008)
+    expect(close.payload.subarray(2).toString("utf8")).toBe("Policy violation")
+    expect(pongs).toBeGreaterThan(0)
+    expect(pongs).toBeLessThan(pings)
+    flooder.destroy()
+
+    expect((await other.request(2, { page: 1, per_page: 1 })).status_code).toBe(0)
+    expect(other.ws.readyState).toBe(other.ws.OPEN)
+    await other.close()
+  }, 120_000)
 })

@@ -44,7 +44,8 @@ export interface RawWsClient {
   readonly destroy: () => void
 }
 
-const encodeFrame = (opcode: number, payload: Buffer) => {
+/** One masked client frame (FIN set). */
+export const encodeFrame = (opcode: number, payload: Buffer) => {
   // Client frames are masked (RFC 6455 §5.3).
   const mask = randomBytes(4)
   const length = payload.length
