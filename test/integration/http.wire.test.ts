@@ -205,6 +205,15 @@ describe("one answer per request, in order, then the close (RFC 9112 §9.3, §9.
     expect(await authorsNamed(after)).toEqual([])
   })
 
+  it("pipelined POST then a WebSocket upgrade: the 201 first, then the 101", async () => {
+    const name = uniqueName()
+    const upgrade = `GET /web?token=${admin} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
+      `Sec-WebSocket-Key: ${Buffer.from(randomUUID().slice(0, 16)).toString("base64")}\r\nSec-WebSocket-Version: 13\r\n\r\n`
+    const result = await exchange(port, post(name) + upgrade, { responses: 2 })
+    expect(statuses(result)).toEqual([201, 101])
+    expect(json(result.responses[0])).toMatchObject({ name })
+  })
+
   it("pipelined POST then a POST whose body is over the limit: 201, then 413 (a held request's body is still bounded)", async () => {
     const name = uniqueName()
     const big = Buffer.alloc(2 * 1_048_576, "a")
