@@ -14,7 +14,8 @@
  *   A held request's body is not read: Node stops reading the socket once the body's buffer is
  *   full, so holding costs a bounded amount of memory.
  * - Refused before the app: an HTTP/1.0 request with Transfer-Encoding (faulty framing: what
- *   follows its body would be read as another request), two Host lines, two Authorization lines.
+ *   follows its body would be read as another request), two Host lines, two Authorization lines,
+ *   an HTTP/1.1 request without Host (the server must be created with `requireHostHeader: false`).
  *   400 `{detail: "Bad request"}` in its turn, then the close; nothing after it on the connection
  *   is processed.
  * - Upgrades wait for the answers before them too (the 101 must not come before them).
@@ -130,7 +131,9 @@ const repeatedHeader = (req: IncomingMessage): boolean => {
 const framingRefusal = (req: IncomingMessage): Refusal | undefined => {
   const http10WithTransferEncoding = req.httpVersionMajor === 1 && req.httpVersionMinor === 0 &&
     req.headers["transfer-encoding"] !== undefined
-  if (!http10WithTransferEncoding && !repeatedHeader(req)) return undefined
+  // Node refuses this itself unless `requireHostHeader: false`, with a bare 400 (no JSON body).
+  const http11WithoutHost = req.httpVersionMajor === 1 && req.httpVersionMinor === 1 && req.headers.host === undefined
+  if (!http10WithTransferEncoding && !http11WithoutHost && !repeatedHeader(req)) return undefined
   const correlation = req.headers["x-correlation-id"]
   return {
     status: 400,

@@ -67,7 +67,8 @@ const adminRequests = new WeakSet<object>()
 export const onAdminPort = (source: object): boolean => adminRequests.has(source)
 
 export const makeNodeServer = (): NodeServerShape => {
-  const server = createServer({ keepAliveTimeout: 65_000 })
+  // A missing Host is refused by Http1.ts, in order and with a JSON body (Node's own 400 has none).
+  const server = createServer({ keepAliveTimeout: 65_000, requireHostHeader: false })
   let inFlight = 0
   let upgrades: UpgradeHandler | undefined
   // Whether the app's handler has ever been attached: without it now, the service is either

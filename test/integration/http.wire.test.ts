@@ -298,6 +298,14 @@ describe("ambiguous framing and headers are refused (RFC 9112 §6.1, §3.2)", ()
     expect(await authorsNamed(name)).toEqual([])
   })
 
+  it("HTTP/1.1 without Host → 400 {detail: \"Bad request\"} and the close", async () => {
+    const result = await exchange(port, `GET /livez HTTP/1.1\r\nX-Correlation-ID: no-host\r\n\r\n`)
+    expect(statuses(result)).toEqual([400])
+    expectRefusal(result.responses[0], 400, "Bad request")
+    expect(result.responses[0]?.headers["x-correlation-id"]).toBe("no-host")
+    expect(result.closed).toBe(true)
+  })
+
   it("a HEAD request with two Host lines → 400 without a body (nothing a client would read as a next response)", async () => {
     const result = await exchange(port, `HEAD /livez HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n`)
     expect(result.closed).toBe(true)
