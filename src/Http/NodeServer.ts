@@ -182,7 +182,7 @@ export const makeNodeServer = (): NodeServerShape => {
  */
 const adminListener = (node: NodeServerShape, options: { readonly port: number; readonly host: string }) =>
   Layer.effectDiscard(Effect.gen(function*() {
-    const admin = createServer({ keepAliveTimeout: 65_000 })
+    const admin = createServer({ keepAliveTimeout: 65_000, requireHostHeader: false })
     yield* Effect.acquireRelease(
       Effect.callback<void, Error>((resume) => {
         const failed = (error: Error) => resume(Effect.fail(new Error(`ADMIN_PORT ${options.port} cannot be opened: ${error.message}`)))
