@@ -1,6 +1,7 @@
 /**
  * Authors SQL. Rows come back with `created_at` already formatted by PostgreSQL, and a page comes
- * back in one statement with its total (from the `author_stats` counter when unfiltered).
+ * back in one statement with its total (from the `author_stats` counter when unfiltered: a view
+ * summing the counter's shard rows, migrations/0004, so concurrent creates do not queue on one row).
  */
 import { Context, Effect, Layer, Option } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
