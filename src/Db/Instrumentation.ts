@@ -29,7 +29,7 @@ import * as SqlError from "effect/sql/SqlError"
 import * as Statement from "effect/sql/Statement"
 import * as Stream from "effect/Stream"
 import { dbConnectionsActive, dbErrorsTotal, dbQueryDuration } from "../Observability/Metrics.ts"
-import { databaseTimeout, detached, discarded, isDatabaseTimeout, StatementTimeoutMs } from "./Deadline.ts"
+import { databaseTimeout, detached, detachedLease, discarded, isDatabaseTimeout, StatementTimeoutMs } from "./Deadline.ts"
 
 /** Bounded label values: the statement's leading keyword, or `other`. */
 const OPERATIONS: ReadonlySet<string> = new Set([
@@ -118,7 +118,10 @@ const measured = <A>(text: string, statement: Effect.Effect<A, SqlError.SqlError
 type TransformRows = (<A extends object>(rows: ReadonlyArray<A>) => ReadonlyArray<A>) | undefined
 
 interface Deadline {
-  /** The statement's own deadline; none when the borrower's covers it (`makePgClient`). */
+  /**
+   * The statement's own deadline (a checked-out connection: each statement forks to be given up
+   * on); undefined when the borrower's deadline covers it (a connection lent for one statement).
+   */
   readonly timeoutMs: number | undefined
   /** Takes the connection out of the pool: it is closed once given back. */
   readonly discard: Effect.Effect<void>
@@ -144,7 +147,8 @@ class MeasuredConnection implements SqlConnection.Connection {
     this.deadline = deadline
   }
 
-  private readonly abandon = Effect.suspend(() => {
+  /** Gives the connection up: later statements on it fail at once, and the pool closes it. */
+  readonly abandon = Effect.suspend(() => {
     this.dead ??= discarded()
     return this.deadline.discard
   })
@@ -153,9 +157,11 @@ class MeasuredConnection implements SqlConnection.Connection {
     if (this.dead !== undefined) return Effect.fail(this.dead)
     this.text = text
     const { timeoutMs } = this.deadline
+    // Lent for one statement: it runs on the borrower's fiber, under the borrower's deadline.
+    if (timeoutMs === undefined) return measured(text, statement)
     return measured(
       text,
-      detached(statement, timeoutMs, this.abandon, () => (this.dead = databaseTimeout("statement", timeoutMs ?? 0)))
+      detached(statement, timeoutMs, this.abandon, () => (this.dead = databaseTimeout("statement", timeoutMs)))
     )
   }
 
@@ -260,16 +266,16 @@ export const makePgClient = (
         )
       })
     /**
-     * A connection lent for one statement, with one deadline for the wait and the statement. At
-     * the deadline the caller gets the database error at once; the statement's fiber is
-     * interrupted in the background, where the statement (detached in its turn) gives the
-     * connection back at once, discarded.
+     * A connection lent for one statement, with one deadline for the wait and the statement, and
+     * one fiber for both (Deadline.ts `detachedLease`). At the deadline the caller gets the
+     * database error at once; the lent connection is discarded and its lease given back, so the
+     * pool closes it, and the statement's fiber, interrupted in the background, ends with it.
      */
     const borrower: SqlConnection.Borrower = (f) =>
       Effect.withFiber((fiber) => {
         const ms = timeoutOf(fiber)
         let lent: MeasuredConnection | undefined
-        const borrow = pool.use((connection) =>
+        const borrow = Effect.flatMap(pool.get, (connection) =>
           Effect.acquireUseRelease(
             Effect.sync(() => {
               lent = new MeasuredConnection(connection, prepare, { timeoutMs: undefined, discard: pool.invalidate(connection) })
@@ -278,9 +284,9 @@ export const makePgClient = (
             }),
             f,
             () => Effect.sync(() => dbConnectionsActive.dec())
-          )
-        ).pipe(Effect.tapError((error) => (lent === undefined ? countConnectError(error) : Effect.void)))
-        return detached(borrow, ms, Effect.void, () => {
+          )).pipe(Effect.tapError((error) => (lent === undefined ? countConnectError(error) : Effect.void)))
+        const abandon = Effect.suspend(() => (lent === undefined ? Effect.void : lent.abandon))
+        return detachedLease(borrow, ms, abandon, () => {
           dbErrorsTotal.inc({ operation: lent === undefined ? "connect" : operationOf(lent.text), error_type: "timeout" })
           return databaseTimeout(lent === undefined ? "acquire" : "statement", ms)
         })
