@@ -2,6 +2,7 @@
  * The audit trail's write side (CONTRACT §6): `record` never waits for the database.
  */
 import { Context, Effect, Layer } from "effect"
+import type { RequestData } from "./RequestData.ts"
 
 export type AuditOutcome = "success" | "error" | "permission_denied"
 
@@ -19,7 +20,8 @@ export interface AuditEntry {
   readonly correlation_id: string
   readonly response_status: number
   readonly duration_ms: number
-  readonly request_data: Record<string, unknown>
+  /** Captured once as JSON text (RequestData.ts `captureRequestData`), or a small literal. */
+  readonly request_data: RequestData
   readonly error_message: string | null
 }
 

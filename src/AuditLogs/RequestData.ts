@@ -60,39 +60,39 @@ export const redact = (value: unknown, depth = 0): unknown => {
   return value
 }
 
-const byteLength = (value: unknown) => Buffer.byteLength(JSON.stringify(value) ?? "", "utf8")
-
 /**
- * The JSON size of each captured `request_data`, measured once by `captureRequestData` (which
- * serializes it anyway to enforce the 8 KiB bound), so the audit buffer can bound its memory
- * without serializing the record again (Writer.ts).
+ * `request_data` as captured: its JSON text (secrets redacted, at most 8 KiB), built once, when the
+ * bound is enforced, and then carried as it is by the stream entry and the INSERT (StreamWriter.ts,
+ * Storable.ts) and measured by the buffer's bound (Writer.ts) without serializing it again.
  */
-const capturedBytes = new WeakMap<object, number>()
+export type CapturedRequestData = string & { readonly CapturedRequestData: unique symbol }
 
-const measured = (data: Record<string, unknown>, bytes: number) => {
-  capturedBytes.set(data, bytes)
-  return data
-}
+/** A record's `request_data`: captured (its JSON text), or a small literal object a site builds itself. */
+export type RequestData = CapturedRequestData | Readonly<Record<string, unknown>>
 
-/** `request_data`'s JSON size in bytes: known for captured data; measured otherwise (small literals). */
-export const requestDataBytes = (data: Record<string, unknown>): number => capturedBytes.get(data) ?? byteLength(data)
+/** The JSON text of a record's `request_data`. */
+export const requestDataJson = (data: RequestData): string => typeof data === "string" ? data : JSON.stringify(data)
+
+const jsonOf = (value: unknown) => JSON.stringify(value) ?? ""
+/** A UTF-16 unit is at most 3 bytes of UTF-8: most texts are settled without counting. */
+const fits = (json: string) => json.length * 3 <= REQUEST_DATA_MAX_BYTES || Buffer.byteLength(json, "utf8") <= REQUEST_DATA_MAX_BYTES
 
 /** Builds the captured data; an oversized part is replaced by a marker with its size. */
 export const captureRequestData = (
   query: Record<string, string | ReadonlyArray<string>> | undefined,
   body: unknown
-): Record<string, unknown> => {
+): CapturedRequestData => {
   const data: Record<string, unknown> = {}
   if (query !== undefined && Object.keys(query).length > 0) data["query"] = redact(query)
   if (body !== undefined && body !== null) data["body"] = redact(body)
-  let bytes = byteLength(data)
-  if (bytes <= REQUEST_DATA_MAX_BYTES) return measured(data, bytes)
+  let json = jsonOf(data)
+  if (fits(json)) return json as CapturedRequestData
   for (const part of ["body", "query"] as const) {
     if (data[part] !== undefined) {
-      data[part] = { _truncated: true, _bytes: byteLength(data[part]) }
-      bytes = byteLength(data)
-      if (bytes <= REQUEST_DATA_MAX_BYTES) return measured(data, bytes)
+      data[part] = { _truncated: true, _bytes: Buffer.byteLength(jsonOf(data[part]), "utf8") }
+      json = jsonOf(data)
+      if (fits(json)) return json as CapturedRequestData
     }
   }
-  return measured({ _truncated: true }, 17)
+  return "{\"_truncated\":true}" as CapturedRequestData
 }

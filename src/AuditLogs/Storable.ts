@@ -9,6 +9,7 @@
  */
 import type { AuditEntry } from "./AuditLog.ts"
 import type { StoredEntry } from "./Repo.ts"
+import { requestDataJson } from "./RequestData.ts"
 
 /** Columns with an index (user_id, username, action_type, resource): well under btree's 2704-byte entry. */
 export const INDEXED_TEXT_MAX_BYTES = 1024
@@ -50,20 +51,25 @@ export const truncateUtf8 = (text: string, maxBytes: number): string => {
 export const storableText = (text: string, maxBytes: number = TEXT_MAX_BYTES): string =>
   truncateUtf8(replaceUnstorable(text), maxBytes)
 
-/** A JSON value whose strings (keys included) jsonb accepts. */
-const storableValue = (value: unknown): unknown => {
-  if (typeof value === "string") return replaceUnstorable(value)
-  if (Array.isArray(value)) return value.map(storableValue)
-  if (value instanceof Date || typeof value !== "object" || value === null) return value
-  const out: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(value)) out[replaceUnstorable(k)] = storableValue(v)
-  return out
+/**
+ * The escapes of a JSON text, one at a time (so `\\u0000`, an escaped backslash and "u0000", is
+ * not one): a surrogate pair, `\u0000`, a lone surrogate, or any other escape. JSON.stringify
+ * writes NUL and unpaired surrogates as such escapes, which jsonb refuses.
+ */
+const JSON_ESCAPE = /\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u0000|u[dD][89a-fA-F][0-9a-fA-F]{2}|[^])/g
+
+/**
+ * A JSON text jsonb accepts: NUL and unpaired surrogates become U+FFFD, in strings and keys alike,
+ * whether escaped (as JSON.stringify writes them) or not; over `maxBytes`, a marker instead.
+ */
+export const storableJsonText = (json: string, maxBytes: number): string => {
+  let text = replaceUnstorable(json)
+  // Only the 6-character matches are unstorable (`\u0000`, a lone surrogate); a pair is 12, any other escape 2.
+  if (text.includes("\\u")) text = text.replace(JSON_ESCAPE, (escape) => (escape.length === 6 ? "\ufffd" : escape))
+  return text.length * 3 <= maxBytes || Buffer.byteLength(text, "utf8") <= maxBytes ? text : TRUNCATED
 }
 
-const storableJson = (value: unknown, maxBytes: number): string => {
-  const json = JSON.stringify(storableValue(value)) ?? "{}"
-  return Buffer.byteLength(json, "utf8") <= maxBytes ? json : JSON.stringify({ _truncated: true })
-}
+const TRUNCATED = JSON.stringify({ _truncated: true })
 
 const int = (n: number) => Number.isFinite(n) ? Math.max(-2147483648, Math.min(2147483647, Math.round(n))) : 0
 
@@ -73,7 +79,8 @@ export const toRow = ({ entry: e, entryId }: StoredEntry) => ({
   timestamp: e.timestamp,
   user_id: storableText(e.user_id, INDEXED_TEXT_MAX_BYTES),
   username: storableText(e.username, INDEXED_TEXT_MAX_BYTES),
-  user_roles: storableJson(e.user_roles.slice(0, ROLES_MAX).map((r) => storableText(r, ROLE_MAX_BYTES)), Infinity),
+  // Each role is storable text already: nothing for jsonb to refuse.
+  user_roles: JSON.stringify(e.user_roles.slice(0, ROLES_MAX).map((r) => storableText(r, ROLE_MAX_BYTES))),
   action_type: storableText(e.action_type, INDEXED_TEXT_MAX_BYTES),
   resource: storableText(e.resource, INDEXED_TEXT_MAX_BYTES),
   outcome: e.outcome,
@@ -83,7 +90,8 @@ export const toRow = ({ entry: e, entryId }: StoredEntry) => ({
   correlation_id: storableText(e.correlation_id),
   response_status: int(e.response_status),
   duration_ms: int(e.duration_ms),
-  request_data: storableJson(e.request_data, REQUEST_DATA_MAX_BYTES),
+  // The captured JSON text itself (RequestData.ts): no second serialization.
+  request_data: storableJsonText(requestDataJson(e.request_data), REQUEST_DATA_MAX_BYTES),
   error_message: e.error_message === null ? null : storableText(e.error_message)
 })
 

@@ -21,6 +21,7 @@ import { Duration, Effect, Fiber, Queue } from "effect"
 import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { AuditLog, type AuditEntry } from "./AuditLog.ts"
 import { INSERT_BATCH_MAX, type StoredEntry } from "./Repo.ts"
+import { requestDataJson } from "./RequestData.ts"
 import {
   countDropped,
   defaultWriterOptions,
@@ -42,13 +43,35 @@ const APPEND_TIMEOUT_MS = 2000
 /** The longest a request waits for its record's XADD (loopback Redis answers in well under 1 ms). */
 const REQUEST_WAIT_MS = 100
 
-const encodeEntry = (stored: StoredEntry) => JSON.stringify({ ...stored.entry, timestamp: stored.entry.timestamp.toISOString() })
+/**
+ * The stream entry: the record as JSON, with `request_data` spliced in as the text it was captured
+ * as — still an object inside the entry, so an entry reads the same to this version and the last.
+ */
+const encodeEntry = ({ entry: e }: StoredEntry) => {
+  const fields: Omit<AuditEntry, "timestamp" | "request_data"> & { readonly timestamp: string } = {
+    timestamp: e.timestamp.toISOString(),
+    user_id: e.user_id,
+    username: e.username,
+    user_roles: e.user_roles,
+    action_type: e.action_type,
+    resource: e.resource,
+    outcome: e.outcome,
+    ip_address: e.ip_address,
+    user_agent: e.user_agent,
+    request_id: e.request_id,
+    correlation_id: e.correlation_id,
+    response_status: e.response_status,
+    duration_ms: e.duration_ms,
+    error_message: e.error_message
+  }
+  return `${JSON.stringify(fields).slice(0, -1)},"request_data":${requestDataJson(e.request_data)}}`
+}
 
 const decodeEntry = (entryId: string | undefined, json: string | undefined): StoredEntry | undefined => {
   if (entryId === undefined || json === undefined) return undefined
   try {
     const raw = JSON.parse(json) as Omit<AuditEntry, "timestamp"> & { timestamp: string }
-    return { entryId, entry: { ...raw, timestamp: new Date(raw.timestamp) } }
+    return { entryId, entry: { ...raw, timestamp: new Date(raw.timestamp), request_data: raw.request_data ?? {} } }
   } catch {
     return undefined
   }

@@ -15,7 +15,7 @@ import { sqlStateOf } from "../Db/Instrumentation.ts"
 import { auditBufferBytes, type AuditDropReason, auditRecordsDroppedTotal } from "../Observability/Metrics.ts"
 import { AuditLog, type AuditEntry } from "./AuditLog.ts"
 import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "./Repo.ts"
-import { requestDataBytes } from "./RequestData.ts"
+import { requestDataJson } from "./RequestData.ts"
 import { minimalEntry } from "./Storable.ts"
 
 export interface WriterOptions {
@@ -157,15 +157,15 @@ const RECORD_OVERHEAD_BYTES = 512
 
 /**
  * A cheap upper-bound-ish estimate of the memory a buffered record holds: its strings' lengths
- * (two bytes a character, as V8 may store them) and its `request_data`'s JSON size, known from
- * its capture (RequestData.ts) — no serialization on the request path.
+ * (two bytes a character, as V8 may store them), `request_data` included: captured, it is already
+ * its JSON text (RequestData.ts), so nothing is serialized on the request path.
  */
 export const estimateRecordBytes = (entry: AuditEntry): number => {
   let chars = entry.user_id.length + entry.username.length + entry.action_type.length + entry.resource.length +
     entry.ip_address.length + entry.user_agent.length + entry.request_id.length + entry.correlation_id.length +
     (entry.error_message?.length ?? 0)
   for (const role of entry.user_roles) chars += role.length
-  return RECORD_OVERHEAD_BYTES + 2 * chars + 2 * requestDataBytes(entry.request_data)
+  return RECORD_OVERHEAD_BYTES + 2 * (chars + requestDataJson(entry.request_data).length)
 }
 
 /** A buffered record and its estimated size (counted in when offered, out when taken). */

@@ -5,7 +5,8 @@
  *   every append, and records past the cap are counted, not appended;
  * - appended records are written from memory and deleted from the stream after their commit;
  * - entries nobody writes (a killed instance's) are written by the recovery scan: at start all of
- *   them, later those older than `claimIdle` — each stored once.
+ *   them, later those older than `claimIdle` — each stored once;
+ * - an entry carries `request_data` as an object, as the entries of the previous version did.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Redacted, type Scope } from "effect"
@@ -14,6 +15,7 @@ import type { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import type { AuditEntry } from "../../src/AuditLogs/AuditLog.ts"
 import { AuditRepo, type StoredEntry } from "../../src/AuditLogs/Repo.ts"
+import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
 import { makeStreamAuditLog } from "../../src/AuditLogs/StreamWriter.ts"
 import { defaultWriterOptions } from "../../src/AuditLogs/Writer.ts"
 import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
@@ -144,6 +146,27 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       database.down = false
       yield* untilEmpty(client, `${p}audit:stream`)
       expect([...new Set(repo.inserted.map((s) => s.entry.request_id))].sort()).toEqual(Array.from({ length: 10 }, (_, i) => `r${200 + i}`).sort())
+    }).pipe(withRepo(repo, p))
+  })
+
+  it.live("a stream entry holds request_data as an object (the previous version's layout), captured text spliced in", () => {
+    const p = `test:${randomUUID()}:`
+    const repo = fakeRepo({ down: true })
+    return Effect.gen(function*() {
+      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "100 millis" })
+      const data = captureRequestData({ page: "2" }, { name: "x\u0000", password: "secret" })
+      yield* audit.record({ ...entry(300), request_data: data, error_message: "bad \"quote\"" })
+      const { client } = yield* RedisClient
+      const entries = yield* Effect.promise(() => client.xrange(`${p}audit:stream`, "-", "+"))
+      expect(entries).toHaveLength(1)
+      const fields = entries[0]![1]
+      expect(fields[0]).toBe("id")
+      expect(fields[2]).toBe("e")
+      expect(JSON.parse(fields[3]!)).toEqual({
+        ...entry(300), timestamp: expect.any(String), request_data: { query: { page: "2" }, body: { name: "x\u0000", password: "[REDACTED]" } },
+        error_message: "bad \"quote\""
+      })
+      yield* Effect.promise(() => client.del(`${p}audit:stream`))
     }).pipe(withRepo(repo, p))
   })
 })

@@ -4,7 +4,15 @@
  */
 import { describe, expect, it } from "vitest"
 import type { AuditEntry } from "../../src/AuditLogs/AuditLog.ts"
-import { INDEXED_TEXT_MAX_BYTES, minimalEntry, storableText, toRow, truncateUtf8 } from "../../src/AuditLogs/Storable.ts"
+import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
+import {
+  INDEXED_TEXT_MAX_BYTES,
+  minimalEntry,
+  storableJsonText,
+  storableText,
+  toRow,
+  truncateUtf8
+} from "../../src/AuditLogs/Storable.ts"
 
 const bytes = (s: string) => Buffer.byteLength(s, "utf8")
 
@@ -49,6 +57,27 @@ describe("audit records reduced to what PostgreSQL stores", () => {
     expect(row.user_agent).toBe("a\ufffdb")
     expect(JSON.parse(row.request_data)).toEqual({ body: { "k\ufffd": "\ufffd", nested: ["\ufffd"] } })
     expect(row.request_data).not.toContain("\\u0000")
+  })
+
+  it("captured request_data (JSON text) is reduced like the object: escaped NUL and lone surrogates become U+FFFD", () => {
+    const body = { "k\u0000": "\ud800", nested: ["\u0000", "x\udc00y"], pair: "😀", backslash: "\\u0000 \\ud800", quote: "\"\\" }
+    const captured = captureRequestData(undefined, body)
+    // JSON.stringify escapes NUL and lone surrogates, which jsonb refuses.
+    expect(captured).toContain("\\u0000")
+    const row = toRow({ entryId: "e", entry: { ...entry, request_data: captured } })
+    expect(JSON.parse(row.request_data)).toEqual({
+      body: { "k\ufffd": "\ufffd", nested: ["\ufffd", "x\ufffdy"], pair: "😀", backslash: "\\u0000 \\ud800", quote: "\"\\" }
+    })
+    expect(row.request_data).not.toMatch(/(?<!\\)\\u(0000|d[89a-f])/i)
+    // The same text as the object's own path (Storable reduces a literal object the same way).
+    expect(row.request_data).toBe(toRow({ entryId: "e", entry: { ...entry, request_data: { body } } }).request_data)
+  })
+
+  it("a JSON text keeps escaped surrogate pairs and other escapes, and over its budget becomes a marker", () => {
+    expect(storableJsonText(String.raw`{"a":"\ud83d\ude00","b":"\n\t\u001f","c":"\\u0000"}`, 100))
+      .toBe(String.raw`{"a":"\ud83d\ude00","b":"\n\t\u001f","c":"\\u0000"}`)
+    expect(storableJsonText(String.raw`{"a":"\u0000\ud800\udc00\udc00"}`, 100)).toBe(`{"a":"\ufffd\\ud800\\udc00\ufffd"}`)
+    expect(storableJsonText(JSON.stringify({ a: "é".repeat(100) }), 100)).toBe(JSON.stringify({ _truncated: true }))
   })
 
   it("the last-resort form keeps who, what, when and the outcome, short", () => {
