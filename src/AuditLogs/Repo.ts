@@ -1,13 +1,14 @@
 /**
- * Audit trail SQL: the writer's batch insert (one parameterised multi-row INSERT, idempotent on
- * the internal `entry_id`) and the admin queries (CONTRACT §6: exact filters, inclusive date
+ * Audit trail SQL: the writer's batch insert (one parameterised INSERT of `unnest`ed column arrays,
+ * idempotent on the internal `entry_id`) and the admin queries (CONTRACT §6: exact filters, inclusive date
  * range, newest first, each served by one index of migrations/0003_audit_logs.sql).
  */
-import { Array as Arr, Context, Effect, Layer } from "effect"
+import * as PgTypes from "@effect/sql-pg/PgTypes"
+import { Array as Arr, Context, Effect, Layer, Result } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
 import type { AuditEntry, AuditOutcome } from "./AuditLog.ts"
-import { toRow } from "./Storable.ts"
+import { toColumns } from "./Storable.ts"
 
 /** A record as buffered: the entry and the id that makes its insertion idempotent. */
 export interface StoredEntry {
@@ -50,8 +51,14 @@ export interface AuditDetailRow extends AuditListRow {
 
 const HOUR = 3_600_000
 
-/** Rows per INSERT: 500 × 17 parameters stays far below PostgreSQL's 65535. */
+/** Rows per INSERT (and per stream pipeline, per stream page). */
 export const INSERT_BATCH_MAX = 500
+
+/** A column as one typed array parameter (binary format): the same types whatever the values, nulls included. */
+const arrayParameter = (oid: number) => (values: ReadonlyArray<unknown>) => Result.getOrThrow(PgTypes.array(values, oid))
+const texts = arrayParameter(PgTypes.OID.text)
+const times = arrayParameter(PgTypes.OID.timestamptz)
+const ints = arrayParameter(PgTypes.OID.int4)
 
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -59,14 +66,28 @@ const make = Effect.gen(function*() {
   const listColumns = sql`id::int AS id, ${timestamp}, user_id, username, action_type, resource, outcome, ip_address,
       request_id, response_status, duration_ms`
 
-  /** Inserts a batch (reduced to what the database takes: Storable.ts); rows already stored (same entry id) are skipped. Fails with SqlError. */
+  /**
+   * Inserts a batch (reduced to what the database takes: Storable.ts); rows already stored (same
+   * entry id) are skipped. Fails with SqlError. One statement for every batch size: the rows travel
+   * as 16 array parameters (one per column, typed, so the same prepared statement fits them all)
+   * that `unnest` zips back into rows, in the order of the batch. A value a column refuses (a
+   * malformed entry id, JSON) fails the statement with the server's SQLSTATE, as a VALUES row would.
+   */
   const insertBatch = (batch: ReadonlyArray<StoredEntry>) =>
-    !Arr.isReadonlyArrayNonEmpty(batch) ? Effect.void : sql`INSERT INTO audit_logs ${
-        sql.insert(Arr.map(batch, toRow))
-      } ON CONFLICT (entry_id) DO NOTHING`.pipe(
-        Effect.asVoid,
-        Effect.withSpan("AuditRepo.insertBatch", { attributes: { rows: batch.length } }, { captureStackTrace: false })
-      )
+    !Arr.isReadonlyArrayNonEmpty(batch) ? Effect.void : Effect.suspend(() => {
+      const c = toColumns(batch)
+      return sql`INSERT INTO audit_logs (entry_id, "timestamp", user_id, username, user_roles, action_type, resource,
+        outcome, ip_address, user_agent, request_id, correlation_id, response_status, duration_ms, request_data, error_message)
+        SELECT e::uuid, t, ui, un, ur::jsonb, a, r, o, ip, ua, ri, ci, rs, d, rd::jsonb, em FROM unnest(${texts(c.entry_id)},
+        ${times(c.timestamp)}, ${texts(c.user_id)}, ${texts(c.username)}, ${texts(c.user_roles)}, ${texts(c.action_type)},
+        ${texts(c.resource)}, ${texts(c.outcome)}, ${texts(c.ip_address)}, ${texts(c.user_agent)}, ${texts(c.request_id)},
+        ${texts(c.correlation_id)}, ${ints(c.response_status)}, ${ints(c.duration_ms)}, ${texts(c.request_data)},
+        ${texts(c.error_message)}) AS x(e, t, ui, un, ur, a, r, o, ip, ua, ri, ci, rs, d, rd, em)
+        ON CONFLICT (entry_id) DO NOTHING`
+    }).pipe(
+      Effect.asVoid,
+      Effect.withSpan("AuditRepo.insertBatch", { attributes: { rows: batch.length } }, { captureStackTrace: false })
+    )
 
   const where = (f: AuditFilters) => {
     const clauses: Array<Statement.Fragment> = []

@@ -95,6 +95,49 @@ export const toRow = ({ entry: e, entryId }: StoredEntry) => ({
   error_message: e.error_message === null ? null : storableText(e.error_message)
 })
 
+/** A batch as the columns of `audit_logs`, one array per column, rows in the order of the batch. */
+export const toColumns = (batch: ReadonlyArray<StoredEntry>) => {
+  const entry_id: Array<string> = []
+  const timestamp: Array<Date> = []
+  const user_id: Array<string> = []
+  const username: Array<string> = []
+  const user_roles: Array<string> = []
+  const action_type: Array<string> = []
+  const resource: Array<string> = []
+  const outcome: Array<string> = []
+  const ip_address: Array<string> = []
+  const user_agent: Array<string> = []
+  const request_id: Array<string> = []
+  const correlation_id: Array<string> = []
+  const response_status: Array<number> = []
+  const duration_ms: Array<number> = []
+  const request_data: Array<string> = []
+  const error_message: Array<string | null> = []
+  for (const stored of batch) {
+    const row = toRow(stored)
+    entry_id.push(row.entry_id)
+    timestamp.push(row.timestamp)
+    user_id.push(row.user_id)
+    username.push(row.username)
+    user_roles.push(row.user_roles)
+    action_type.push(row.action_type)
+    resource.push(row.resource)
+    outcome.push(row.outcome)
+    ip_address.push(row.ip_address)
+    user_agent.push(row.user_agent)
+    request_id.push(row.request_id)
+    correlation_id.push(row.correlation_id)
+    response_status.push(row.response_status)
+    duration_ms.push(row.duration_ms)
+    request_data.push(row.request_data)
+    error_message.push(row.error_message)
+  }
+  return {
+    entry_id, timestamp, user_id, username, user_roles, action_type, resource, outcome, ip_address, user_agent,
+    request_id, correlation_id, response_status, duration_ms, request_data, error_message
+  }
+}
+
 /**
  * The last resort for a record the database still refused row by row: who, what, when and the
  * outcome survive (short, plain text); the free-form parts are dropped and say so.

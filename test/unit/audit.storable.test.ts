@@ -10,6 +10,7 @@ import {
   minimalEntry,
   storableJsonText,
   storableText,
+  toColumns,
   toRow,
   truncateUtf8
 } from "../../src/AuditLogs/Storable.ts"
@@ -78,6 +79,17 @@ describe("audit records reduced to what PostgreSQL stores", () => {
       .toBe(String.raw`{"a":"\ud83d\ude00","b":"\n\t\u001f","c":"\\u0000"}`)
     expect(storableJsonText(String.raw`{"a":"\u0000\ud800\udc00\udc00"}`, 100)).toBe(`{"a":"\ufffd\\ud800\\udc00\ufffd"}`)
     expect(storableJsonText(JSON.stringify({ a: "é".repeat(100) }), 100)).toBe(JSON.stringify({ _truncated: true }))
+  })
+
+  it("a batch's columns hold its rows in order, one array per column", () => {
+    const batch = [0, 1, 2].map((n) => ({ entryId: `e${n}`, entry: { ...entry, request_id: `r${n}`, error_message: n === 1 ? "bad\u0000" : null } }))
+    const columns = toColumns(batch)
+    expect(Object.keys(columns)).toEqual(Object.keys(toRow(batch[0]!)))
+    for (const [i, stored] of batch.entries()) {
+      const row = toRow(stored)
+      for (const key of Object.keys(row) as Array<keyof typeof row>) expect(columns[key][i]).toEqual(row[key])
+    }
+    expect(columns.error_message).toEqual([null, "bad\ufffd", null])
   })
 
   it("the last-resort form keeps who, what, when and the outcome, short", () => {
