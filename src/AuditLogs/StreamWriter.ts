@@ -3,7 +3,8 @@
  * only when its writer is gone:
  * - `record` appends to the stream (XADD; a request waits for its record's XADD at most 100 ms,
  *   so an answered request has a durable record; the records of concurrent requests go in one
- *   pipeline). A record whose XADD fails (Redis down) goes to the in-process buffer instead.
+ *   pipeline, under one deadline). A record whose XADD fails (Redis down) goes to the in-process
+ *   buffer instead.
  * - The appended records go on, in memory, to the batch inserter of Writer.ts; each batch's
  *   entries are deleted from the stream (XDEL) once it committed. Nothing reads the stream back on
  *   this path (a consumer group did: XREADGROUP, a JSON decode per record, XACK — work for a copy
@@ -35,13 +36,44 @@ import {
 /** A record in the stream: its entry id there, and the record (undefined: not one of ours, deleted unwritten). */
 type Journaled = { readonly id: string; readonly stored: StoredEntry | undefined }
 
-/** A record on its way to the stream, and how to let the request that waits for it go on. */
-type PendingAppend = { readonly stored: StoredEntry; readonly resume: () => void }
+/**
+ * The requests whose records were offered while one deadline ran (from the first of them until the
+ * appender took them): each goes on at its XADD's answer or at the deadline, whichever comes first.
+ * One timer per batch instead of one per record.
+ */
+interface Waiters {
+  /** Those still waiting. */
+  left: number
+  timer: ReturnType<typeof setTimeout> | undefined
+  readonly all: Array<Waiter>
+}
+
+/** A request waiting for its record's XADD. */
+interface Waiter {
+  resume: ((effect: Effect.Effect<void>) => void) | undefined
+  readonly group: Waiters
+}
+
+/** A record on its way to the stream, and the request that waits for it. */
+type PendingAppend = { readonly stored: StoredEntry; readonly waiter: Waiter }
 
 /** A batch of XADDs Redis has not answered by then goes to the in-process buffer. */
 const APPEND_TIMEOUT_MS = 2000
 /** The longest a request waits for its record's XADD (loopback Redis answers in well under 1 ms). */
 const REQUEST_WAIT_MS = 100
+
+/** Lets a waiting request go on (once); the last one of its group stops the group's timer. */
+const release = (waiter: Waiter) => {
+  const resume = waiter.resume
+  if (resume === undefined) return
+  waiter.resume = undefined
+  const group = waiter.group
+  if (--group.left === 0 && group.timer !== undefined) {
+    clearTimeout(group.timer)
+    group.timer = undefined
+  }
+  resume(Effect.void)
+}
 
 /**
  * The stream entry: the record as JSON, with `request_data` spliced in as the text it was captured
@@ -101,25 +133,37 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     const stream = `${redis.prefix}audit:stream`
     const claimIdleMs = Duration.toMillis(options.claimIdle)
     let backlog = 0
+    const deleteWarning = (error: unknown) =>
+      Effect.logWarning("Audit stream entries not deleted; a later scan writes them again (stored once)", error)
 
     /**
-     * Writes the entries' records, then deletes the entries (only after the commit); the stream's
-     * length rides along, so the cap is known again once the backlog shrinks. An entry whose
-     * XDEL fails stays in the stream and is written again by a scan (stored once).
+     * Deletes entries whose records committed, with the stream's length riding along (so the cap
+     * is known again once the backlog shrinks). An entry whose XDEL fails stays in the stream and
+     * is written again by a scan (stored once).
      */
+    const deleteNow = (ids: ReadonlyArray<string>) =>
+      ids.length === 0 ? Effect.void : redisCommand("XDEL", () => redis.client.pipeline().xdel(stream, ...ids).xlen(stream).exec()).pipe(
+        Effect.map((results) => {
+          const length = results?.[1]?.[1]
+          if (typeof length === "number") backlog = length
+        }),
+        Effect.catch(deleteWarning)
+      )
+
+    /** Writes the entries' records, then deletes the entries: only after the commit. */
     const commit = (entries: ReadonlyArray<Journaled>) =>
       Effect.gen(function*() {
         if (entries.length === 0) return
         yield* insert(entries.flatMap((e) => (e.stored === undefined ? [] : [e.stored])))
-        const ids = entries.map((e) => e.id)
-        yield* redisCommand("XDEL", () => redis.client.pipeline().xdel(stream, ...ids).xlen(stream).exec()).pipe(
-          Effect.map((results) => {
-            const length = results?.[1]?.[1]
-            if (typeof length === "number") backlog = length
-          }),
-          Effect.catch((error) => Effect.logWarning("Audit stream entries not deleted; a later scan writes them again (stored once)", error))
-        )
+        yield* deleteNow(entries.map((e) => e.id))
       })
+
+    // Records wait here for the appender, which sends each batch as one pipeline of XADDs; the
+    // request goes on once its record's XADD answered (an answered request has a durable record).
+    // (One XADD per request, each raced against its own timeout, was ~15 % of a W6 request's CPU.)
+    const appends = yield* Queue.unbounded<PendingAppend>()
+    /** The deadline the next records join; the appender closes it when it takes them. */
+    let open: Waiters | undefined
 
     // The hot path: appended records, in memory, to the inserter.
     const journaled = yield* Queue.dropping<Journaled>(options.streamHeldMax)
@@ -164,10 +208,6 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     )
     const scanner = yield* Effect.forkDetach(recover)
 
-    // Records wait here for the appender, which sends each batch as one pipeline of XADDs; the
-    // request goes on once its record's XADD answered (an answered request has a durable record).
-    // (One XADD per request, each raced against its own timeout, was ~15 % of a W6 request's CPU.)
-    const appends = yield* Queue.unbounded<PendingAppend>()
     let appending: ReadonlyArray<PendingAppend> = []
     /**
      * Appends a batch: what Redis took goes on to the inserter (or, past streamHeldMax, waits in the
@@ -197,11 +237,13 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
       )
       return refused.pipe(
         Effect.flatMap((records) => Effect.forEach(records, ({ stored }) => buffer.offer(stored), { discard: true })),
-        Effect.ensuring(Effect.sync(() => batch.forEach(({ resume }) => resume())))
+        Effect.ensuring(Effect.sync(() => batch.forEach(({ waiter }) => release(waiter))))
       )
     }
     const appender = yield* Effect.forkDetach(Effect.forever(Effect.gen(function*() {
       appending = yield* Queue.takeBetween(appends, 1, INSERT_BATCH_MAX)
+      // Records offered from now on wait under a deadline of their own.
+      open = undefined
       yield* appendBatch(appending)
       appending = []
     })))
@@ -212,7 +254,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
       yield* Fiber.interrupt(appender)
       const left = [...appending, ...(yield* Queue.clear(appends))]
       yield* Effect.forEach(left, ({ stored }) => buffer.offer(stored), { discard: true })
-      left.forEach(({ resume }) => resume())
+      left.forEach(({ waiter }) => release(waiter))
     })
 
     yield* Effect.addFinalizer(() =>
@@ -256,17 +298,23 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
           ? buffer.offer(newEntry(entry))
           : Effect.callback<void>((resume) => {
             // The request waits for its XADD (so an answered request has a durable record) but
-            // never longer than REQUEST_WAIT_MS: a Redis that accepts and does not answer must not
-            // slow requests (CONTRACT §6); the record still goes to the stream or the buffer.
-            let waiting = true
-            const go = () => {
-              if (!waiting) return
-              waiting = false
-              clearTimeout(timer)
-              resume(Effect.void)
+            // never longer than REQUEST_WAIT_MS from the first record of its batch: a Redis that
+            // accepts and does not answer must not slow requests (CONTRACT §6); the record still
+            // goes to the stream or the buffer.
+            let group = open
+            if (group === undefined) {
+              const waiters: Waiters = { left: 0, timer: undefined, all: [] }
+              waiters.timer = setTimeout(() => {
+                waiters.timer = undefined
+                if (open === waiters) open = undefined
+                for (const waiter of waiters.all) release(waiter)
+              }, REQUEST_WAIT_MS)
+              group = open = waiters
             }
-            const timer = setTimeout(go, REQUEST_WAIT_MS)
-            Queue.offerUnsafe(appends, { stored: newEntry(entry), resume: go })
+            const waiter: Waiter = { resume, group }
+            group.all.push(waiter)
+            group.left++
+            Queue.offerUnsafe(appends, { stored: newEntry(entry), waiter })
           })
     })
   })

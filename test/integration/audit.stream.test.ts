@@ -6,10 +6,12 @@
  * - appended records are written from memory and deleted from the stream after their commit;
  * - entries nobody writes (a killed instance's) are written by the recovery scan: at start all of
  *   them, later those older than `claimIdle` — each stored once;
+ * - a Redis that accepts and never answers does not hold requests: the concurrent records of a
+ *   batch share one deadline, go on without their XADD, and are stored from the in-process buffer;
  * - an entry carries `request_data` as an object, as the entries of the previous version did.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Redacted, type Scope } from "effect"
+import { Effect, Layer, Logger, Redacted, type Scope } from "effect"
 import { SqlError } from "effect/sql"
 import type { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
@@ -21,6 +23,7 @@ import { defaultWriterOptions } from "../../src/AuditLogs/Writer.ts"
 import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
 import { RedisClient, redisLayer } from "../../src/Store/Redis.ts"
 import { readMetric } from "../support/Metrics.ts"
+import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
 const entry = (n: number): AuditEntry => ({
@@ -65,9 +68,9 @@ const streamFull = async () => (await readMetric(auditRecordsDroppedTotal)).firs
 const prefix = `test:${randomUUID()}:`
 
 /** Runs a test's effect with `repo` as the database and Redis under `keyPrefix`. */
-const withRepo = (repo: ReturnType<typeof fakeRepo>, keyPrefix: string) =>
+const withRepo = (repo: ReturnType<typeof fakeRepo>, keyPrefix: string, redisUrl = TEST_REDIS_URL ?? "") =>
   <A, E>(self: Effect.Effect<A, E, RedisClient | AuditRepo | Scope.Scope>) =>
-    self.pipe(Effect.scoped, Effect.provide(repo.layer), Effect.provide(redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), keyPrefix)))
+    self.pipe(Effect.scoped, Effect.provide(repo.layer), Effect.provide(redisLayer(Redacted.make(redisUrl), keyPrefix)))
 
 describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () => {
   it.live("during a PostgreSQL outage, holds its cap: records past streamMax are counted stream_full, the stream stops growing", () =>
@@ -148,6 +151,37 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       expect([...new Set(repo.inserted.map((s) => s.entry.request_id))].sort()).toEqual(Array.from({ length: 10 }, (_, i) => `r${200 + i}`).sort())
     }).pipe(withRepo(repo, p))
   })
+
+  it.live("Redis accepting and never answering: 50 concurrent requests go on at their batch's deadline, before the append gives up; each record is then stored from the in-process buffer", () => {
+    const p = `test:${randomUUID()}:`
+    const repo = fakeRepo({ down: false })
+    const { host, port } = hostPort(TEST_REDIS_URL ?? "")
+    // The append's give-up is logged (after 2 s, then the records go to the buffer): an event to order against.
+    const logged: Array<string> = []
+    const logger = Logger.layer([Logger.make(({ message }) => void logged.push(String(Array.isArray(message) ? message[0] : message)))])
+    return Effect.acquireUseRelease(
+      Effect.promise(() => startTcpProxy(host, port)),
+      (proxy) =>
+        Effect.gen(function*() {
+          const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
+          // Redis answers: the record is appended, then stored.
+          yield* audit.record(entry(400))
+          while (repo.inserted.length < 1) yield* Effect.sleep("10 millis")
+          proxy.blackhole()
+          yield* Effect.forEach(Array.from({ length: 50 }, (_, i) => entry(401 + i)), (e) => audit.record(e), {
+            concurrency: "unbounded",
+            discard: true
+          })
+          // They went on while their XADDs were still unanswered, not when the append gave up.
+          expect(logged.filter((m) => m.startsWith("Audit stream unavailable"))).toEqual([])
+          while (repo.inserted.length < 51) yield* Effect.sleep("20 millis")
+          expect(logged.filter((m) => m.startsWith("Audit stream unavailable"))).toHaveLength(1)
+          expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(Array.from({ length: 51 }, (_, i) => `r${400 + i}`).sort())
+          yield* Effect.promise(() => proxy.restore())
+        }).pipe(withRepo(repo, p, viaProxy(TEST_REDIS_URL ?? "", proxy)), Effect.provide(logger)),
+      (proxy) => Effect.promise(() => proxy.close())
+    )
+  }, 30_000)
 
   it.live("a stream entry holds request_data as an object (the previous version's layout), captured text spliced in", () => {
     const p = `test:${randomUUID()}:`
