@@ -6,7 +6,8 @@
  *   pipeline, under one deadline). A record whose XADD fails (Redis down) goes to the in-process
  *   buffer instead.
  * - The appended records go on, in memory, to the batch inserter of Writer.ts; each batch's
- *   entries are deleted from the stream (XDEL) once it committed. Nothing reads the stream back on
+ *   entries are deleted from the stream (XDEL) once it committed, in the next pipeline of XADDs
+ *   (or on their own when none comes). Nothing reads the stream back on
  *   this path (a consumer group did: XREADGROUP, a JSON decode per record, XACK — work for a copy
  *   the process already held). A stream left by an earlier version is read the same way at start:
  *   its entries not yet deleted are written; its consumer group is simply no longer used.
@@ -56,6 +57,9 @@ interface Waiter {
 
 /** A record on its way to the stream, and the request that waits for it. */
 type PendingAppend = { readonly stored: StoredEntry; readonly waiter: Waiter }
+
+/** Queued by the committer when stream entries await deletion and no XADD may come to carry it. */
+const DELETE = "delete" as const
 
 /** A batch of XADDs Redis has not answered by then goes to the in-process buffer. */
 const APPEND_TIMEOUT_MS = 2000
@@ -161,17 +165,27 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     // Records wait here for the appender, which sends each batch as one pipeline of XADDs; the
     // request goes on once its record's XADD answered (an answered request has a durable record).
     // (One XADD per request, each raced against its own timeout, was ~15 % of a W6 request's CPU.)
-    const appends = yield* Queue.unbounded<PendingAppend>()
+    // DELETE: committed entries wait for deletion (`deletable`) and no record may come to carry it.
+    const appends = yield* Queue.unbounded<PendingAppend | typeof DELETE>()
     /** The deadline the next records join; the appender closes it when it takes them. */
     let open: Waiters | undefined
+    /** Entries whose records committed: deleted with the next pipeline of XADDs (one round trip fewer per batch). */
+    let deletable: Array<string> = []
+    let deleteQueued = false
 
-    // The hot path: appended records, in memory, to the inserter.
+    // The hot path: appended records, in memory, to the inserter, whose entries are then deleted
+    // along with the next appends.
     const journaled = yield* Queue.dropping<Journaled>(options.streamHeldMax)
     let committing: ReadonlyArray<Journaled> = []
     const committer = yield* Effect.forkDetach(Effect.forever(Effect.gen(function*() {
       committing = yield* Queue.takeBetween(journaled, 1, INSERT_BATCH_MAX)
-      yield* commit(committing)
+      yield* insert(committing.flatMap((e) => (e.stored === undefined ? [] : [e.stored])))
+      for (const { id } of committing) deletable.push(id)
       committing = []
+      if (!deleteQueued) {
+        deleteQueued = true
+        Queue.offerUnsafe(appends, DELETE)
+      }
     })))
 
     /** Writes the entries up to `end` (an entry id or ms), a page at a time, each page after the last. */
@@ -210,41 +224,58 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
 
     let appending: ReadonlyArray<PendingAppend> = []
     /**
-     * Appends a batch: what Redis took goes on to the inserter (or, past streamHeldMax, waits in the
-     * stream for a scan); what it refused or did not answer in time goes to the in-process buffer.
+     * Appends a batch (with the deletions waiting, after its XADDs): what Redis took goes on to
+     * the inserter (or, past streamHeldMax, waits in the stream for a scan); what it refused or did
+     * not answer in time goes to the in-process buffer. Deletions that did not go out wait for the
+     * next pipeline (an XDEL sent twice deletes nothing twice).
      */
     const appendBatch = (batch: ReadonlyArray<PendingAppend>) => {
+      const ids = deletable
+      deletable = []
+      deleteQueued = false
+      const requeue = Effect.sync(() => {
+        deletable = ids.concat(deletable)
+      })
       // Not connected: straight to the buffer, so a Redis outage never slows requests.
-      const refused = isDisconnected(redis.client) ? Effect.succeed(batch) : redisCommand("XADD", () => {
-        const pipeline = redis.client.pipeline()
-        for (const { stored } of batch) pipeline.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))
-        // The stream's length rides along, so the cap holds while PostgreSQL is down and nothing
-        // is committed.
-        pipeline.xlen(stream)
-        return pipeline.exec()
-      }, APPEND_TIMEOUT_MS).pipe(
-        Effect.map((results) => {
-          const length = results?.[batch.length]?.[1]
-          if (typeof length === "number") backlog = length
-          return batch.filter(({ stored }, i) => {
-            const [error, id] = results?.[i] ?? [null, undefined]
-            if (error !== null || typeof id !== "string") return true
-            Queue.offerUnsafe(journaled, { id, stored })
-            return false
-          })
-        }),
-        Effect.catch((error) => Effect.as(Effect.logWarning("Audit stream unavailable; records buffered in process", error), batch))
-      )
+      const refused = isDisconnected(redis.client)
+        ? Effect.as(requeue, batch)
+        : redisCommand("XADD", () => {
+          const pipeline = redis.client.pipeline()
+          for (const { stored } of batch) pipeline.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))
+          if (ids.length > 0) pipeline.xdel(stream, ...ids)
+          // The stream's length rides along, so the cap holds while PostgreSQL is down and nothing
+          // is committed.
+          pipeline.xlen(stream)
+          return pipeline.exec()
+        }, APPEND_TIMEOUT_MS).pipe(
+          Effect.flatMap((results) => {
+            const length = results?.[results.length - 1]?.[1]
+            if (typeof length === "number") backlog = length
+            const deleted = ids.length === 0 ? undefined : results?.[batch.length]
+            const warned = deleted === undefined || deleted[0] === null ? Effect.void : deleteWarning(deleted[0])
+            return Effect.as(warned, batch.filter(({ stored }, i) => {
+              const [error, id] = results?.[i] ?? [null, undefined]
+              if (error !== null || typeof id !== "string") return true
+              Queue.offerUnsafe(journaled, { id, stored })
+              return false
+            }))
+          }),
+          Effect.onInterrupt(() => requeue),
+          Effect.catch((error) =>
+            Effect.logWarning("Audit stream unavailable; records buffered in process", error).pipe(Effect.andThen(requeue), Effect.as(batch))
+          )
+        )
       return refused.pipe(
         Effect.flatMap((records) => Effect.forEach(records, ({ stored }) => buffer.offer(stored), { discard: true })),
         Effect.ensuring(Effect.sync(() => batch.forEach(({ waiter }) => release(waiter))))
       )
     }
     const appender = yield* Effect.forkDetach(Effect.forever(Effect.gen(function*() {
-      appending = yield* Queue.takeBetween(appends, 1, INSERT_BATCH_MAX)
+      const taken = yield* Queue.takeBetween(appends, 1, INSERT_BATCH_MAX)
       // Records offered from now on wait under a deadline of their own.
       open = undefined
-      yield* appendBatch(appending)
+      appending = taken.filter((item): item is PendingAppend => item !== DELETE)
+      if (appending.length > 0 || deletable.length > 0) yield* appendBatch(appending)
       appending = []
     })))
     /** Closing: what waits for the appender goes to the in-process buffer (written by its flush; a record both there and in the stream is stored once). */
@@ -252,7 +283,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     const stopAppender = Effect.gen(function*() {
       closed = true
       yield* Fiber.interrupt(appender)
-      const left = [...appending, ...(yield* Queue.clear(appends))]
+      const left = [...appending, ...(yield* Queue.clear(appends))].filter((item): item is PendingAppend => item !== DELETE)
       yield* Effect.forEach(left, ({ stored }) => buffer.offer(stored), { discard: true })
       left.forEach(({ waiter }) => release(waiter))
     })
@@ -272,6 +303,10 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
         const held = [...committing, ...(yield* Queue.clear(journaled))]
         let written = 0
         const write = Effect.gen(function*() {
+          // Entries committed whose deletion was waiting for the next pipeline.
+          const ids = deletable
+          deletable = []
+          yield* deleteNow(ids)
           for (let i = 0; i < held.length; i += INSERT_BATCH_MAX) {
             const batch = held.slice(i, i + INSERT_BATCH_MAX)
             yield* commit(batch)

@@ -6,6 +6,8 @@
  * - appended records are written from memory and deleted from the stream after their commit;
  * - entries nobody writes (a killed instance's) are written by the recovery scan: at start all of
  *   them, later those older than `claimIdle` — each stored once;
+ * - committed entries are deleted with the next pipeline of appends (or on their own when none
+ *   comes), never before their record committed;
  * - a Redis that accepts and never answers does not hold requests: the concurrent records of a
  *   batch share one deadline, go on without their XADD, and are stored from the in-process buffer;
  * - an entry carries `request_data` as an object, as the entries of the previous version did.
@@ -57,6 +59,48 @@ const fakeRepo = (options: { down: boolean }) => {
 const foreignEntry = (client: Redis, stream: string, entryId: string, n: number) =>
   client.xadd(stream, "*", "id", entryId, "e", JSON.stringify({ ...entry(n), timestamp: new Date().toISOString() }))
 
+/**
+ * Watches the writer's pipelines: the XADDs and XDELs each carries, which stream entry is which
+ * record (from the XADD replies), and every XDEL of an entry whose record `committed` does not hold.
+ */
+const watchPipelines = (client: Redis, committed: (entryId: string) => boolean) => {
+  const pipelines: Array<{ xadds: Array<string>; xdels: number }> = []
+  const entryOf = new Map<string, string>()
+  const deletedEarly: Array<string> = []
+  const original = client.pipeline.bind(client)
+  client.pipeline = ((...args: Parameters<typeof original>) => {
+    const pipeline = original(...args)
+    const seen = { xadds: [] as Array<string>, xdels: 0 }
+    pipelines.push(seen)
+    const xadd = pipeline.xadd.bind(pipeline) as (...a: Array<string | number>) => typeof pipeline
+    const xdel = pipeline.xdel.bind(pipeline) as (...a: Array<string>) => typeof pipeline
+    const exec = pipeline.exec.bind(pipeline)
+    Object.assign(pipeline, {
+      xadd: (...a: Array<string | number>) => {
+        seen.xadds.push(String(a[3]))
+        return xadd(...a)
+      },
+      xdel: (stream: string, ...ids: Array<string>) => {
+        seen.xdels += ids.length
+        for (const id of ids) if (!committed(entryOf.get(id) ?? "")) deletedEarly.push(id)
+        return xdel(stream, ...ids)
+      },
+      // ioredis's auto-pipelining calls exec with a callback: passed on, and its own promise returned.
+      exec: (...a: Parameters<typeof exec>) => {
+        const results = exec(...a)
+        void results.then((replies) =>
+          seen.xadds.forEach((entryId, i) => {
+            const id = replies?.[i]?.[1]
+            if (typeof id === "string") entryOf.set(id, entryId)
+          }), () => {})
+        return results
+      }
+    })
+    return pipeline
+  }) as typeof client.pipeline
+  return { pipelines, deletedEarly }
+}
+
 /** Waits until the writer has written and deleted every entry of the stream (nothing signals it). */
 const untilEmpty = (client: Redis, stream: string) =>
   Effect.gen(function*() {
@@ -98,6 +142,31 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       yield* untilEmpty(client, `${p}audit:stream`)
       expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(Array.from({ length: 20 }, (_, i) => `r${i}`).sort())
       expect(new Set(repo.inserted.map((s) => s.entryId)).size).toBe(20)
+    }).pipe(withRepo(repo, p))
+  })
+
+  it.live("deletes committed entries with the next appends or on their own, never before their commit", () => {
+    const p = `test:${randomUUID()}:`
+    const repo = fakeRepo({ down: false })
+    return Effect.gen(function*() {
+      const { client } = yield* RedisClient
+      const watched = watchPipelines(client, (entryId) => repo.inserted.some((s) => s.entryId === entryId))
+      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
+      // 20 requests at a time, 10 each, each awaiting its record.
+      yield* Effect.forEach(Array.from({ length: 20 }, (_, w) => w), (w) =>
+        Effect.forEach(Array.from({ length: 10 }, (_, i) => entry(1000 + w * 10 + i)), (e) => audit.record(e), { discard: true }), {
+        concurrency: "unbounded",
+        discard: true
+      })
+      while (repo.inserted.length < 200) yield* Effect.sleep("10 millis")
+      yield* untilEmpty(client, `${p}audit:stream`)
+      const both = watched.pipelines.filter((x) => x.xadds.length > 0 && x.xdels > 0).length
+      const alone = watched.pipelines.filter((x) => x.xadds.length === 0 && x.xdels > 0).length
+      console.log(`[audit stream] 200 records: ${watched.pipelines.length} pipelines, ${both} carrying appends and deletions, ${alone} deletions alone`)
+      expect(watched.deletedEarly).toEqual([])
+      // Records keep coming while batches commit: their deletions ride the appends' pipelines.
+      expect(both).toBeGreaterThan(0)
+      expect(watched.pipelines.reduce((n, x) => n + x.xdels, 0)).toBe(200)
     }).pipe(withRepo(repo, p))
   })
 
