@@ -1,5 +1,5 @@
 /**
- * The exact totals kept by triggers (migrations 0004, 0005): the author total and the audit
+ * The exact totals kept by triggers (migrations 0004, 0006): the author total and the audit
  * rollup are spread over shard rows chosen by the writing backend, so concurrent writers on
  * different shards never wait for each other's counter row, and the totals stay exact (the sums
  * equal `count(*)`), also across the upgrade of a database that already holds rows.
