@@ -12,6 +12,7 @@ export const requireRoles = (user: Pick<User, "roles">, required: ReadonlyArray<
 /** The role each operation needs (INTERFACE §Authentication 5), shared by HTTP and WebSocket. */
 export const OperationRoles = {
   listAuthors: ["get-authors"],
+  getAuthor: ["get-authors"],
   createAuthor: ["create-author"],
   updateAuthor: ["update-author"],
   deleteAuthor: ["delete-author"],

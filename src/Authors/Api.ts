@@ -61,6 +61,11 @@ export class AuthorsApi extends HttpApiGroup.make("authors")
       .annotate(RequiredRoles, OperationRoles.listAuthors)
       .annotate(OpenApi.Summary, "List authors, one page at a time")
       .annotate(OpenApi.Description, roles("Offset pagination (`page`, `per_page` ≤ 1000) or keyset pagination with `cursor` from `meta.next_cursor`.", OperationRoles.listAuthors)),
+    // After `paginated`: the front door matches route templates in declaration order.
+    HttpApiEndpoint.get("get", "/authors/:author_id", { params: AuthorIdParams, success: Author, error: Wire.AuthorNotFound })
+      .annotate(RequiredRoles, OperationRoles.getAuthor)
+      .annotate(OpenApi.Summary, "Get one author")
+      .annotate(OpenApi.Description, roles("An id no author has (including one beyond the 32-bit range) is a 404.", OperationRoles.getAuthor)),
     HttpApiEndpoint.post("create", "/authors", {
       payload: AuthorPayload,
       // The status is a key annotation (HttpApiSchema.status): `Author` keeps its identifier and $ref.

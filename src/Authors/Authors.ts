@@ -6,6 +6,7 @@ import { Context, Effect, Layer, Option, Stream } from "effect"
 import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
 import type { PageMeta } from "../Domain/Author.ts"
 import { encodeCursor, pageCount } from "../Domain/Pagination.ts"
+import { AuthorNotFound } from "../Errors.ts"
 import { type AuthorFilters, AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
 
 /** Where author changes are announced: the connection registry broadcasts them (Ws/Registry.ts). */
@@ -68,13 +69,19 @@ const make = Effect.gen(function*() {
       })
     )
 
+  const find = (id: number) =>
+    Effect.flatMap(repo.findById(id), Option.match({
+      onNone: () => Effect.fail(AuthorNotFound.of(id)),
+      onSome: Effect.succeed
+    }))
+
   const create = (name: string) => repo.create(name).pipe(Effect.tap(announce("author.created")))
   const update = (id: number, name: string) => repo.update(id, name).pipe(Effect.tap(announce("author.updated")))
   const remove = (id: number) => repo.remove(id).pipe(Effect.tap(announce("author.deleted")))
 
   // No span of their own: the request's (or WebSocket message's) span names the operation and
   // each statement has its `sql.execute` span; a span costs a copy of the fiber's whole context.
-  return { listBatches, paginate, create, update, remove } as const
+  return { listBatches, paginate, find, create, update, remove } as const
 })
 
 export class Authors extends Context.Service<Authors>()("Authors/Authors", { make }) {

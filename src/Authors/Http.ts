@@ -37,6 +37,7 @@ export const AuthorsHttpLive = HttpApiBuilder.group(
       .handle("list", ({ query }) => streamList(authors, query))
       .handle("paginated", ({ query: { cursor, page, per_page, ...filters } }) =>
         authors.paginate(filters, { page, perPage: per_page, cursor: Option.fromUndefinedOr(cursor) }))
+      .handle("get", ({ params }) => authors.find(params.author_id))
       .handle("create", ({ payload }) => authors.create(payload.name))
       .handle("update", ({ params, payload }) => authors.update(params.author_id, payload.name))
       .handle("remove", ({ params }) => Effect.asVoid(authors.remove(params.author_id)))

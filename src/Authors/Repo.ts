@@ -25,6 +25,9 @@ export interface AuthorPageResult {
   readonly hasMore: boolean
 }
 
+/** The largest id an author can have (answers carry it as a 32-bit `int`). */
+export const AUTHOR_ID_MAX = 2_147_483_647
+
 /** Rows per statement when the unpaginated list is streamed (keyset batches by id). */
 export const LIST_BATCH_SIZE = 1000
 
@@ -80,6 +83,18 @@ const make = Effect.gen(function*() {
       return { items, total: rows[0]?.total ?? 0, hasMore } satisfies AuthorPageResult
     }).pipe(Effect.orDie)
 
+  /**
+   * One author by id. Ids are 32-bit (`id::int` in every answer): one beyond that range names an
+   * author that cannot exist, answered without a statement.
+   */
+  const findById = (id: number) =>
+    id < 1 || id > AUTHOR_ID_MAX
+      ? Effect.succeed(Option.none<AuthorRow>())
+      : sql<AuthorRow>`SELECT ${columns} FROM authors WHERE id = ${id}`.pipe(
+        Effect.orDie,
+        Effect.map((rows) => Option.fromUndefinedOr(rows[0]))
+      )
+
   const first = <A>(rows: ReadonlyArray<A>, orElse: () => AuthorNotFound) =>
     rows[0] !== undefined ? Effect.succeed(rows[0]) : Effect.fail(orElse())
 
@@ -101,7 +116,7 @@ const make = Effect.gen(function*() {
       Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id)))
     )
 
-  return { listBatch, page, create, update, remove } as const
+  return { listBatch, page, findById, create, update, remove } as const
 })
 
 export class AuthorRepo extends Context.Service<AuthorRepo>()("Authors/Repo", { make }) {

@@ -205,6 +205,60 @@ describe.each(backends)("authors HTTP contract (%s)", (backend) => {
     })
   })
 
+  describe("GET /authors/{author_id}", () => {
+    it("200 the author, exactly {id, name, created_at}", async () => {
+      const a = await create("Fetch Me")
+      const res = await request(app, "GET", `/authors/${a.id}`, { token: reader })
+      expect(res.status).toBe(200)
+      expect(res.body).toEqual({ id: a.id, name: "Fetch Me", created_at: a.created_at })
+      expect(res.headers.get("content-type")).toMatch(/^application\/json/)
+    })
+
+    it("404 Author with ID <id> not found, also after a delete", async () => {
+      expect(await request(app, "GET", "/authors/987654", { token: reader })).toMatchObject({
+        status: 404,
+        body: { detail: "Author with ID 987654 not found" }
+      })
+      const a = await create("Fetch Then Delete")
+      expect((await request(app, "DELETE", `/authors/${a.id}`, { token: admin })).status).toBe(204)
+      expect(await request(app, "GET", `/authors/${a.id}`, { token: reader })).toMatchObject({
+        status: 404,
+        body: { detail: `Author with ID ${a.id} not found` }
+      })
+    })
+
+    it("an id beyond the 32-bit range, zero or negative is an author that cannot exist: 404, never 500", async () => {
+      for (const id of ["2147483648", "99999999999999", "9007199254740991", "0", "-5"]) {
+        expect(await request(app, "GET", `/authors/${id}`, { token: reader }), id).toMatchObject({
+          status: 404,
+          body: { detail: `Author with ID ${id} not found` }
+        })
+      }
+    })
+
+    it("422 at [path, author_id] for a non-integer id", async () => {
+      for (const id of ["abc", "1.5", "1e3", "9007199254740993"]) {
+        const res = await request(app, "GET", `/authors/${id}`, { token: reader })
+        expect(res, id).toMatchObject({
+          status: 422,
+          body: { detail: [{ type: "int_parsing", loc: ["path", "author_id"], msg: "Input should be a valid integer, unable to parse string as an integer", input: id }] }
+        })
+      }
+    })
+
+    it("needs get-authors: 401 without a token, 403 without the role", async () => {
+      expect(await request(app, "GET", "/authors/1")).toMatchObject({ status: 401, body: { detail: "Not authenticated" } })
+      const creator = await signToken(app, { sub: "creator-only", roles: ["create-author"] })
+      expect(await request(app, "GET", "/authors/1", { token: creator })).toMatchObject({ status: 403, body: { detail: "Forbidden" } })
+    })
+
+    it("/authors/paginated is still the page route, not an author id", async () => {
+      const res = await request(app, "GET", "/authors/paginated", { token: reader })
+      expect(res.status).toBe(200)
+      expect(res.body).toMatchObject({ meta: { page: 1, per_page: 20 } })
+    })
+  })
+
   describe("listing and filters", () => {
     let ids: Array<number>
     beforeAll(async () => {

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
   type AuthorDirectoryClient,
   AuthorNameTaken,
+  AuthorNotFound,
   type BroadcastEvent,
   connectWs,
   Forbidden,
@@ -68,6 +69,14 @@ describe("client kit", () => {
       expect(listed.map((a) => a.id)).toEqual([created.id])
       const page = await run(admin.api.authors.paginated({ query: { page: 1, per_page: 1 } }))
       expect(page.meta).toMatchObject({ page: 1, per_page: 1 })
+    })
+
+    it("gets one author by id, and an unknown id is the typed 404", async () => {
+      const created = await run(admin.api.authors.create({ payload: { name: unique("Lovelace") } }))
+      expect(await run(admin.api.authors.get({ params: { author_id: created.id } }))).toEqual(created)
+      const error = await failure(admin.api.authors.get({ params: { author_id: 987_654_321 } }))
+      expect(error).toBeInstanceOf(AuthorNotFound)
+      expect(error).toMatchObject({ detail: "Author with ID 987654321 not found" })
     })
 
     it("answers a duplicate name with the typed 409 error", async () => {

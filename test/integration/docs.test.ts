@@ -83,6 +83,7 @@ describe("/openapi.json", () => {
     const authed: Array<[string, string, Array<string>]> = [
       ["get", "/authors", ["200"]],
       ["get", "/authors/paginated", ["200"]],
+      ["get", "/authors/{author_id}", ["200", "404"]],
       ["post", "/authors", ["201", "409"]],
       ["put", "/authors/{author_id}", ["200", "404", "409"]],
       ["delete", "/authors/{author_id}", ["204", "404"]]

@@ -291,6 +291,7 @@ describe("a database failure while the list is read", () => {
     const FailingAuthors = Layer.succeed(Authors, Authors.of({
       listBatches: () => Effect.succeed({ first: batch(1), more: true, rest: failing }),
       paginate: () => unused,
+      find: () => unused,
       create: () => unused,
       update: () => unused,
       remove: () => unused
