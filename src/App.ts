@@ -16,6 +16,7 @@ import { LoginHttpLive } from "./Auth/Http.ts"
 import { AuthLive } from "./Auth/Layers.ts"
 import { Authors } from "./Authors/Authors.ts"
 import { AuthorsHttpLive } from "./Authors/Http.ts"
+import { ReadCache } from "./Authors/ReadCache.ts"
 import { AppConfig } from "./Config.ts"
 import { DatabaseLive } from "./Db/Database.ts"
 import { DocsLive } from "./Http/Docs.ts"
@@ -30,7 +31,7 @@ import { ProfilingHttpLive } from "./Profiling/Http.ts"
 import { Profiler } from "./Profiling/Profiler.ts"
 import { MemoryRateLimiterLive } from "./RateLimit/RateLimiter.ts"
 import { RedisRateLimiterLive } from "./RateLimit/RedisRateLimiter.ts"
-import { redisLayer, RedisProbe } from "./Store/Redis.ts"
+import { RedisClient, redisLayer, RedisProbe } from "./Store/Redis.ts"
 import { WsHttpLive } from "./Ws/Http.ts"
 import { RedisRegistryLive } from "./Ws/RedisRegistry.ts"
 import { AuthorEventsLive, MemoryRegistryLive, WebSocketProbeLive } from "./Ws/Registry.ts"
@@ -74,6 +75,17 @@ const InfrastructureLive = Layer.mergeAll(
   Layer.mergeAll(AuthorEventsLive, WebSocketProbeLive).pipe(Layer.provideMerge(StoresLive))
 )
 
+/**
+ * The read cache of author reads: its generations in Redis when configured (shared by every
+ * instance, read by the rate check), else in this process. The HTTP front door and the WebSocket
+ * dispatch use it too.
+ */
+const ReadCacheLive = Layer.unwrap(Effect.map(Effect.serviceOption(RedisClient), (redis) =>
+  Option.isSome(redis)
+    ? ReadCache.layerRedis.pipe(Layer.provide(Layer.succeed(RedisClient, redis.value)))
+    : ReadCache.layerMemory
+))
+
 /** The audit writer sits here because it needs `SqlClient` (and Redis, when configured) from below. */
 const ServicesLive = Layer.mergeAll(
   Authors.layer,
@@ -82,6 +94,7 @@ const ServicesLive = Layer.mergeAll(
   Health.layer.pipe(Layer.provide(DatabaseProbe.Live)),
   Profiler.layer
 ).pipe(
+  Layer.provideMerge(ReadCacheLive),
   Layer.provideMerge(InfrastructureLive)
 )
 

@@ -71,6 +71,8 @@ export interface AppConfigShape {
   /** The OpenTelemetry specification's signal-specific URL, used as is; it wins over `<endpoint>/v1/traces`. */
   readonly otelExporterOtlpTracesEndpoint: Option.Option<string>
   readonly otelServiceName: string
+  /** The read cache's bound in bytes (Authors/ReadCache.ts); 0 switches it off. */
+  readonly readCacheMaxBytes: number
 }
 
 /** A failure that names the variable: the message is shown as is, `at ["NAME"]` follows it. */
@@ -247,7 +249,8 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     profilingIntervalSeconds: yield* positiveInt("PROFILING_INTERVAL_SECONDS", 30),
     otelExporterOtlpEndpoint: yield* nonEmpty("OTEL_EXPORTER_OTLP_ENDPOINT"),
     otelExporterOtlpTracesEndpoint: yield* nonEmpty("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-    otelServiceName: yield* Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("author-directory-service"))
+    otelServiceName: yield* Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("author-directory-service")),
+    readCacheMaxBytes: yield* nonNegativeInt("READ_CACHE_MAX_BYTES", 33_554_432)
   } satisfies AppConfigShape
 })
 

@@ -1,12 +1,16 @@
 /**
  * The authors service: the one implementation behind HTTP and the WebSocket packages. Every
- * change is announced on `AuthorEvents` (broadcast to WebSocket clients, CONTRACT §5).
+ * change is announced on `AuthorEvents` (broadcast to WebSocket clients, CONTRACT §5). Reads come
+ * as the text they are sent as, through the read cache (ReadCache.ts), which every write bumps
+ * after its commit and before its response — and before its broadcast, so a client that reads on
+ * hearing of a change reads the change.
  */
 import { Context, Effect, Layer, Option, Stream } from "effect"
 import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
 import type { PageMeta } from "../Domain/Author.ts"
 import { encodeCursor, pageCount } from "../Domain/Pagination.ts"
-import { AuthorNotFound } from "../Errors.ts"
+import { authorAnswer, authorKey, listAnswer, listKey, pageAnswer, pageKey, type ReadAnswer } from "./ReadAnswers.ts"
+import { ReadCache } from "./ReadCache.ts"
 import { type AuthorFilters, AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
 
 /** Where author changes are announced: the connection registry broadcasts them (Ws/Registry.ts). */
@@ -25,11 +29,18 @@ export interface AuthorPage {
   readonly meta: PageMeta
 }
 
+/** The unpaginated list when it is longer than one batch: streamed, never held (nor cached). */
+export interface ListBatches {
+  readonly first: ReadonlyArray<AuthorRow>
+  readonly rest: Stream.Stream<ReadonlyArray<AuthorRow>>
+}
+
 const make = Effect.gen(function*() {
   const repo = yield* AuthorRepo
   const events = yield* AuthorEvents
+  const cache = yield* ReadCache
   const announce = (event: AuthorEvent["event"]) => (author: AuthorRow) =>
-    Effect.forkDetach(events.publish({ event, author }))
+    Effect.andThen(cache.written(author.id), Effect.forkDetach(events.publish({ event, author })))
 
   /**
    * The whole list, by id, in keyset batches of LIST_BATCH_SIZE rows, so memory does not grow
@@ -69,11 +80,13 @@ const make = Effect.gen(function*() {
       })
     )
 
-  const find = (id: number) =>
-    Effect.flatMap(repo.findById(id), Option.match({
-      onNone: () => Effect.fail(AuthorNotFound.of(id)),
-      onSome: Effect.succeed
-    }))
+  // Reads as answers, through the cache; `tag` from `ReadCache.tag` (undefined: not cached).
+  const readList = (filters: AuthorFilters, tag: string | undefined): Effect.Effect<ReadAnswer | ListBatches> =>
+    cache.read(listKey(filters), tag, Effect.map(listBatches(filters), ({ first, more, rest }) => (more ? { first, rest } : listAnswer(first))))
+  const readPage = (filters: AuthorFilters, query: PageQuery, tag: string | undefined): Effect.Effect<ReadAnswer> =>
+    cache.read(pageKey(filters, query), tag, Effect.map(paginate(filters, query), pageAnswer))
+  const readAuthor = (id: number, tag: string | undefined): Effect.Effect<ReadAnswer> =>
+    cache.read(authorKey(id), tag, Effect.map(repo.findById(id), (row) => authorAnswer(Option.getOrUndefined(row))))
 
   const create = (name: string) => repo.create(name).pipe(Effect.tap(announce("author.created")))
   const update = (id: number, name: string) => repo.update(id, name).pipe(Effect.tap(announce("author.updated")))
@@ -81,10 +94,10 @@ const make = Effect.gen(function*() {
 
   // No span of their own: the request's (or WebSocket message's) span names the operation and
   // each statement has its `sql.execute` span; a span costs a copy of the fiber's whole context.
-  return { listBatches, paginate, find, create, update, remove } as const
+  return { listBatches, paginate, readList, readPage, readAuthor, create, update, remove } as const
 })
 
 export class Authors extends Context.Service<Authors>()("Authors/Authors", { make }) {
-  /** With its repository (needs `SqlClient` and `AuthorEvents`). */
+  /** With its repository (needs `SqlClient`, `AuthorEvents` and `ReadCache`). */
   static readonly layer = Layer.effect(Authors, make).pipe(Layer.provide(AuthorRepo.layer))
 }

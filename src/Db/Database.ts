@@ -17,6 +17,12 @@ import { databaseTimeout } from "./Deadline.ts"
 import { makePgClient, PREPARED_STATEMENTS_MAX } from "./Instrumentation.ts"
 import { runMigrations } from "./Migrator.ts"
 
+/**
+ * Every session of the service carries it. The trigger that tells the read cache of writes made
+ * outside the service skips the sessions with this name (migrations/0005_authors_notify.sql).
+ */
+export const APPLICATION_NAME = "author-directory-service"
+
 /** Starts PGlite (persisted in `dataDir`, or in memory) behind a loopback socket server. */
 export const embeddedPostgres = (options: { readonly dataDir: Option.Option<string>; readonly maxConnections: number }) =>
   Effect.acquireRelease(
@@ -29,6 +35,9 @@ export const embeddedPostgres = (options: { readonly dataDir: Option.Option<stri
         ...(Option.isSome(dataDir) ? { dataDir: dataDir.value } : {}),
         extensions: { pg_trgm }
       })
+      // PGlite is one session behind every socket connection, which ignores their startup
+      // parameters: the service's name is set on the session itself, so its writes are its own.
+      await db.exec(`SET application_name TO '${APPLICATION_NAME}'`)
       const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: options.maxConnections })
       await server.start()
       const url = Redacted.make(`postgres://postgres:postgres@${server.getServerConn()}/postgres`)
@@ -39,8 +48,6 @@ export const embeddedPostgres = (options: { readonly dataDir: Option.Option<stri
       await db.close()
     })
   )
-
-const APPLICATION_NAME = "author-directory-service"
 
 /** How long opening a connection (and the start-up check) may take. */
 const CONNECT_TIMEOUT_MS = 5_000

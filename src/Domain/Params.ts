@@ -29,15 +29,21 @@ export const meant = (ast: SchemaAST.AST): SchemaAST.AST => {
 
 const INT_PARSING = issue("int_parsing", "Input should be a valid integer, unable to parse string as an integer")
 
+/** The integer a query or path string holds, as `IntFromString` reads it; undefined when it holds none. */
+export const intFromText = (text: string): number | undefined => {
+  const trimmed = text.trim()
+  const value = Number(trimmed)
+  return /^[+-]?\d+$/.test(trimmed) && Number.isSafeInteger(value) ? value : undefined
+}
+
 /** An integer in a query or path string ("abc", "1.5", "1e3" and unsafe integers are refused). */
 export const IntFromString: Schema.decodeTo<Schema.Int, Schema.String> = Schema.String.pipe(
   Schema.decodeTo(
     Schema.Int,
     SchemaTransformation.transformEffect<number, string>({
       decode: (text, options) => {
-        const trimmed = text.trim()
-        const value = Number(trimmed)
-        return /^[+-]?\d+$/.test(trimmed) && Number.isSafeInteger(value)
+        const value = intFromText(text)
+        return value !== undefined
           ? Effect.succeed(value)
           : Effect.fail(new SchemaIssue.InvalidValue({ message: INT_PARSING }, text, options))
       },

@@ -5,6 +5,7 @@
  * no service requirement and no shared mutable state leak into handlers.
  */
 import { Context, Effect, type Exit } from "effect"
+import type { Observed } from "../Authors/ReadCache.ts"
 import type { Principal } from "../Domain/User.ts"
 import type { Unauthenticated } from "../Errors.ts"
 
@@ -28,6 +29,11 @@ export interface RequestContext {
   readonly auth: Exit.Exit<Principal, Unauthenticated> | undefined
   /** The authenticated principal (`auth` succeeded). */
   readonly user: Principal | undefined
+  /**
+   * The read cache's generation the rate check read for this request (an author read, with Redis):
+   * it came in the same round trip (Authors/ReadCache.ts). Undefined when none was asked or read.
+   */
+  readonly observed?: Observed | undefined
 }
 
 /** The current request's facts; `undefined` outside an HTTP request. */

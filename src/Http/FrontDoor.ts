@@ -17,6 +17,7 @@ import { Cause, Effect, Option } from "effect"
 import { FindMyWay, Headers, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { HttpApi, HttpApiGroup } from "effect/http-api"
 import { AuditLog } from "../AuditLogs/AuditLog.ts"
+import { ReadCache } from "../Authors/ReadCache.ts"
 import { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import { AppConfig } from "../Config.ts"
 import { PayloadTooLarge } from "../Errors.ts"
@@ -29,6 +30,7 @@ import { idHeaders, makeCorrelation } from "./Correlation.ts"
 import { detail, makeErrorResponse } from "./ErrorResponse.ts"
 import { onAdminPort } from "./NodeServer.ts"
 import { applyRateHeaders, makeRateLimitStage } from "./RateLimitStage.ts"
+import { makeReadKeys } from "./ReadScope.ts"
 import { currentRequest, type RequestContext } from "../Edge/RequestContext.ts"
 import { securityHeaders } from "./SecurityHeaders.ts"
 import { markInvalidUtf8 } from "./UrlText.ts"
@@ -117,6 +119,7 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
       })
       const errors = makeErrorResponse(shapes)
       const recordAudit = makeAuditStage(audit, UNLIMITED_PATHS)
+      const readKeys = makeReadKeys(yield* ReadCache)
       const cors = makeCors(config.corsAllowedOrigins)
       // Over the limit, the rest of the body is not read: the connection closes after the 413.
       const tooLarge = HttpServerResponse.setHeader(detail(413, PayloadTooLarge.instance.detail), "connection", "close")
@@ -146,28 +149,37 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
           // from `currentRequest` (Observability/Logging.ts, with the trace and user ids;
           // CONTRACT §3/§8) — provided once for the rate check and the app (each provide copies
           // the request's context).
-          return yield* Effect.provideService(limitedAndServed(request, presented, ctx, limited, app), currentRequest, ctx)
+          return yield* Effect.provideService(limitedAndServed(request, presented, ctx, shape, limited, app), currentRequest, ctx)
         })
 
-      /** Rate limit → the app, whose failures become the JSON error responses. */
+      /**
+       * Rate limit → the app, whose failures become the JSON error responses. The rate check of an
+       * author read also reads the read cache's generation (Http/ReadScope.ts); the request's facts
+       * carry it to the handler.
+       */
       const limitedAndServed = <E>(
         request: HttpServerRequest.HttpServerRequest,
         presented: HttpServerRequest.HttpServerRequest,
-        ctx: RequestContext,
+        base: RequestContext,
+        shape: EndpointShape | undefined,
         limited: boolean,
         app: Effect.Effect<HttpServerResponse.HttpServerResponse, E>
       ): Effect.Effect<Admitted, E> =>
         Effect.gen(function*() {
           let rate: RateDecision | undefined
+          let ctx = base
           if (limited) {
-            const decision = yield* rateLimit.check(ctx)
+            const read = readKeys(request.method, shape?.template, request.url)
+            const decision = yield* rateLimit.check(ctx, read)
             if (Option.isSome(decision)) {
               if (!decision.value.allowed) return { response: rateLimit.reject(decision.value), ctx, presented }
               rate = decision.value
+              if (read !== undefined && rate.observed !== undefined) ctx = { ...ctx, observed: { key: read, value: rate.observed } }
             }
           }
-          // The request is provided again only if `present` changed it (each copies the context).
-          const served = presented === request ? app : Effect.provideService(app, HttpServerRequest.HttpServerRequest, presented)
+          // The request (and its facts) are provided again only if they changed (each provide adds to the context).
+          const withFacts = ctx === base ? app : Effect.provideService(app, currentRequest, ctx)
+          const served = presented === request ? withFacts : Effect.provideService(withFacts, HttpServerRequest.HttpServerRequest, presented)
           const response = yield* served.pipe(
             Effect.map((response) => errors.fromResponse(presented, response)),
             Effect.catchCause((cause) =>

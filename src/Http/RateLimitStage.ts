@@ -29,10 +29,13 @@ export const makeRateLimitStage = (limiter: RateLimiter["Service"], options: {
 }) => {
   const failMode = withFailMode(options.failMode, "http", options.limit)
 
-  /** The decision for this request (`None`: the store failed and the mode is open). */
-  const check = (ctx: RequestContext): Effect.Effect<Option.Option<RateDecision>> => {
+  /**
+   * The decision for this request (`None`: the store failed and the mode is open). `read`: a
+   * read-cache generation key whose value the decision carries back (`observed`).
+   */
+  const check = (ctx: RequestContext, read?: string): Effect.Effect<Option.Option<RateDecision>> => {
     const key = ctx.user === undefined ? `ip:${ctx.ip}` : `user:${ctx.user.id}`
-    return failMode(limiter.hit(`http:${key}`, options.limit, RATE_WINDOW_MS))
+    return failMode(limiter.hit(`http:${key}`, options.limit, RATE_WINDOW_MS, read))
   }
 
   /** The 429, counted in `rate_limit_hits_total{limit_type="http"}`. */

@@ -206,6 +206,42 @@ export const profilingCapturesRefusedTotal = new client.Counter({
   registers: [registry]
 })
 for (const reason of profilingRefusals) profilingCapturesRefusedTotal.inc({ reason }, 0)
+/** The read cache of author reads (Authors/ReadCache.ts), bounded by READ_CACHE_MAX_BYTES. */
+export const readCacheHitsTotal = new client.Counter({
+  name: "read_cache_hits_total",
+  help: "Author reads answered from the read cache (or by a concurrent identical read) without a database read",
+  registers: [registry]
+})
+export const readCacheMissesTotal = new client.Counter({
+  name: "read_cache_misses_total",
+  help: "Author reads the read cache could check but did not hold: read from the database",
+  registers: [registry]
+})
+export const readCacheBypassedTotal = new client.Counter({
+  name: "read_cache_bypassed_total",
+  help: "Author reads the read cache could not check (no generation from Redis, the LISTEN connection down): read from the database, not stored",
+  registers: [registry]
+})
+export const readCacheEvictionsTotal = new client.Counter({
+  name: "read_cache_evictions_total",
+  help: "Answers evicted from the full read cache (least recently used first)",
+  registers: [registry]
+})
+export const readCacheBytes = new client.Gauge({
+  name: "read_cache_bytes",
+  help: "Bytes held by the read cache (answers' text plus a fixed overhead per entry; at most READ_CACHE_MAX_BYTES)",
+  registers: [registry]
+})
+export const readCacheEntries = new client.Gauge({
+  name: "read_cache_entries",
+  help: "Answers held by the read cache",
+  registers: [registry]
+})
+export const readCacheInvalidationErrorsTotal = new client.Counter({
+  name: "read_cache_invalidation_errors_total",
+  help: "Writes whose generations could not be bumped in Redis (the other instances were told through PostgreSQL NOTIFY instead)",
+  registers: [registry]
+})
 export const appInfo = new client.Gauge({
   name: "app_info",
   help: "Application information",

@@ -15,6 +15,11 @@ export interface RateDecision {
   readonly resetSeconds: number
   /** Seconds to wait before a retry can succeed (≥ 1 when refused, 0 when admitted). */
   readonly retryAfterSeconds: number
+  /**
+   * The value of the `read` key of the hit, when one was asked and the store is shared (Redis;
+   * the in-process store has none): it came in the same round trip.
+   */
+  readonly observed?: string | undefined
 }
 
 /** The trailing window of the per-minute limits: HTTP requests, WebSocket upgrades and messages. */
@@ -50,7 +55,12 @@ export interface Reservation {
 }
 
 export class RateLimiter extends Context.Service<RateLimiter, {
-  readonly hit: (key: string, limit: number, windowMs: number) => Effect.Effect<RateDecision, RateLimiterUnavailable>
+  /**
+   * One hit. `read`: a key (REDIS_KEY_PREFIX added by the store) whose value the decision carries
+   * as `observed`, initialised when missing (Store/Redis.ts `clockCounterLua`); the read cache's
+   * generations (Authors/ReadCache.ts).
+   */
+  readonly hit: (key: string, limit: number, windowMs: number, read?: string) => Effect.Effect<RateDecision, RateLimiterUnavailable>
   /**
    * `hit`, with the means to take the admission back: a budget for outcomes known only later
    * (failed logins, CONTRACT §4) is reserved before the attempt, atomically, and released when the
@@ -59,14 +69,23 @@ export class RateLimiter extends Context.Service<RateLimiter, {
   readonly reserve: (key: string, limit: number, windowMs: number) => Effect.Effect<Reservation, RateLimiterUnavailable>
 }>()("RateLimit/RateLimiter") {}
 
-export const decision = (allowed: boolean, limit: number, count: number, oldest: number | undefined, now: number, windowMs: number): RateDecision => {
+export const decision = (
+  allowed: boolean,
+  limit: number,
+  count: number,
+  oldest: number | undefined,
+  now: number,
+  windowMs: number,
+  observed?: string
+): RateDecision => {
   const untilFree = oldest === undefined ? 0 : Math.max(0, oldest + windowMs - now)
   return {
     allowed,
     limit,
     remaining: Math.max(0, limit - count),
     resetSeconds: Math.ceil(untilFree / 1000),
-    retryAfterSeconds: allowed ? 0 : Math.max(1, Math.ceil(untilFree / 1000))
+    retryAfterSeconds: allowed ? 0 : Math.max(1, Math.ceil(untilFree / 1000)),
+    observed
   }
 }
 

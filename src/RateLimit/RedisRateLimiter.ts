@@ -10,15 +10,11 @@
  */
 import { Clock, Context, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
-import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { clockCounterLua, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { decision, RateLimiter, RateLimiterUnavailable } from "./RateLimiter.ts"
 
-/**
- * KEYS[1] = window key; ARGV = now (ms, or "" for Redis's TIME), window (ms), limit, member.
- * Returns {allowed, count, oldest|-1, now}. (TIME in a script that writes needs effects
- * replication: the only mode since Redis 7, the default since 5.)
- */
-export const SLIDING_WINDOW_LUA = `
+/** The script up to its reply: `allowed`, `count`, `oldestScore` and `now` set. */
+const SLIDING_WINDOW_BODY = `
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
 if not now then
@@ -39,7 +35,23 @@ local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
 local oldestScore = -1
 if oldest[2] then oldestScore = tonumber(oldest[2]) end
 if count > 0 then redis.call('PEXPIRE', key, window) end
-return {allowed, count, oldestScore, now}
+`
+
+/**
+ * KEYS[1] = window key; ARGV = now (ms, or "" for Redis's TIME), window (ms), limit, member.
+ * Returns {allowed, count, oldest|-1, now}. (TIME in a script that writes needs effects
+ * replication: the only mode since Redis 7, the default since 5.)
+ */
+export const SLIDING_WINDOW_LUA = `${SLIDING_WINDOW_BODY}return {allowed, count, oldestScore, now}
+`
+
+/**
+ * The same hit, and the value of one more key, KEYS[2], in the same round trip (a missing key
+ * starts at Redis's clock in µs: `clockCounterLua`). The read cache's generations ride here: the
+ * rate check every request makes anyway reads them (Authors/ReadCache.ts). Returns {allowed,
+ * count, oldest|-1, now, value}.
+ */
+export const SLIDING_WINDOW_READ_LUA = `${SLIDING_WINDOW_BODY}${clockCounterLua("value", "KEYS[2]")}return {allowed, count, oldestScore, now, value}
 `
 
 /** Effect's own clock (`Clock.Clock`'s default): in its presence Redis's TIME is the clock. */
@@ -48,23 +60,28 @@ const liveClock = Context.get(Context.empty(), Clock.Clock)
 export const makeRedisRateLimiter = Effect.gen(function*() {
   const { client, prefix } = yield* RedisClient
   const slidingWindow = defineScript<[number, number, number, number]>(client, "adsSlidingWindow", 1, SLIDING_WINDOW_LUA)
+  const slidingWindowRead = defineScript<[number, number, number, number, string]>(client, "adsSlidingWindowRead", 2, SLIDING_WINDOW_READ_LUA)
   // ZSET members must be unique per hit: two hits in the same millisecond are two admissions.
   const instance = randomBytes(6).toString("hex")
   let sequence = 0
-  const admit = (key: string, limit: number, windowMs: number) =>
+  const admit = (key: string, limit: number, windowMs: number, read?: string) =>
     Effect.clockWith((clock) => {
       const member = `${instance}:${(sequence = (sequence + 1) % Number.MAX_SAFE_INTEGER)}`
       // Not connected: fail now (RATE_LIMIT_FAIL_MODE) rather than queue behind reconnects.
       if (isDisconnected(client)) return Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
       const now = clock === liveClock ? "" : clock.currentTimeMillisUnsafe()
+      const windowKey = `${prefix}ratelimit:${key}`
       return redisCommand(
         "EVALSHA sliding_window",
-        () => slidingWindow(`${prefix}ratelimit:${key}`, now, windowMs, limit, member)
+        (): Promise<readonly [number, number, number, number, string?]> =>
+          read === undefined
+            ? slidingWindow(windowKey, now, windowMs, limit, member)
+            : slidingWindowRead(windowKey, `${prefix}${read}`, now, windowMs, limit, member)
       ).pipe(
         Effect.mapError((error) => new RateLimiterUnavailable(error.cause)),
-        Effect.map(([allowed, count, oldest, at]) => ({
+        Effect.map(([allowed, count, oldest, at, value]) => ({
           member,
-          decision: decision(allowed === 1, limit, count, oldest < 0 ? undefined : oldest, at, windowMs)
+          decision: decision(allowed === 1, limit, count, oldest < 0 ? undefined : oldest, at, windowMs, value)
         }))
       )
     })
@@ -79,7 +96,7 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
         )
     )
   return RateLimiter.of({
-    hit: (key, limit, windowMs) => Effect.map(admit(key, limit, windowMs), (admitted) => admitted.decision),
+    hit: (key, limit, windowMs, read) => Effect.map(admit(key, limit, windowMs, read), (admitted) => admitted.decision),
     reserve: (key, limit, windowMs) =>
       Effect.map(admit(key, limit, windowMs), ({ decision: d, member }) => ({
         decision: d,

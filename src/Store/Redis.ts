@@ -165,6 +165,21 @@ export const defineScript = <R>(client: Redis, name: string, numberOfKeys: numbe
   return (...args: ReadonlyArray<string | number>): Promise<R> => command.apply(client, [...args])
 }
 
+/**
+ * Lua: `local <name> = GET <key>`, and when the key is missing it is first set to Redis's clock in
+ * µs. A counter kept this way (INCR after the same initialisation) never shows a value it showed
+ * before, even after Redis lost the key (restart, flush, eviction): the clock has moved past every
+ * value the counter reached, unless it was bumped more than once a microsecond on average. The
+ * read cache's generations rely on it (Authors/ReadCache.ts).
+ */
+export const clockCounterLua = (name: string, key: string) => `local ${name} = redis.call('GET', ${key})
+if not ${name} then
+  local clock = redis.call('TIME')
+  ${name} = clock[1] .. string.format('%06d', tonumber(clock[2]))
+  redis.call('SET', ${key}, ${name})
+end
+`
+
 /** The health check of the cache store: PING, when Redis is configured. */
 export const RedisProbe = Layer.effect(
   CacheProbe,

@@ -9,6 +9,7 @@ import { Effect, Option } from "effect"
 import type { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData } from "../AuditLogs/RequestData.ts"
 import type { Authors } from "../Authors/Authors.ts"
+import { LIST_SCOPE, type Observed, type ReadCache, scopeOfId } from "../Authors/ReadCache.ts"
 import type { AppConfigShape } from "../Config.ts"
 import type { Principal } from "../Domain/User.ts"
 import { messageEntry } from "../Edge/AuditEntries.ts"
@@ -16,8 +17,8 @@ import { WsStatus } from "../Errors.ts"
 import { rateLimitHitsTotal, wsMessageProcessingDuration } from "../Observability/Metrics.ts"
 import { RATE_WINDOW_MS, type RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
 import { type Connection, type Format, frameBytes, frameText, type InboundFrame } from "./Connection.ts"
-import { DATABASE_ERROR, type Package, type PackageReply, Packages, reply } from "./Packages.ts"
-import { encodeResponse, parseProtobufFrame } from "./Protobuf.ts"
+import { AnswerData, DATABASE_ERROR, type Package, type PackageReply, Packages, reply } from "./Packages.ts"
+import { encodeResponse, encodeResponseJson, parseProtobufFrame } from "./Protobuf.ts"
 import { checkEnvelope, Close, type Frame, parseJsonFrame, WS_PATH } from "./Protocol.ts"
 import { sendStreamedList, StreamedList } from "./Streaming.ts"
 
@@ -42,12 +43,32 @@ export const encodeReply = (
     ? JSON.stringify({ pkg_id: pkgId, req_id: reqId, status_code: r.status, data: r.data, meta: r.meta })
     : encodeResponse({ pkg_id: pkgId, req_id: reqId, status_code: r.status, data: r.data, meta: r.meta })
 
+/** A reply whose `data` is a read answer: its JSON as kept, around it the envelope `encodeReply` writes. */
+const encodeAnswer = (format: Format, pkgId: number, reqId: string, { answer, paged }: AnswerData): string | Uint8Array => {
+  const meta = paged ? answer.meta : null
+  return format === "json"
+    ? `{"pkg_id":${pkgId},"req_id":${JSON.stringify(reqId)},"status_code":${WsStatus.OK},"data":${answer.dataJson},"meta":${
+      paged ? answer.metaJson : "null"
+    }}`
+    : encodeResponseJson({ pkg_id: pkgId, req_id: reqId, status_code: WsStatus.OK, meta }, answer.dataJson)
+}
+
+/** The read-cache scope of a package 1 or 2 message (its `filters.id`, else the list); none for others. */
+const readScopeOf = (frame: Extract<Frame, { _tag: "Request" }>) => {
+  if (frame.pkgId !== 1 && frame.pkgId !== 2) return undefined
+  const data = frame.fields["data"]
+  const filters = typeof data === "object" && data !== null && "filters" in data ? data.filters : undefined
+  const id = typeof filters === "object" && filters !== null && "id" in filters ? filters.id : undefined
+  return typeof id === "number" && Number.isSafeInteger(id) ? scopeOfId(id) : LIST_SCOPE
+}
+
 const messageOf = (data: unknown): string | null =>
   typeof data === "object" && data !== null && "msg" in data && typeof data.msg === "string" ? data.msg : null
 
 export interface DispatchDeps {
   readonly config: AppConfigShape
   readonly limiter: RateLimiter["Service"]
+  readonly cache: ReadCache["Service"]
   readonly audit: AuditLog["Service"]
   /** An auth frame on an open connection. */
   readonly reauthenticate: (conn: Connection, token: unknown) => Effect.Effect<void>
@@ -55,16 +76,23 @@ export interface DispatchDeps {
 
 /** Handles one inbound frame of an open connection; never fails. */
 export const makeDispatch = (deps: DispatchDeps) => {
-  const { audit, config, limiter } = deps
+  const { audit, cache, config, limiter } = deps
   /** When messages of a connection were refused for rate, in the trailing window (flood detection). */
   const refusals = new WeakMap<Connection, Array<number>>()
   const messageFailMode = withFailMode(config.rateLimitFailMode, "websocket_message", config.wsMessageRateLimit)
 
-  /** Rate check (CONTRACT §5): undefined when admitted, else the seconds to wait. */
-  const messageRate = (user: Principal) =>
-    limiter.hit(`ws:msg:user:${user.id}`, config.wsMessageRateLimit, RATE_WINDOW_MS).pipe(
+  /**
+   * Rate check: `retryAfter` when refused. `read`: the read cache's generation key the
+   * check also reads (packages 1 and 2, with Redis), observed in the same round trip.
+   */
+  const messageRate = (user: Principal, read?: string) =>
+    limiter.hit(`ws:msg:user:${user.id}`, config.wsMessageRateLimit, RATE_WINDOW_MS, read).pipe(
       messageFailMode,
-      Effect.map((d) => (Option.isSome(d) && !d.value.allowed ? d.value.retryAfterSeconds : undefined))
+      Effect.map((d): { readonly retryAfter?: number; readonly observed?: Observed } => {
+        if (Option.isNone(d)) return {}
+        if (!d.value.allowed) return { retryAfter: d.value.retryAfterSeconds }
+        return read !== undefined && d.value.observed !== undefined ? { observed: { key: read, value: d.value.observed } } : {}
+      })
     )
 
   /** CONTRACT §9: a client refused `WS_MESSAGE_RATE_LIMIT` times in the trailing 60 s is flooding. */
@@ -91,7 +119,12 @@ export const makeDispatch = (deps: DispatchDeps) => {
   }
 
   /** Envelope and data schema → permission → handler; a defect is answered like HTTP's 500. */
-  const process = (frame: Extract<Frame, { _tag: "Request" }>, pkg: Package | undefined, user: Principal) =>
+  const process = (
+    frame: Extract<Frame, { _tag: "Request" }>,
+    pkg: Package | undefined,
+    user: Principal,
+    observed: Observed | undefined
+  ) =>
     Effect.suspend(() => {
       const envelope = checkEnvelope(frame.fields)
       if (envelope._tag === "Failure") {
@@ -99,7 +132,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
       }
       return pkg === undefined
         ? Effect.succeed(reply(WsStatus.INVALID_DATA, { msg: `Unknown pkg_id ${frame.pkgId}` }))
-        : pkg.process(envelope.success.data, user)
+        : pkg.process(envelope.success.data, user, observed)
     }).pipe(
       Effect.catchDefect((defect) => Effect.as(Effect.logError("WebSocket message failed", defect), INTERNAL_ERROR))
     )
@@ -111,12 +144,13 @@ export const makeDispatch = (deps: DispatchDeps) => {
         const started = performance.now()
         const pkg = Packages.get(frame.pkgId)
         let result: PackageReply
-        const retryAfter = yield* messageRate(user)
-        if (retryAfter !== undefined) {
+        const scope = readScopeOf(frame)
+        const rate = yield* messageRate(user, scope === undefined ? undefined : cache.generationKey(scope))
+        if (rate.retryAfter !== undefined) {
           if (onRefused(conn)) return
-          result = reply(WsStatus.ERROR, { msg: "Rate limit exceeded", retry_after: retryAfter }, 429)
+          result = reply(WsStatus.ERROR, { msg: "Rate limit exceeded", retry_after: rate.retryAfter }, 429)
         } else {
-          result = yield* process(frame, pkg, user)
+          result = yield* process(frame, pkg, user, rate.observed)
         }
         // A list sent in fragments is audited once it went out (or failed: then answered as a
         // database error when nothing was sent yet, else the connection was closed 1011).
@@ -140,7 +174,13 @@ export const makeDispatch = (deps: DispatchDeps) => {
           request_data: captureRequestData(undefined, typeof data === "object" ? data : undefined),
           error_message: result.status === WsStatus.OK ? null : messageOf(result.data)
         }))
-        if (!streamed) conn.send(encodeReply(conn.format, frame.pkgId, frame.reqId, result))
+        if (!streamed) {
+          conn.send(
+            result.data instanceof AnswerData
+              ? encodeAnswer(conn.format, frame.pkgId, frame.reqId, result.data)
+              : encodeReply(conn.format, frame.pkgId, frame.reqId, result)
+          )
+        }
       }).pipe(Effect.annotateLogs({ request_id: frame.reqId })),
       "ws.message",
       { kind: "server", captureStackTrace: false, attributes: { pkg_id: frame.pkgId, "ws.req_id": frame.reqId, "user.id": user.id } }
@@ -153,7 +193,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
    */
   const reauth = (conn: Connection, user: Principal, token: unknown) =>
     Effect.gen(function*() {
-      const retryAfter = yield* messageRate(user)
+      const { retryAfter } = yield* messageRate(user)
       if (retryAfter === undefined) return yield* deps.reauthenticate(conn, token)
       if (onRefused(conn)) return
       yield* Effect.logInfo("Re-auth frame over the message rate limit ignored")
@@ -161,7 +201,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
 
   return {
     /** One frame, in order with the others of its connection. */
-    handle: (conn: Connection, inbound: InboundFrame): Effect.Effect<void, never, Authors> => {
+    handle: (conn: Connection, inbound: InboundFrame): Effect.Effect<void, never, Authors | ReadCache> => {
       const frame = decodeFrame(conn.format, inbound)
       const user = conn.user()
       if (frame._tag === "Invalid" || user === undefined) return Effect.sync(() => conn.close(Close.InvalidFormat))

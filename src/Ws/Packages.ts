@@ -8,6 +8,8 @@ import { Effect, Option, Result, Schema, SchemaGetter } from "effect"
 import { OperationRoles, hasRoles } from "../Auth/Rbac.ts"
 import { Cursor } from "../Authors/Api.ts"
 import { Authors } from "../Authors/Authors.ts"
+import { ReadAnswer } from "../Authors/ReadAnswers.ts"
+import { type Observed, ReadCache, scopeOf } from "../Authors/ReadCache.ts"
 import type { AuthorFilters } from "../Authors/Repo.ts"
 import { Author, AuthorPayload, type PageMeta } from "../Domain/Author.ts"
 import { AUTHORS_MAX_PER_PAGE, MAX_PAGE } from "../Domain/Pagination.ts"
@@ -17,9 +19,19 @@ import { atLeast, atMost, ParamText } from "../Domain/Params.ts"
 import { errorItems, httpEquivalent } from "./Protocol.ts"
 import { StreamedList } from "./Streaming.ts"
 
+/** A `data` already JSON (with its `meta` when `paged`): a read answer, sent as it is kept. */
+export class AnswerData {
+  readonly answer: ReadAnswer
+  readonly paged: boolean
+  constructor(answer: ReadAnswer, paged: boolean) {
+    this.answer = answer
+    this.paged = paged
+  }
+}
+
 export interface PackageReply {
   readonly status: WsStatus
-  /** The answer's `data`; a `StreamedList` is sent in fragments (Streaming.ts). */
+  /** The answer's `data`; a `StreamedList` is sent in fragments (Streaming.ts), an `AnswerData` as its text. */
   readonly data: unknown
   readonly meta: PageMeta | null
   /** The HTTP status of the same outcome, for the audit record. */
@@ -40,8 +52,11 @@ export interface Package {
   readonly summary: string
   readonly request: Schema.Top
   readonly response: Schema.Top
-  /** Schema → permission → handler; never fails (errors are replies). */
-  readonly process: (data: unknown, user: User) => Effect.Effect<PackageReply, never, Authors>
+  /**
+   * Schema → permission → handler; never fails (errors are replies). `observed`: the read cache's
+   * generation the message's rate check read (Dispatch.ts).
+   */
+  readonly process: (data: unknown, user: User, observed: Observed | undefined) => Effect.Effect<PackageReply, never, Authors | ReadCache>
 }
 
 interface PackageSpec<A> {
@@ -53,7 +68,10 @@ interface PackageSpec<A> {
   readonly response: Schema.Top
   /** The `msg` of a schema failure, from the first failing field of `data` (CONTRACT §9). */
   readonly invalidMessage: (field: string | undefined) => string
-  readonly handle: (data: A) => Effect.Effect<{ readonly data: unknown; readonly meta: PageMeta | null }, ClientError, Authors>
+  readonly handle: (
+    data: A,
+    observed: Observed | undefined
+  ) => Effect.Effect<{ readonly data: unknown; readonly meta: PageMeta | null }, ClientError, Authors | ReadCache>
 }
 
 const PERMISSION_DENIED = reply(WsStatus.PERMISSION_DENIED, { msg: "Permission denied" })
@@ -68,7 +86,7 @@ const definePackage = <A>(spec: PackageSpec<A>): Package => {
     summary: spec.summary,
     request: spec.request,
     response: spec.response,
-    process: (data, user) => {
+    process: (data, user, observed) => {
       const decoded = decode(data)
       if (Result.isFailure(decoded)) {
         const errors = errorItems(decoded.failure.issue, ["data"])
@@ -78,7 +96,7 @@ const definePackage = <A>(spec: PackageSpec<A>): Package => {
         )
       }
       if (!hasRoles(user, spec.roles)) return Effect.succeed(PERMISSION_DENIED)
-      return spec.handle(decoded.success).pipe(
+      return spec.handle(decoded.success, observed).pipe(
         Effect.map(({ data, meta }): PackageReply => ({ status: WsStatus.OK, data, meta, httpStatus: 200 })),
         Effect.catch((error) =>
           Effect.succeed(reply(errorStatus[error._tag].ws, { msg: error.detail }, errorStatus[error._tag].http))
@@ -133,10 +151,15 @@ export const Packages: ReadonlyMap<number, Package> = new Map([
       invalidMessage: (field) => (field === "filters" ? "Invalid filter parameters" : "Invalid request data"),
       // The whole list, unpaginated (INTERFACE), read in keyset batches and sent batch by batch as
       // one message (Streaming.ts): memory does not grow with the table.
-      handle: (data) =>
-        Effect.flatMap(Authors, (authors) => authors.listBatches(toFilters(data.filters))).pipe(
-          Effect.map(({ first, more, rest }) => ({ data: new StreamedList(first, more, rest), meta: null }))
-        )
+      handle: (data, observed) =>
+        Effect.gen(function*() {
+          const filters = toFilters(data.filters)
+          const result = yield* (yield* Authors).readList(filters, (yield* ReadCache).tag(scopeOf(filters), observed))
+          return {
+            data: result instanceof ReadAnswer ? new AnswerData(result, false) : new StreamedList(result.first, true, result.rest),
+            meta: null
+          }
+        })
     }),
     definePackage({
       pkgId: 2,
@@ -151,11 +174,13 @@ export const Packages: ReadonlyMap<number, Package> = new Map([
           : field === "filters"
           ? "Invalid filter parameters"
           : "Invalid request data",
-      handle: (data) =>
-        Effect.flatMap(Authors, (authors) =>
-          authors.paginate(toFilters(data.filters), { page: data.page, perPage: data.per_page, cursor: Option.fromNullishOr(data.cursor) })).pipe(
-            Effect.map((page) => ({ data: page.items, meta: page.meta }))
-          )
+      handle: (data, observed) =>
+        Effect.gen(function*() {
+          const filters = toFilters(data.filters)
+          const query = { page: data.page, perPage: data.per_page, cursor: Option.fromNullishOr(data.cursor) }
+          const answer = yield* (yield* Authors).readPage(filters, query, (yield* ReadCache).tag(scopeOf(filters), observed))
+          return { data: new AnswerData(answer, true), meta: answer.meta }
+        })
     }),
     definePackage({
       pkgId: 3,

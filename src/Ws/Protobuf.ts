@@ -67,10 +67,14 @@ export const encodeResponseHead = (pkgId: number, reqId: string, statusCode: num
 
 /** A Response message; `meta` absent when null, `next_cursor` "" when null. */
 export const encodeResponse = (response: ResponseFields): Uint8Array =>
+  encodeResponseJson(response, JSON.stringify(response.data ?? null))
+
+/** The same, with `data` already JSON (an answer of the read cache, Authors/ReadAnswers.ts). */
+export const encodeResponseJson = (response: Omit<ResponseFields, "data">, dataJson: string): Uint8Array =>
   ResponseType.encode(ResponseType.fromObject({
     pkg_id: response.pkg_id,
     req_id: response.req_id,
     status_code: response.status_code,
-    data_json: JSON.stringify(response.data ?? null),
+    data_json: dataJson,
     ...(response.meta === null ? {} : { meta: { ...response.meta, next_cursor: response.meta.next_cursor ?? "" } })
   })).finish()

@@ -25,6 +25,7 @@ import { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { hasRoles, OperationRoles } from "../Auth/Rbac.ts"
 import { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import type { Authors } from "../Authors/Authors.ts"
+import { ReadCache } from "../Authors/ReadCache.ts"
 import { AppConfig } from "../Config.ts"
 import { MethodNotAllowed, WsStatus } from "../Errors.ts"
 import { clientIp } from "../Edge/ClientIp.ts"
@@ -54,8 +55,9 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
   const audit = yield* AuditLog
   const registry = yield* ConnectionRegistry
   const fibers = yield* FiberSet.make()
-  // Package handlers need `Authors`: the fibers run with the layer's context.
-  const run = yield* FiberSet.runtime(fibers)<Authors>()
+  const cache = yield* ReadCache
+  // Package handlers need `Authors` and `ReadCache`: the fibers run with the layer's context.
+  const run = yield* FiberSet.runtime(fibers)<Authors | ReadCache>()
 
   const wss = new WebSocketServer({
     noServer: true,
@@ -78,7 +80,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     if (id !== undefined) headers.push(`X-Correlation-ID: ${id}`)
   })
 
-  const fork = (conn: Connection, effect: Effect.Effect<void, never, Authors>) => {
+  const fork = (conn: Connection, effect: Effect.Effect<void, never, Authors | ReadCache>) => {
     const user = conn.user()
     run(Effect.annotateLogs(effect, {
       correlation_id: conn.correlationId,
@@ -99,7 +101,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
       pump(conn) // frames that arrived during the handshake
     }
   })
-  const dispatch = makeDispatch({ config, limiter, audit, reauthenticate: handshake.reauthenticate })
+  const dispatch = makeDispatch({ config, limiter, cache, audit, reauthenticate: handshake.reauthenticate })
 
   /** Handles the inbox in order, one frame at a time, on one fiber while there is work. */
   const pump = (conn: Connection) => {

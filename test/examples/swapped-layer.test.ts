@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { AuthorEvents, Authors } from "../../src/Authors/Authors.ts"
+import { ReadCache } from "../../src/Authors/ReadCache.ts"
 import { AppConfig } from "../../src/Config.ts"
 import { DatabaseLive } from "../../src/Db/Database.ts"
 import type { AuthorEvent } from "../../src/Domain/Author.ts"
@@ -24,6 +25,7 @@ describe("Authors with a recording AuthorEvents", () => {
     }))
     const TestLayer = Authors.layer.pipe(
       Layer.provide(RecordingEvents),
+      Layer.provide(ReadCache.layerMemory),
       Layer.provide(DatabaseLive),
       Layer.provide(AppConfig.layerWith({ dataDir }))
     )

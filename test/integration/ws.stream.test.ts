@@ -18,6 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { AuditLog } from "../../src/AuditLogs/AuditLog.ts"
 import { makeTokenVerifier, TokenVerifier } from "../../src/Auth/TokenVerifier.ts"
 import { Authors } from "../../src/Authors/Authors.ts"
+import { ReadCache } from "../../src/Authors/ReadCache.ts"
 import { AppConfig } from "../../src/Config.ts"
 import type { AuthorRow } from "../../src/Domain/Author.ts"
 import { Upgrades, type UpgradeHandler } from "../../src/Edge/Upgrades.ts"
@@ -291,7 +292,10 @@ describe("a database failure while the list is read", () => {
     const FailingAuthors = Layer.succeed(Authors, Authors.of({
       listBatches: () => Effect.succeed({ first: batch(1), more: true, rest: failing }),
       paginate: () => unused,
-      find: () => unused,
+      readList: () => Effect.succeed({ first: batch(1), rest: failing }),
+      readPage: () => unused,
+      readAuthor: () => unused,
+
       create: () => unused,
       update: () => unused,
       remove: () => unused
@@ -303,6 +307,7 @@ describe("a database failure while the list is read", () => {
       Layer.provide([
         UpgradesHere,
         FailingAuthors,
+        ReadCache.none,
         AuditLog.none,
         MemoryRateLimiterLive,
         MemoryRegistryLive,

@@ -61,6 +61,8 @@ export interface TestApp {
 export interface TestAppOptions {
   /** "embedded" (default) or "postgres" (needs TEST_DATABASE_URL). */
   readonly database?: "embedded" | "postgres"
+  /** With "postgres": this database (another test app's `databaseUrl`) instead of a fresh one; left in place at close. */
+  readonly databaseUrl?: string
   readonly config?: Partial<AppConfigShape>
   /** The minimum level logged ("Warn" unless given). */
   readonly logLevel?: LogLevel.LogLevel
@@ -77,9 +79,11 @@ export interface TestAppOptions {
 
 export const startTestApp = async (options: TestAppOptions = {}): Promise<TestApp> => {
   const dataDir = mkdtempSync(join(tmpdir(), "ads-test-"))
-  const database: TestDatabase = options.database === "postgres"
-    ? await createPostgresDatabase(requireEnv(TEST_DATABASE_URL, "TEST_DATABASE_URL"))
-    : { url: undefined, dispose: async () => {} }
+  const database: TestDatabase = options.database !== "postgres"
+    ? { url: undefined, dispose: async () => {} }
+    : options.databaseUrl !== undefined
+    ? { url: options.databaseUrl, dispose: async () => {} }
+    : await createPostgresDatabase(requireEnv(TEST_DATABASE_URL, "TEST_DATABASE_URL"))
   if (database.url === undefined) seedEmbeddedDatabase(dataDir)
   const config: Partial<AppConfigShape> = {
     dataDir,

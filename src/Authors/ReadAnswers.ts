@@ -1,0 +1,81 @@
+/**
+ * Author reads as the text they are sent as, built once per database read: the JSON body of the
+ * HTTP answer, its strong ETag (a hash of the body, so the same body has the same ETag on every
+ * instance), and where in the body WebSocket packages 1 and 2 find their `data` and `meta`. This
+ * is what the read cache keeps (ReadCache.ts): a hit writes the stored text, nothing is encoded
+ * again. Keys name a read exactly (every parameter that shapes its answer).
+ */
+import { hash } from "node:crypto"
+import { type AuthorRow, authorRowsJson, type PageMeta } from "../Domain/Author.ts"
+import type { AuthorPage, PageQuery } from "./Authors.ts"
+import type { AuthorFilters } from "./Repo.ts"
+
+export class ReadAnswer {
+  /** The HTTP body (for a missing author: empty, and `found` is false). */
+  readonly body: string
+  /** Strong: `"` + a hash of the body + `"`. */
+  readonly etag: string
+  /** `body.slice(dataStart, dataEnd)` is the rows' JSON array (WebSocket `data`). */
+  readonly dataStart: number
+  readonly dataEnd: number
+  /** Pages only: WebSocket package 2's `meta` (protobuf needs the object). */
+  readonly meta: PageMeta | null
+  readonly found: boolean
+  constructor(body: string, dataStart: number, dataEnd: number, meta: PageMeta | null, found: boolean) {
+    this.body = body
+    this.etag = `"${hash("sha256", body, "base64url").slice(0, 27)}"`
+    this.dataStart = dataStart
+    this.dataEnd = dataEnd
+    this.meta = meta
+    this.found = found
+  }
+
+  /** The rows as a JSON array. */
+  get dataJson(): string {
+    return this.dataStart === 0 && this.dataEnd === this.body.length ? this.body : this.body.slice(this.dataStart, this.dataEnd)
+  }
+
+  /** Pages only: `meta` as JSON (the body's tail). */
+  get metaJson(): string {
+    return this.body.slice(this.dataEnd + META_LABEL.length, this.body.length - 1)
+  }
+}
+
+const ITEMS_LABEL = `{"items":`
+const META_LABEL = `,"meta":`
+
+/** `GET /authors` (one batch) and package 1: the rows, byte for byte `Schema.Array(Author)`. */
+export const listAnswer = (rows: ReadonlyArray<AuthorRow>): ReadAnswer => {
+  const body = `[${authorRowsJson(rows)}]`
+  return new ReadAnswer(body, 0, body.length, null, true)
+}
+
+/** `GET /authors/paginated` and package 2: `{"items":[…],"meta":{…}}` (keys in `AuthorPage`'s order). */
+export const pageAnswer = (page: AuthorPage): ReadAnswer => {
+  const rows = `[${authorRowsJson(page.items)}]`
+  const body = `${ITEMS_LABEL}${rows}${META_LABEL}${JSON.stringify(page.meta)}}`
+  return new ReadAnswer(body, ITEMS_LABEL.length, ITEMS_LABEL.length + rows.length, page.meta, true)
+}
+
+/** `GET /authors/{author_id}`: the author, or that there is none (kept too: a 404 is a read). */
+export const authorAnswer = (row: AuthorRow | undefined): ReadAnswer =>
+  row === undefined
+    ? new ReadAnswer("", 0, 0, null, false)
+    : ((body) => new ReadAnswer(body, 0, body.length, null, true))(JSON.stringify({ id: row.id, name: row.name, created_at: row.created_at }))
+
+// Keys: fields joined by NUL, which no parameter can hold (Domain/Params.ts `ParamText`); an
+// absent value is `-`, a present one `=` + the value, so `name=` and no name differ.
+const field = (value: string | number | undefined) => (value === undefined ? "-" : `=${value}`)
+const filterFields = (f: AuthorFilters) => `${field(f.id)}\u0000${field(f.name)}\u0000${field(f.search)}`
+
+export const listKey = (filters: AuthorFilters) => `L\u0000${filterFields(filters)}`
+
+export const pageKey = (filters: AuthorFilters, query: PageQuery) =>
+  `P\u0000${query.page}\u0000${query.perPage}\u0000${query.cursor._tag === "Some" ? `=${query.cursor.value}` : "-"}\u0000${
+    filterFields(filters)
+  }`
+
+export const authorKey = (id: number) => `A\u0000${id}`
+
+/** Bytes the answer's text holds in memory: V8 keeps a string in one byte per character unless one needs two. */
+export const textBytes = (text: string): number => (/[\u0100-\uffff]/.test(text) ? text.length * 2 : text.length)

@@ -1,0 +1,338 @@
+/**
+ * The exact read cache of author reads (docs: README "Read cache"): `GET /authors` (one batch),
+ * `GET /authors/paginated` (offset and cursor), `GET /authors/{author_id}` and WebSocket packages
+ * 1 and 2 are answered from memory when nothing they depend on changed since the answer was read.
+ *
+ * Rules it keeps:
+ * - A read that starts after the response to a write was sent reflects the write, on every
+ *   instance. Each read depends on one *scope*: the whole list (`list`: lists, pages, totals) or,
+ *   for reads filtered by id, the id's shard (`id:<id mod 64>`), so a create leaves unrelated id
+ *   lookups alone. Every write (create, rename, delete) bumps `list` and its id's shard after its
+ *   commit and before its response. An answer is stored with the *tag* its reader observed before
+ *   its database read, and served only to a reader observing the same tag. A reader that observed a
+ *   tag from after a write's bump started after the bump, so after the commit: its database read
+ *   saw the write. Tags never repeat (below), so an answer from before a write never matches again.
+ * - With Redis, the tag's shared part is the scope's generation `<REDIS_KEY_PREFIX>authors:gen:<scope>`,
+ *   read in the reply of the rate-limit script the request (or WebSocket message) runs anyway: no
+ *   extra round trip (RateLimit/RedisRateLimiter.ts). Writes INCR it (one script for both scopes).
+ *   A missing key starts at Redis's clock in µs (Store/Redis.ts `clockCounterLua`), so after a
+ *   restart or a flush no value seen before comes back. When the generation could not be read
+ *   (rate limiting off, Redis down with RATE_LIMIT_FAIL_MODE=open) the read is served from the
+ *   database and not stored. When a bump fails, this instance drops its own scopes and tells the
+ *   others through PostgreSQL (`NOTIFY authors_changed`), logged and counted: they drop theirs when
+ *   it arrives (milliseconds), the one window where another instance may still answer from before
+ *   the write. A Redis failover that loses acknowledged writes can likewise lose a bump.
+ * - Without Redis (one instance), generations live in this process.
+ * - Every tag also carries a per-scope epoch of this process, bumped by its own writes and by writes
+ *   made outside the service, which arrive by LISTEN (ChangeFeed.ts) within milliseconds. While the
+ *   LISTEN connection is down every read bypasses the cache; when it is back the cache is flushed.
+ *   With the embedded database (PGlite, no DATABASE_URL) there is no feed: notifications do not
+ *   cross pglite-socket's connections (they share one session), and the database lives inside this
+ *   process, so the only writers are the service itself and a local client of its loopback socket;
+ *   such a client's writes are not seen by the cache.
+ * - Memory: answers are kept least-recently-used first out, counted by their text's bytes plus a
+ *   fixed overhead; `read_cache_bytes` never exceeds READ_CACHE_MAX_BYTES (0 switches the cache
+ *   off). An answer larger than 1/16 of the bound, and a streamed list (more than one batch), is
+ *   not stored. Concurrent misses of one key under one tag share one database read.
+ */
+import * as PgClient from "@effect/sql-pg/PgClient"
+import type * as PgConnection from "@effect/sql-pg/PgConnection"
+import { Context, Deferred, Effect, Exit, Layer, Option } from "effect"
+import type { Redis } from "ioredis"
+import { randomBytes } from "node:crypto"
+import {
+  readCacheBypassedTotal,
+  readCacheBytes,
+  readCacheEntries,
+  readCacheEvictionsTotal,
+  readCacheHitsTotal,
+  readCacheInvalidationErrorsTotal,
+  readCacheMissesTotal
+} from "../Observability/Metrics.ts"
+import { AppConfig } from "../Config.ts"
+import { clockCounterLua, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { CHANGES_CHANNEL, type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
+import { ReadAnswer, textBytes } from "./ReadAnswers.ts"
+
+/** Id shards: scopes 0…63; the whole list is scope 64. */
+export const ID_SHARDS = 64
+export const LIST_SCOPE = ID_SHARDS
+export type Scope = number
+
+export const scopeOfId = (id: number): Scope => ((id % ID_SHARDS) + ID_SHARDS) % ID_SHARDS
+/** A read filtered by id depends on that id's row only; any other read on the whole list. */
+export const scopeOf = (filters: { readonly id?: number | undefined }): Scope =>
+  filters.id === undefined ? LIST_SCOPE : scopeOfId(filters.id)
+export const scopeName = (scope: Scope) => (scope === LIST_SCOPE ? "list" : `id:${scope}`)
+/** The scope's Redis generation key, without REDIS_KEY_PREFIX. */
+export const generationKeyOf = (scope: Scope) => `authors:gen:${scopeName(scope)}`
+
+/** A generation value a request's rate check read, and under which key. */
+export interface Observed {
+  readonly key: string
+  readonly value: string
+}
+
+/** Bytes counted per entry besides its text: the entry, its key and tag, the map's slot. */
+export const ENTRY_OVERHEAD_BYTES = 256
+/** Answers above this fraction of the bound are not stored. */
+export const LARGEST_ANSWER_FRACTION = 16
+
+interface Entry {
+  readonly tag: string
+  readonly answer: ReadAnswer
+  readonly bytes: number
+}
+
+/** Answers by key, least recently used first, bounded in bytes. */
+export class AnswerStore {
+  readonly maxBytes: number
+  private readonly entries = new Map<string, Entry>()
+  private held = 0
+  constructor(maxBytes: number) {
+    this.maxBytes = maxBytes
+  }
+  get bytes() {
+    return this.held
+  }
+  get size() {
+    return this.entries.size
+  }
+  /** The answer stored under `key` with `tag`; one stored with another tag is dropped. */
+  get(key: string, tag: string): ReadAnswer | undefined {
+    const entry = this.entries.get(key)
+    if (entry === undefined) return undefined
+    this.entries.delete(key)
+    if (entry.tag !== tag) {
+      this.release(entry)
+      return undefined
+    }
+    this.entries.set(key, entry) // most recently used last
+    return entry.answer
+  }
+  /** Stores the answer unless it is too large; evicts the least recently used to make room. */
+  put(key: string, tag: string, answer: ReadAnswer): boolean {
+    const bytes = textBytes(answer.body) + key.length * 2 + ENTRY_OVERHEAD_BYTES
+    if (bytes * LARGEST_ANSWER_FRACTION > this.maxBytes) return false
+    const previous = this.entries.get(key)
+    if (previous !== undefined) {
+      this.entries.delete(key)
+      this.release(previous)
+    }
+    while (this.held + bytes > this.maxBytes) {
+      const oldest = this.entries.entries().next()
+      if (oldest.done === true) break
+      this.entries.delete(oldest.value[0])
+      this.release(oldest.value[1])
+      readCacheEvictionsTotal.inc()
+    }
+    this.entries.set(key, { tag, answer, bytes })
+    this.held += bytes
+    this.report()
+    return true
+  }
+  clear() {
+    this.entries.clear()
+    this.held = 0
+    this.report()
+  }
+  private release(entry: Entry) {
+    this.held -= entry.bytes
+    this.report()
+  }
+  private report() {
+    readCacheBytes.set(this.held)
+    readCacheEntries.set(this.entries.size)
+  }
+}
+
+/**
+ * This process's side of the tags: an epoch per scope, and whether tags can be checked at all (the
+ * feed of outside writes is up).
+ */
+export class LocalEpochs {
+  private readonly epochs = new Array<number>(ID_SHARDS + 1).fill(0)
+  checkable: boolean
+  constructor(checkable: boolean) {
+    this.checkable = checkable
+  }
+  /** `shared` is the scope's Redis generation (none without Redis). */
+  tag(scope: Scope, shared: string | undefined): string {
+    return shared === undefined ? `${this.epochs[scope]}` : `${shared}:${this.epochs[scope]}`
+  }
+  /** A write of author `id`: the list and the id's shard. */
+  written(id: number) {
+    this.epochs[LIST_SCOPE]!++
+    this.epochs[scopeOfId(id)]!++
+  }
+  all() {
+    for (let scope = 0; scope <= ID_SHARDS; scope++) this.epochs[scope]!++
+  }
+  /** A notification of outside writes: ids separated by commas; anything else means everything. */
+  changed(payload: string) {
+    const ids = payload.split(",")
+    if (ids.length === 0 || !ids.every((id) => /^\d{1,19}$/.test(id))) return this.all()
+    this.epochs[LIST_SCOPE]!++
+    for (const id of ids) this.epochs[scopeOfId(Number(id))]!++
+  }
+}
+
+/** KEYS = the generations a write bumps. */
+const BUMP_LUA = `for i = 1, #KEYS do
+${clockCounterLua("_", "KEYS[i]")}  redis.call('INCR', KEYS[i])
+end
+return 1
+`
+
+export interface ReadCacheShape {
+  /**
+   * The key (without REDIS_KEY_PREFIX) of the generation a read of `scope` needs from its rate
+   * check; undefined when it needs none (generations in process, or the cache off).
+   */
+  readonly generationKey: (scope: Scope) => string | undefined
+  /**
+   * The tag of a read of `scope` starting now, from the generation its rate check observed (with
+   * Redis); undefined when it cannot be checked: the read goes to the database and is not stored.
+   */
+  readonly tag: (scope: Scope, observed: Observed | undefined) => string | undefined
+  /**
+   * The answer stored under `key` with `tag`, else `load`'s, stored when it is a `ReadAnswer` that
+   * fits (concurrent misses of one key and tag share one `load`).
+   */
+  readonly read: <A, E, R>(key: string, tag: string | undefined, load: Effect.Effect<ReadAnswer | A, E, R>) => Effect.Effect<ReadAnswer | A, E, R>
+  /** After the commit of a write of author `id`, before its response. Never fails. */
+  readonly written: (id: number) => Effect.Effect<void>
+  /** Differs on every process start: weak ETags built from tags carry it. */
+  readonly bootId: string
+}
+
+export interface ReadCacheOptions {
+  /** READ_CACHE_MAX_BYTES; 0 switches the cache off (writes still bump the shared generations). */
+  readonly maxBytes: number
+  /** Generations shared by every instance. */
+  readonly redis: { readonly client: Redis; readonly prefix: string } | undefined
+  /** The PostgreSQL server's connection settings (LISTEN); none for the embedded database. */
+  readonly feed: PgConnection.Config | undefined
+  /** Tells every instance (through PostgreSQL) that author `id` changed: a failed bump's fallback. */
+  readonly notify: (channel: string, payload: string) => Effect.Effect<void, unknown>
+}
+
+export const makeReadCache = (options: ReadCacheOptions) =>
+  Effect.gen(function*() {
+    const enabled = options.maxBytes > 0
+    const store = new AnswerStore(options.maxBytes)
+    const epochs = new LocalEpochs(options.feed === undefined)
+    const redis = options.redis
+    const bump = redis === undefined ? undefined : defineScript<number>(redis.client, "adsBumpGenerations", 2, BUMP_LUA)
+    const inflight = new Map<string, { readonly tag: string; readonly done: Deferred.Deferred<ReadAnswer | undefined> }>()
+
+    if (options.feed !== undefined) {
+      const sink: FeedSink = {
+        up: () => {
+          store.clear()
+          epochs.all()
+          epochs.checkable = true
+        },
+        down: () => {
+          epochs.checkable = false
+        },
+        changed: (payload) => epochs.changed(payload)
+      }
+      yield* Effect.forkScoped(runChangeFeed(options.feed, sink))
+    }
+
+    const tag = (scope: Scope, observed: Observed | undefined): string | undefined => {
+      if (!enabled || !epochs.checkable) return undefined
+      if (redis === undefined) return epochs.tag(scope, undefined)
+      return observed !== undefined && observed.key === generationKeyOf(scope) ? epochs.tag(scope, observed.value) : undefined
+    }
+
+    const read = <A, E, R>(key: string, tag: string | undefined, load: Effect.Effect<ReadAnswer | A, E, R>): Effect.Effect<ReadAnswer | A, E, R> =>
+      Effect.suspend(() => lookup(key, tag, load))
+
+    /** When run (not when built): a load registered in flight must be one that runs. */
+    const lookup = <A, E, R>(key: string, tag: string | undefined, load: Effect.Effect<ReadAnswer | A, E, R>): Effect.Effect<ReadAnswer | A, E, R> => {
+      if (tag === undefined) {
+        if (enabled) readCacheBypassedTotal.inc()
+        return load
+      }
+      const hit = store.get(key, tag)
+      if (hit !== undefined) {
+        readCacheHitsTotal.inc()
+        return Effect.succeed(hit)
+      }
+      const pending = inflight.get(key)
+      if (pending !== undefined && pending.tag === tag) {
+        readCacheHitsTotal.inc()
+        return Effect.flatMap(Deferred.await(pending.done), (answer) => (answer === undefined ? load : Effect.succeed(answer)))
+      }
+      readCacheMissesTotal.inc()
+      const mine = { tag, done: Deferred.makeUnsafe<ReadAnswer | undefined>() }
+      inflight.set(key, mine)
+      return Effect.onExit(load, (exit) =>
+        Effect.sync(() => {
+          if (inflight.get(key) === mine) inflight.delete(key)
+          const answer = Exit.isSuccess(exit) && exit.value instanceof ReadAnswer ? exit.value : undefined
+          if (answer !== undefined) store.put(key, tag, answer)
+          // Waiting readers of a load that failed or was not storable read for themselves.
+          Deferred.doneUnsafe(mine.done, Effect.succeed(answer))
+        }))
+    }
+
+    const bumpFailed = (id: number, cause: unknown) =>
+      Effect.gen(function*() {
+        readCacheInvalidationErrorsTotal.inc()
+        yield* Effect.logWarning("Read cache: generations not bumped in Redis; other instances are told through PostgreSQL", cause)
+        yield* options.notify(CHANGES_CHANNEL, String(id)).pipe(
+          Effect.catch((error) => Effect.logError("Read cache: other instances could not be told of a write", error))
+        )
+      })
+
+    const written = (id: number): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        epochs.written(id)
+        if (redis === undefined || bump === undefined) return Effect.void
+        if (isDisconnected(redis.client)) return bumpFailed(id, new Error(`Redis ${redis.client.status}`))
+        const keys = [`${redis.prefix}${generationKeyOf(LIST_SCOPE)}`, `${redis.prefix}${generationKeyOf(scopeOfId(id))}`]
+        return redisCommand("EVALSHA bump_generations", () => bump(...keys)).pipe(
+          Effect.asVoid,
+          Effect.catch((error) => bumpFailed(id, error.cause))
+        )
+      })
+
+    return ReadCache.of({
+      generationKey: (scope) => (enabled && redis !== undefined ? generationKeyOf(scope) : undefined),
+      tag,
+      read,
+      written,
+      bootId: randomBytes(6).toString("base64url")
+    })
+  })
+
+const fromConfig = (redis: ReadCacheOptions["redis"]) =>
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    const pg = yield* PgClient.PgClient
+    return yield* makeReadCache({
+      maxBytes: config.readCacheMaxBytes,
+      redis,
+      // The pool's settings: the feed's connection is the pool's kind, its own.
+      feed: Option.isSome(config.databaseUrl) ? pg.config : undefined,
+      notify: pg.notify
+    })
+  })
+
+export class ReadCache extends Context.Service<ReadCache, ReadCacheShape>()("Authors/ReadCache") {
+  /** One instance: generations in this process. */
+  static readonly layerMemory = Layer.effect(ReadCache, fromConfig(undefined))
+  /** Generations in Redis, shared by every instance. */
+  static readonly layerRedis = Layer.effect(ReadCache, Effect.flatMap(RedisClient, ({ client, prefix }) => fromConfig({ client, prefix })))
+  /** A cache that stores nothing and bumps nothing (tests of the transports alone). */
+  static readonly none = Layer.succeed(ReadCache, ReadCache.of({
+    generationKey: () => undefined,
+    tag: () => undefined,
+    read: (_key, _tag, load) => load,
+    written: () => Effect.void,
+    bootId: "none"
+  }))
+}
