@@ -48,6 +48,43 @@ export const PageParams = Schema.Struct({
 
 const AuthorIdParams = { author_id: AuthorId }
 
+type OpenApiObject = Record<string, unknown>
+
+/**
+ * Conditional reads: `If-None-Match` in, `ETag` on the 200, and the 304 without a body. HttpApi
+ * has no declaration for a response header or a bodiless 304 that would leave the typed client's
+ * success type alone, so the operation is completed in the document.
+ */
+const conditional = (operation: OpenApiObject): OpenApiObject => {
+  const responses = (operation["responses"] ?? {}) as OpenApiObject
+  return {
+    ...operation,
+    parameters: [
+      ...((operation["parameters"] ?? []) as Array<unknown>),
+      {
+        name: "If-None-Match",
+        in: "header",
+        required: false,
+        description: "ETags of representations the client holds; when one matches the current one, the answer is 304 without a body.",
+        schema: { type: "string" }
+      }
+    ],
+    responses: {
+      ...responses,
+      "200": {
+        ...(responses["200"] as OpenApiObject | undefined),
+        headers: {
+          ETag: {
+            description: "The representation's tag: strong (from the body) for an answer sent whole, weak for a list streamed in batches.",
+            schema: { type: "string" }
+          }
+        }
+      },
+      "304": { description: "Not Modified: `If-None-Match` matches the current representation (no body)." }
+    }
+  }
+}
+
 const roles = (endpoint: string, list: ReadonlyArray<string>) =>
   `${endpoint}\n\nRequires role${list.length > 1 ? "s" : ""}: ${list.map((r) => `\`${r}\``).join(", ")}.`
 
@@ -56,16 +93,19 @@ export class AuthorsApi extends HttpApiGroup.make("authors")
     HttpApiEndpoint.get("list", "/authors", { query: ListParams, success: Schema.Array(Author) })
       .annotate(RequiredRoles, OperationRoles.listAuthors)
       .annotate(OpenApi.Summary, "List authors")
-      .annotate(OpenApi.Description, roles("Filters combine with AND; ordered by id. `name` is exact, `search` a case-insensitive substring.", OperationRoles.listAuthors)),
+      .annotate(OpenApi.Description, roles("Filters combine with AND; ordered by id. `name` is exact, `search` a case-insensitive substring.", OperationRoles.listAuthors))
+      .annotate(OpenApi.Transform, conditional),
     HttpApiEndpoint.get("paginated", "/authors/paginated", { query: PageParams, success: AuthorPage })
       .annotate(RequiredRoles, OperationRoles.listAuthors)
       .annotate(OpenApi.Summary, "List authors, one page at a time")
-      .annotate(OpenApi.Description, roles("Offset pagination (`page`, `per_page` ≤ 1000) or keyset pagination with `cursor` from `meta.next_cursor`.", OperationRoles.listAuthors)),
+      .annotate(OpenApi.Description, roles("Offset pagination (`page`, `per_page` ≤ 1000) or keyset pagination with `cursor` from `meta.next_cursor`.", OperationRoles.listAuthors))
+      .annotate(OpenApi.Transform, conditional),
     // After `paginated`: the front door matches route templates in declaration order.
     HttpApiEndpoint.get("get", "/authors/:author_id", { params: AuthorIdParams, success: Author, error: Wire.AuthorNotFound })
       .annotate(RequiredRoles, OperationRoles.getAuthor)
       .annotate(OpenApi.Summary, "Get one author")
-      .annotate(OpenApi.Description, roles("An id no author has (including one beyond the 32-bit range) is a 404.", OperationRoles.getAuthor)),
+      .annotate(OpenApi.Description, roles("An id no author has (including one beyond the 32-bit range) is a 404.", OperationRoles.getAuthor))
+      .annotate(OpenApi.Transform, conditional),
     HttpApiEndpoint.post("create", "/authors", {
       payload: AuthorPayload,
       // The status is a key annotation (HttpApiSchema.status): `Author` keeps its identifier and $ref.

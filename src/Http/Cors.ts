@@ -7,10 +7,11 @@
 import { HttpServerResponse } from "effect/http"
 import type { HttpServerRequest } from "effect/http"
 
-const EXPOSED = "X-Correlation-ID, X-Request-ID, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After"
+// ETag and If-None-Match: conditional reads made by a script (Authors/Http.ts).
+const EXPOSED = "X-Correlation-ID, X-Request-ID, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After, ETag"
 const PREFLIGHT = {
   "access-control-allow-methods": "GET, POST, PUT, DELETE, OPTIONS",
-  "access-control-allow-headers": "Authorization, Content-Type, X-Correlation-ID",
+  "access-control-allow-headers": "Authorization, Content-Type, X-Correlation-ID, If-None-Match",
   "access-control-max-age": "600"
 }
 

@@ -46,6 +46,9 @@ describe("CORS_ALLOWED_ORIGINS set", () => {
     expect(res.headers.get("access-control-allow-origin")).toBe(ALLOWED)
     expect(res.headers.get("access-control-allow-methods")).toContain("POST")
     expect(res.headers.get("access-control-allow-headers")?.toLowerCase()).toContain("authorization")
+    // Conditional reads from a script: it may send If-None-Match and read the ETag.
+    expect(res.headers.get("access-control-allow-headers")?.toLowerCase()).toContain("if-none-match")
+    expect(res.headers.get("access-control-expose-headers")?.toLowerCase()).toContain("etag")
     expect(res.headers.get("vary")).toContain("Origin")
     expect(res.headers.get("x-ratelimit-limit")).toBeNull()
     expect(res.headers.get("x-correlation-id")).toMatch(/^[0-9a-f]{8}$/)

@@ -95,6 +95,18 @@ describe("/openapi.json", () => {
     }
   })
 
+  it("describes conditional reads on the author reads: If-None-Match in, ETag on the 200, the 304", () => {
+    for (const path of ["/authors", "/authors/paginated", "/authors/{author_id}"]) {
+      const o = op("get", path)
+      expect(o["parameters"], path).toEqual(expect.arrayContaining([expect.objectContaining({ name: "If-None-Match", in: "header", required: false })]))
+      expect(statuses(o), path).toEqual(expect.arrayContaining(["200", "304"]))
+      const ok = (o["responses"] as Json)["200"] as Json
+      expect(Object.keys(ok["headers"] as Json), path).toEqual(["ETag"])
+      expect(ok["content"], path).toBeDefined()
+    }
+    expect(statuses(op("put", "/authors/{author_id}"))).not.toContain("304")
+  })
+
   it("describes /login and /login/refresh without a bearer requirement", () => {
     for (const path of ["/login", "/login/refresh"]) {
       const o = op("post", path)
