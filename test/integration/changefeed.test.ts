@@ -1,0 +1,57 @@
+/**
+ * The feed of outside writes (src/Authors/ChangeFeed.ts) on real PostgreSQL, through a proxy the
+ * test can black-hole: it says when it listens, delivers what the trigger notifies, says `down`
+ * within the heartbeat's bound when the connection silently stops delivering (the read cache then
+ * bypasses itself), and listens again once the connection is back (the cache then flushes).
+ */
+import { Effect, Fiber, Redacted } from "effect"
+import pg from "pg"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { HEARTBEAT_EVERY_MS, HEARTBEAT_TIMEOUT_MS, runChangeFeed } from "../../src/Authors/ChangeFeed.ts"
+import { waitFor } from "../support/Spawn.ts"
+import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
+import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
+
+describe.runIf(TEST_DATABASE_URL !== undefined)("the LISTEN feed of outside writes", () => {
+  let db: TestDatabase
+  let proxy: TcpProxy
+  beforeAll(async () => {
+    db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")
+    const { host, port } = hostPort(db.url!)
+    proxy = await startTcpProxy(host, port)
+  })
+  afterAll(async () => {
+    await proxy?.close()
+    await db?.dispose()
+  })
+
+  it("up, notifications delivered, down within the heartbeat's bound when black-holed, up again when back", async () => {
+    const events: Array<string> = []
+    const fiber = Effect.runFork(runChangeFeed({ url: Redacted.make(viaProxy(db.url!, proxy)), keepAlive: "10 seconds" }, {
+      up: () => void events.push("up"),
+      down: () => void events.push("down"),
+      changed: (payload) => void events.push(`changed ${payload}`)
+    }))
+    const client = new pg.Client({ connectionString: db.url })
+    await client.connect()
+    try {
+      await waitFor(() => events.includes("up"), "the feed to listen", 10_000)
+      await client.query("SELECT pg_notify('authors_changed', '7,8')")
+      await waitFor(() => events.includes("changed 7,8"), "the notification", 5_000)
+
+      // No error ever comes from a black hole: only the heartbeat notices (within its period plus its deadline).
+      proxy.blackhole()
+      await waitFor(() => events.includes("down"), `the feed to say down (heartbeat ${HEARTBEAT_EVERY_MS} + ${HEARTBEAT_TIMEOUT_MS} ms)`, 5_000)
+
+      await proxy.restore()
+      await waitFor(() => events.lastIndexOf("up") > events.indexOf("down"), "the feed to listen again", 15_000)
+      await client.query("SELECT pg_notify('authors_changed', 'all')")
+      await waitFor(() => events.includes("changed all"), "a notification after the reconnection", 5_000)
+      expect(events.slice(0, 3)).toEqual(["up", "changed 7,8", "down"])
+      expect(events.filter((e) => e === "up").length).toBeGreaterThanOrEqual(2)
+    } finally {
+      await client.end()
+      await Effect.runPromise(Fiber.interrupt(fiber))
+    }
+  }, 60_000)
+})
