@@ -297,7 +297,9 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
         await request(a, "PUT", `/authors/${id}`, { token: onA, body: { name: "Down back" } })
         return name(a, onA)()
       }, "Down back", 15_000)
-      expect(await name(b, onB)()).toBe("Down back")
+      // While this instance's Redis connection was coming back its write may have gone the
+      // PostgreSQL way: the other instance drops its answer when the NOTIFY arrives.
+      await visibleWithin(name(b, onB), "Down back", 1000)
     } finally {
       await b.close()
       await a.close()
