@@ -1,7 +1,7 @@
 /** The audit-log HTTP contract (INTERFACE §Endpoints: audit-logs, §Resources: audit log record; CONTRACT §6, §9). */
 import { Effect, Schema, SchemaGetter, SchemaIssue } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
-import { Authentication, RequiredRoles } from "../Auth/Authentication.ts"
+import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
 import { OperationRoles } from "../Auth/Rbac.ts"
 import { PageMeta } from "../Domain/Author.ts"
 import { MAX_PAGE } from "../Domain/Pagination.ts"

@@ -1,28 +1,19 @@
 /**
- * Bearer authentication and RBAC for HttpApi groups. The role an endpoint needs is an annotation
- * on the endpoint (`RequiredRoles`), checked here — before the request is validated, so the
+ * Bearer authentication and RBAC for HttpApi groups: the server's implementation of the
+ * `Authentication` middleware (its tag is in Middleware.ts, with the contracts). The role an endpoint
+ * needs is an annotation on the endpoint (`RequiredRoles`), checked here — before the request is validated, so the
  * order is 401 → 403 → 422 (CONTRACT §9): HttpApi decodes params, query and payload inside the
  * effect this middleware wraps (http-api/HttpApiBuilder.ts `applyMiddleware`).
  */
 import { Context, Effect, Layer } from "effect"
 import { HttpServerRequest } from "effect/http"
-import { HttpApiMiddleware, HttpApiSecurity } from "effect/http-api"
-import { CurrentUser, type Principal, type Role } from "../Domain/User.ts"
-import { Unauthenticated, Wire } from "../Errors.ts"
+import { CurrentUser, type Principal } from "../Domain/User.ts"
+import { Unauthenticated } from "../Errors.ts"
 import { getRequestContext } from "../Edge/RequestContext.ts"
 import { authAttemptsTotal } from "../Observability/Metrics.ts"
+import { Authentication, RequiredRoles } from "./Middleware.ts"
 import { requireRoles } from "./Rbac.ts"
 import { bearerToken, TokenVerifier } from "./TokenVerifier.ts"
-
-/** Endpoint annotation: the roles the caller must all hold. */
-export class RequiredRoles extends Context.Service<RequiredRoles, ReadonlyArray<Role>>()("Auth/RequiredRoles") {}
-
-export class Authentication extends HttpApiMiddleware.Service<Authentication, {
-  provides: CurrentUser
-}>()("Auth/Authentication", {
-  error: [Wire.Unauthenticated, Wire.Forbidden],
-  security: { bearer: HttpApiSecurity.bearer }
-}) {}
 
 /** Verifies an `Authorization` header value; counts `auth_attempts_total`. */
 export const authenticateHeader = (

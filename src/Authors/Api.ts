@@ -1,7 +1,7 @@
 /** The authors HTTP contract (INTERFACE §Endpoints, CONTRACT §3). */
 import { Effect, Option, Schema, SchemaGetter, SchemaIssue, SchemaTransformation } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
-import { Authentication, RequiredRoles } from "../Auth/Authentication.ts"
+import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
 import { OperationRoles } from "../Auth/Rbac.ts"
 import { Author, AuthorPage, AuthorPayload } from "../Domain/Author.ts"
 import { AUTHORS_MAX_PER_PAGE, decodeCursor, encodeCursor, MAX_PAGE } from "../Domain/Pagination.ts"

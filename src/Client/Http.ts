@@ -12,7 +12,7 @@ import { Context, Effect, Layer, Option, Schema, Semaphore, Stream } from "effec
 import { FetchHttpClient, HttpClient, HttpClientRequest } from "effect/http"
 import { HttpApi, HttpApiClient, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware } from "effect/http-api"
 import { Api, CommonResponses } from "../Api.ts"
-import { Authentication } from "../Auth/Authentication.ts"
+import { Authentication } from "../Auth/Middleware.ts"
 import type { TokenResponse } from "../Auth/IdentityProvider.ts"
 import { AuthorsApi, PageParams } from "../Authors/Api.ts"
 import { AuthorPage } from "../Domain/Author.ts"
