@@ -2,9 +2,9 @@
 import { Effect, Schema, SchemaGetter, SchemaIssue } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
-import { OperationRoles } from "../Auth/Rbac.ts"
 import { PageMeta } from "../Domain/Author.ts"
 import { MAX_PAGE } from "../Domain/Pagination.ts"
+import { OperationRoles } from "../Domain/User.ts"
 import { Wire } from "../Errors.ts"
 import { atLeast, atMost, IntFromString, issue, ParamText } from "../Domain/Params.ts"
 

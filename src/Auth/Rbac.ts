@@ -1,4 +1,7 @@
-/** RBAC: an operation that lists several roles needs all of them (INTERFACE §Authentication 4). */
+/**
+ * RBAC: an operation that lists several roles needs all of them (INTERFACE §Authentication 4).
+ * Which roles each operation needs is vocabulary, in Domain/User.ts (`OperationRoles`).
+ */
 import { Effect } from "effect"
 import type { Role, User } from "../Domain/User.ts"
 import { Forbidden } from "../Errors.ts"
@@ -8,13 +11,3 @@ export const hasRoles = (user: Pick<User, "roles">, required: ReadonlyArray<Role
 
 export const requireRoles = (user: Pick<User, "roles">, required: ReadonlyArray<Role>) =>
   hasRoles(user, required) ? Effect.void : Effect.fail(Forbidden.instance)
-
-/** The role each operation needs (INTERFACE §Authentication 5), shared by HTTP and WebSocket. */
-export const OperationRoles = {
-  listAuthors: ["get-authors"],
-  getAuthor: ["get-authors"],
-  createAuthor: ["create-author"],
-  updateAuthor: ["update-author"],
-  deleteAuthor: ["delete-author"],
-  readAuditLogs: ["admin"]
-} as const satisfies Record<string, ReadonlyArray<Role>>

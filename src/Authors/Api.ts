@@ -2,9 +2,9 @@
 import { Effect, Option, Schema, SchemaGetter, SchemaIssue, SchemaTransformation } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
-import { OperationRoles } from "../Auth/Rbac.ts"
 import { Author, AuthorPage, AuthorPayload } from "../Domain/Author.ts"
 import { AUTHORS_MAX_PER_PAGE, decodeCursor, encodeCursor, MAX_PAGE } from "../Domain/Pagination.ts"
+import { OperationRoles } from "../Domain/User.ts"
 import { Wire } from "../Errors.ts"
 import { atLeast, atMost, IntFromString, issue, ParamText } from "../Domain/Params.ts"
 

@@ -4,6 +4,16 @@ import { Context } from "effect"
 export const Roles = ["admin", "user", "get-authors", "create-author", "update-author", "delete-author"] as const
 export type Role = (typeof Roles)[number]
 
+/** The role each operation needs (INTERFACE §Authentication 5), shared by the HTTP contracts and the WebSocket packages. */
+export const OperationRoles = {
+  listAuthors: ["get-authors"],
+  getAuthor: ["get-authors"],
+  createAuthor: ["create-author"],
+  updateAuthor: ["update-author"],
+  deleteAuthor: ["delete-author"],
+  readAuditLogs: ["admin"]
+} as const satisfies Record<string, ReadonlyArray<Role>>
+
 /** The user model built from token claims (INTERFACE §Token claims used by the service). */
 export interface User {
   readonly id: string

@@ -5,7 +5,7 @@
  * in the connection), and every outcome becomes a status_code through the one error table.
  */
 import { Effect, Option, Result, Schema, SchemaGetter } from "effect"
-import { OperationRoles, hasRoles } from "../Auth/Rbac.ts"
+import { hasRoles } from "../Auth/Rbac.ts"
 import { Cursor } from "../Authors/Api.ts"
 import { Authors } from "../Authors/Authors.ts"
 import { ReadAnswer } from "../Authors/ReadAnswers.ts"
@@ -13,7 +13,7 @@ import { type Observed, ReadCache, scopeOf } from "../Authors/ReadCache.ts"
 import type { AuthorFilters } from "../Authors/Repo.ts"
 import { Author, AuthorPayload, type PageMeta } from "../Domain/Author.ts"
 import { AUTHORS_MAX_PER_PAGE, MAX_PAGE } from "../Domain/Pagination.ts"
-import type { Role, User } from "../Domain/User.ts"
+import { OperationRoles, type Role, type User } from "../Domain/User.ts"
 import { type ClientError, errorStatus, WsStatus } from "../Errors.ts"
 import { atLeast, atMost, ParamText } from "../Domain/Params.ts"
 import { errorItems, httpEquivalent } from "./Protocol.ts"
