@@ -2,7 +2,17 @@
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { Wire } from "../Errors.ts"
-import { TokenResponse } from "./IdentityProvider.ts"
+
+/** INTERFACE §Login request and token response. */
+export const TokenResponse = Schema.Struct({
+  access_token: Schema.String,
+  expires_in: Schema.Int,
+  refresh_expires_in: Schema.Int,
+  refresh_token: Schema.String,
+  token_type: Schema.String,
+  scope: Schema.optional(Schema.String)
+})
+export type TokenResponse = typeof TokenResponse.Type
 
 const Credential = Schema.String.check(Schema.isMaxLength(1024))
 

@@ -6,7 +6,8 @@
 import { Effect, Layer, Option, Redacted } from "effect"
 import { AppConfig, tokenAudience } from "../Config.ts"
 import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.ts"
-import { IdentityProvider, type TokenResponse } from "./IdentityProvider.ts"
+import type { TokenResponse } from "./Api.ts"
+import { IdentityProvider } from "./IdentityProvider.ts"
 import { JWKS_COOLDOWN_MS, JWKS_MAX_AGE_MS, makeJwksCache } from "./Jwks.ts"
 import { makeTokenVerifier, TokenVerifier } from "./TokenVerifier.ts"
 
