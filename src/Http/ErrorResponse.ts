@@ -11,7 +11,7 @@ import { HttpMethod, type HttpServerRequest, HttpServerResponse } from "effect/h
 import { HttpApiError } from "effect/http-api"
 import { type ClientError, errorStatus, InternalError, isClientError, MethodNotAllowed, RouteNotFound } from "../Errors.ts"
 import { Unhealthy } from "../Observability/Api.ts"
-import { textDepthExceeds, tooDeepMessage } from "../Edge/JsonDepth.ts"
+import { textDepthExceeds, tooDeepMessage } from "../Domain/JsonDepth.ts"
 import {
   allowedMethods,
   contentTypeInvalid,

@@ -8,7 +8,7 @@
 import { Result, Schema, SchemaAST, SchemaIssue } from "effect"
 import { Author, PageMeta } from "../Domain/Author.ts"
 import { WsStatus } from "../Errors.ts"
-import { depthExceeds, MAX_JSON_DEPTH, tooDeepMessage } from "../Edge/JsonDepth.ts"
+import { depthExceeds, MAX_JSON_DEPTH, tooDeepMessage } from "../Domain/JsonDepth.ts"
 import { annotatedMessage, issue, meant, splitIssue } from "../Domain/Params.ts"
 
 /** The endpoint's path on the HTTP port. */
