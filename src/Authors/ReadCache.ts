@@ -50,6 +50,7 @@ import {
   readCacheMissesTotal
 } from "../Observability/Metrics.ts"
 import { AppConfig } from "../Config.ts"
+import type { Observed } from "../Domain/RequestContext.ts"
 import { clockCounterLua, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { CHANGES_CHANNEL, type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
 import { ReadAnswer, textBytes } from "./ReadAnswers.ts"
@@ -66,12 +67,6 @@ export const scopeOf = (filters: { readonly id?: number | undefined }): Scope =>
 export const scopeName = (scope: Scope) => (scope === LIST_SCOPE ? "list" : `id:${scope}`)
 /** The scope's Redis generation key, without REDIS_KEY_PREFIX. */
 export const generationKeyOf = (scope: Scope) => `authors:gen:${scopeName(scope)}`
-
-/** A generation value a request's rate check read, and under which key. */
-export interface Observed {
-  readonly key: string
-  readonly value: string
-}
 
 /** Bytes counted per entry besides its text: the entry, its key and tag, the map's slot. */
 export const ENTRY_OVERHEAD_BYTES = 256

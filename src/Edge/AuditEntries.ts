@@ -13,7 +13,7 @@ import { randomUUID } from "node:crypto"
 import { type AuditEntry, type AuditOutcome, outcomeOf } from "../AuditLogs/AuditLog.ts"
 import type { User } from "../Domain/User.ts"
 import { WsStatus } from "../Errors.ts"
-import type { RequestContext } from "./RequestContext.ts"
+import type { RequestContext } from "../Domain/RequestContext.ts"
 
 /** Where an interaction came from: an HTTP request's facts and a WebSocket connection both have these. */
 export interface Peer {

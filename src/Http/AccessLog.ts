@@ -6,7 +6,7 @@
  */
 import { Effect, LogLevel, References } from "effect"
 import { httpSeries } from "../Observability/Metrics.ts"
-import { currentRequest, type RequestContext } from "../Edge/RequestContext.ts"
+import { currentRequest, type RequestContext } from "../Domain/RequestContext.ts"
 
 export interface Observation {
   /** Ends the in-progress gauge (runs however the request ends, interruption included). */

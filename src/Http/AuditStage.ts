@@ -8,7 +8,7 @@ import type { HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData, isSecretKey, redact } from "../AuditLogs/RequestData.ts"
 import { requestEntry } from "../Edge/AuditEntries.ts"
-import type { RequestContext } from "../Edge/RequestContext.ts"
+import type { RequestContext } from "../Domain/RequestContext.ts"
 import { jsonText, parseJson } from "./ErrorResponse.ts"
 
 /** Paths whose handlers write their own audit record. */

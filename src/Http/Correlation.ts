@@ -10,7 +10,8 @@ import { randomUUID } from "node:crypto"
 import { authenticateHeader } from "../Auth/Authentication.ts"
 import type { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import { type Cidr, clientIp } from "../Edge/ClientIp.ts"
-import { correlationIdFrom, type RequestContext, traceIdFrom } from "../Edge/RequestContext.ts"
+import type { RequestContext } from "../Domain/RequestContext.ts"
+import { correlationIdFrom, traceIdFrom } from "../Edge/RequestIds.ts"
 
 export const makeCorrelation = (trustedProxies: ReadonlyArray<Cidr>, verifier: TokenVerifier["Service"]) => {
   /** The facts known before anything is checked. */

@@ -26,7 +26,7 @@
 import { METHODS, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { Socket } from "node:net"
 import type { Duplex } from "node:stream"
-import { correlationIdFrom } from "../Edge/RequestContext.ts"
+import { correlationIdFrom } from "../Edge/RequestIds.ts"
 import { refuseOnSocket } from "../Edge/Upgrades.ts"
 import { httpSeries } from "../Observability/Metrics.ts"
 

@@ -17,7 +17,7 @@ import {
   withFailMode
 } from "../RateLimit/RateLimiter.ts"
 import { json } from "./ErrorResponse.ts"
-import type { RequestContext } from "../Edge/RequestContext.ts"
+import type { RequestContext } from "../Domain/RequestContext.ts"
 
 /** The X-RateLimit-* headers (and Retry-After when refused); HTTP header names go out lower case. */
 export const applyRateHeaders = (response: HttpServerResponse.HttpServerResponse, d: RateDecision) =>

@@ -8,7 +8,7 @@
 import { Cause, type Fiber, Inspectable, Layer, Logger, type LogLevel, References } from "effect"
 import { isSecretKey } from "../AuditLogs/RequestData.ts"
 import { AppConfig, type AppConfigShape } from "../Config.ts"
-import { currentRequest } from "../Edge/RequestContext.ts"
+import { currentRequest } from "../Domain/RequestContext.ts"
 
 const levels: { readonly [K in AppConfigShape["logLevel"]]: LogLevel.LogLevel } = {
   trace: "Trace",

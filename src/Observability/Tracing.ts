@@ -5,7 +5,7 @@
  * over OTLP/HTTP when `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set
  * (`tracesUrl`, as the OpenTelemetry specification reads them). Without either the tracer is
  * disabled: no spans are made (Effect hands out no-op spans), no OpenTelemetry module is even loaded
- * (they are imported on demand), and log lines carry the request's trace id (Edge/RequestContext.ts
+ * (they are imported on demand), and log lines carry the request's trace id (Domain/RequestContext.ts
  * `traceId`: the caller's `traceparent`, else the request id). Provide it *under* the server and SQL
  * layers, so the tracer is installed before they start.
  *

@@ -15,7 +15,7 @@ import {
   type Peer,
   requestEntry
 } from "../../src/Edge/AuditEntries.ts"
-import type { RequestContext } from "../../src/Edge/RequestContext.ts"
+import type { RequestContext } from "../../src/Domain/RequestContext.ts"
 import { WsStatus } from "../../src/Errors.ts"
 
 const FIELDS = [
