@@ -3,7 +3,7 @@
  * An invalid value stops startup with a ConfigError that names the variable.
  */
 import { Config, Context, Effect, Layer, Option, Redacted, Result, Schema, SchemaIssue } from "effect"
-import { parseCidrList, type Cidr } from "./Edge/ClientIp.ts"
+import { parseCidrList, type Cidr } from "./Domain/Cidr.ts"
 
 export type AppEnv = "development" | "production"
 
