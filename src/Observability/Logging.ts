@@ -6,9 +6,9 @@
  * replaced by `[REDACTED]`: no token, password or secret reaches a log.
  */
 import { Cause, type Fiber, Inspectable, Layer, Logger, type LogLevel, References } from "effect"
-import { isSecretKey } from "../AuditLogs/RequestData.ts"
 import { AppConfig, type AppConfigShape } from "../Config.ts"
 import { currentRequest } from "../Domain/RequestContext.ts"
+import { isSecretKey } from "../Domain/Secrets.ts"
 
 const levels: { readonly [K in AppConfigShape["logLevel"]]: LogLevel.LogLevel } = {
   trace: "Trace",

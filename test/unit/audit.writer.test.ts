@@ -10,7 +10,8 @@ import type { AuditEntry } from "../../src/AuditLogs/AuditLog.ts"
 import { outcomeOf } from "../../src/AuditLogs/AuditLog.ts"
 import { parseIsoDate } from "../../src/AuditLogs/Api.ts"
 import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "../../src/AuditLogs/Repo.ts"
-import { captureRequestData, redact } from "../../src/AuditLogs/RequestData.ts"
+import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
+import { redact } from "../../src/Domain/Secrets.ts"
 import {
   defaultWriterOptions,
   estimateRecordBytes,
