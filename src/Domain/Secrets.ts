@@ -49,13 +49,31 @@ export const isSecretKey = (key: string): boolean => {
   return false
 }
 
-export const redact = (value: unknown, depth = 0): unknown => {
-  if (depth > 32) return "[TRUNCATED]"
-  if (Array.isArray(value)) return value.map((v) => redact(v, depth + 1))
-  if (typeof value === "object" && value !== null) {
+/**
+ * How a value is redacted: which keys are secret, what a string becomes, and how deep the value is
+ * walked (`beyond` stands for what is nested deeper). The audit record and the logger differ only
+ * in these.
+ */
+export interface Redaction {
+  readonly isSecret: (key: string) => boolean
+  readonly text: (text: string) => string
+  readonly maxDepth: number
+  readonly beyond: (value: unknown) => unknown
+}
+
+/** A deep copy of a value in which the value under every secret key is `[REDACTED]`. */
+export const redactWith = (redaction: Redaction): (value: unknown) => unknown => {
+  const walk = (value: unknown, depth: number): unknown => {
+    if (depth > redaction.maxDepth) return redaction.beyond(value)
+    if (typeof value === "string") return redaction.text(value)
+    if (typeof value !== "object" || value === null) return value
+    if (Array.isArray(value)) return value.map((v) => walk(v, depth + 1))
     const out: Record<string, unknown> = {}
-    for (const [key, v] of Object.entries(value)) out[key] = isSecretKey(key) ? "[REDACTED]" : redact(v, depth + 1)
+    for (const [key, v] of Object.entries(value)) out[key] = redaction.isSecret(key) ? "[REDACTED]" : walk(v, depth + 1)
     return out
   }
-  return value
+  return (value) => walk(value, 0)
 }
+
+/** The audit record's redaction: the names above, strings as they are, `[TRUNCATED]` below 32 levels. */
+export const redact = redactWith({ isSecret: isSecretKey, text: (text) => text, maxDepth: 32, beyond: () => "[TRUNCATED]" })

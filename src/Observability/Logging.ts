@@ -8,7 +8,7 @@
 import { Cause, type Fiber, Inspectable, Layer, Logger, type LogLevel, References } from "effect"
 import { AppConfig, type AppConfigShape } from "../Config.ts"
 import { currentRequest } from "../Domain/RequestContext.ts"
-import { isSecretKey } from "../Domain/Secrets.ts"
+import { isSecretKey, redactWith } from "../Domain/Secrets.ts"
 
 const levels: { readonly [K in AppConfigShape["logLevel"]]: LogLevel.LogLevel } = {
   trace: "Trace",
@@ -28,15 +28,16 @@ const BEARER = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/gi
 
 export const scrubText = (text: string): string => text.replace(JWT, "[REDACTED]").replace(BEARER, "$1 [REDACTED]")
 
-/** Deep copy with sensitive keys and credential-shaped strings redacted. */
-export const scrub = (value: unknown, depth = 0): unknown => {
-  if (typeof value === "string") return scrubText(value)
-  if (depth > 8 || typeof value !== "object" || value === null) return value
-  if (Array.isArray(value)) return value.map((v) => scrub(v, depth + 1))
-  const out: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(value)) out[k] = isSensitiveKey(k) ? "[REDACTED]" : scrub(v, depth + 1)
-  return out
-}
+/**
+ * Deep copy with sensitive keys and credential-shaped strings redacted; below 8 levels only strings
+ * are still scrubbed (what is nested deeper is left as it is).
+ */
+export const scrub = redactWith({
+  isSecret: isSensitiveKey,
+  text: scrubText,
+  maxDepth: 8,
+  beyond: (value) => (typeof value === "string" ? scrubText(value) : value)
+})
 
 /**
  * The line's annotations: the current span's trace ids (else the request's or the WebSocket
