@@ -5,6 +5,7 @@
 import { SqlClient } from "effect/sql"
 import { Context, Effect, Exit, Layer } from "effect"
 import { detached } from "../Db/Deadline.ts"
+import { RedisClient, redisCommand } from "../Store/Redis.ts"
 
 export type Status = "healthy" | "unhealthy"
 
@@ -29,6 +30,12 @@ export class DatabaseProbe extends Context.Service<DatabaseProbe, Probe>()("Heal
 export class CacheProbe extends Context.Service<CacheProbe, Probe>()("Health/CacheProbe") {
   static readonly InProcess = Layer.succeed(CacheProbe, Effect.void)
 }
+
+/** The health check of the cache store: PING, when Redis is configured. */
+export const RedisProbe = Layer.effect(
+  CacheProbe,
+  Effect.map(RedisClient, ({ client }) => Effect.asVoid(redisCommand("PING", () => client.ping())))
+)
 
 /** The WebSocket subsystem: its registry's store, and this instance's open connections. */
 export class WebSocketProbe extends Context.Service<WebSocketProbe, {

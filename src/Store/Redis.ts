@@ -5,7 +5,6 @@
  */
 import { Context, Effect, Layer, Redacted, type Scope } from "effect"
 import { Redis } from "ioredis"
-import { CacheProbe } from "../Observability/Health.ts"
 
 export class RedisClient extends Context.Service<RedisClient, {
   readonly client: Redis
@@ -179,9 +178,3 @@ if not ${name} then
   redis.call('SET', ${key}, ${name})
 end
 `
-
-/** The health check of the cache store: PING, when Redis is configured. */
-export const RedisProbe = Layer.effect(
-  CacheProbe,
-  Effect.map(RedisClient, ({ client }) => Effect.asVoid(redisCommand("PING", () => client.ping())))
-)
