@@ -2,8 +2,7 @@
 import { Effect, Schema, SchemaGetter, SchemaIssue } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
-import { PageMeta } from "../Domain/Author.ts"
-import { MAX_PAGE } from "../Domain/Pagination.ts"
+import { MAX_PAGE, PageMeta } from "../Domain/Pagination.ts"
 import { OperationRoles } from "../Domain/User.ts"
 import { Wire } from "../Errors.ts"
 import { atLeast, atMost, IntFromString, issue, ParamText } from "../Domain/Params.ts"
@@ -59,7 +58,7 @@ const DateParam = (endOfDay: boolean) =>
 
 const Page = IntFromString.check(atLeast(1), atMost(MAX_PAGE)).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(1)))
 /** INTERFACE §Limits: per_page 1 to 100 for audit logs (refused, not clamped: CONTRACT §3). */
-const PerPage = IntFromString.check(atLeast(1), atMost(AUDIT_MAX_PER_PAGE)).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(20)))
+const AuditPerPage = IntFromString.check(atLeast(1), atMost(AUDIT_MAX_PER_PAGE)).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(20)))
 const DateRange = {
   start_date: Schema.optional(DateParam(false)),
   end_date: Schema.optional(DateParam(true))
@@ -67,7 +66,7 @@ const DateRange = {
 
 export const AuditListParams = Schema.Struct({
   page: Page,
-  per_page: PerPage,
+  per_page: AuditPerPage,
   user_id: Schema.optional(ParamText),
   username: Schema.optional(ParamText),
   action_type: Schema.optional(ParamText),
@@ -76,7 +75,7 @@ export const AuditListParams = Schema.Struct({
   ...DateRange
 })
 
-export const AuditUserParams = Schema.Struct({ page: Page, per_page: PerPage, ...DateRange })
+export const AuditUserParams = Schema.Struct({ page: Page, per_page: AuditPerPage, ...DateRange })
 
 const Timestamp = Schema.String.annotate({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
 

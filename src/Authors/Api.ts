@@ -1,36 +1,17 @@
 /** The authors HTTP contract (INTERFACE §Endpoints, CONTRACT §3). */
-import { Effect, Option, Schema, SchemaGetter, SchemaIssue, SchemaTransformation } from "effect"
+import { Effect, Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
 import { Author, AuthorPage, AuthorPayload } from "../Domain/Author.ts"
-import { AUTHORS_MAX_PER_PAGE, decodeCursor, encodeCursor, MAX_PAGE } from "../Domain/Pagination.ts"
+import { clampPerPage, Cursor, MAX_PAGE } from "../Domain/Pagination.ts"
 import { OperationRoles } from "../Domain/User.ts"
 import { Wire } from "../Errors.ts"
-import { atLeast, atMost, IntFromString, issue, ParamText } from "../Domain/Params.ts"
+import { atLeast, atMost, IntFromString, ParamText } from "../Domain/Params.ts"
 
 export const AuthorId = IntFromString
 
 /** `per_page` above 1000 is clamped, not refused (CONTRACT §3). */
-const PerPage = IntFromString.check(atLeast(1)).pipe(
-  Schema.decodeTo(
-    Schema.Int,
-    SchemaTransformation.transform({ decode: (n: number) => Math.min(n, AUTHORS_MAX_PER_PAGE), encode: (n: number) => n })
-  )
-)
-
-/** The opaque keyset cursor from `meta.next_cursor`; decodes to the last id seen. */
-export const Cursor = Schema.String.pipe(
-  Schema.decodeTo(Schema.Int, {
-    decode: SchemaGetter.transformEffect((text: string, options) =>
-      Option.match(decodeCursor(text), {
-        onNone: () => Effect.fail(new SchemaIssue.InvalidValue({ message: issue("value_error", "Invalid cursor") }, text, options)),
-        onSome: (id) => Effect.succeed(id)
-      })
-    ),
-    // Encodable, so a typed client (src/Client) can pass `meta.next_cursor` back as it came.
-    encode: SchemaGetter.transform((id: number) => encodeCursor(id))
-  })
-)
+const PerPage = clampPerPage(IntFromString.check(atLeast(1)))
 
 export const ListParams = Schema.Struct({
   id: Schema.optional(IntFromString),

@@ -7,8 +7,7 @@
  */
 import { Context, Effect, Layer, Option, Stream } from "effect"
 import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
-import type { PageMeta } from "../Domain/Author.ts"
-import { encodeCursor, pageCount } from "../Domain/Pagination.ts"
+import { encodeCursor, pageCount, type PageMeta } from "../Domain/Pagination.ts"
 import { authorAnswer, authorKey, listAnswer, listKey, pageAnswer, pageKey, type ReadAnswer } from "./ReadAnswers.ts"
 import { ReadCache } from "./ReadCache.ts"
 import { type AuthorFilters, AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"

@@ -6,7 +6,8 @@
  * again. Keys name a read exactly (every parameter that shapes its answer).
  */
 import { hash } from "node:crypto"
-import { type AuthorRow, authorRowsJson, type PageMeta } from "../Domain/Author.ts"
+import { type AuthorRow, authorRowsJson } from "../Domain/Author.ts"
+import type { PageMeta } from "../Domain/Pagination.ts"
 import type { AuthorPage, PageQuery } from "./Authors.ts"
 import type { AuthorFilters } from "./Repo.ts"
 

@@ -1,4 +1,5 @@
 import { Schema, SchemaTransformation } from "effect"
+import { PageMeta } from "./Pagination.ts"
 import { issue } from "./Params.ts"
 
 /**
@@ -50,17 +51,6 @@ export const AuthorName = Schema.String.annotate({
 )
 
 export const AuthorPayload = Schema.Struct({ name: AuthorName })
-
-/** Pagination metadata (CONTRACT §3). */
-export const PageMeta = Schema.Struct({
-  page: Schema.Int,
-  per_page: Schema.Int,
-  total: Schema.Int,
-  pages: Schema.Int,
-  next_cursor: Schema.NullOr(Schema.String),
-  has_more: Schema.Boolean
-})
-export type PageMeta = typeof PageMeta.Type
 
 export const AuthorPage = Schema.Struct({ items: Schema.Array(Author), meta: PageMeta })
 

@@ -2,7 +2,8 @@
  * Pagination rules (CONTRACT §3, §9): page ≥ 1, per_page ≥ 1 (authors: clamped to 1000),
  * `pages = ceil(total / per_page)`, and an opaque keyset cursor that costs the same at any depth.
  */
-import { Option } from "effect"
+import { Effect, Option, Schema, SchemaGetter, SchemaIssue, SchemaTransformation } from "effect"
+import { issue } from "./Params.ts"
 
 export const AUTHORS_MAX_PER_PAGE = 1000
 export const MAX_PAGE = 2_147_483_647
@@ -19,6 +20,43 @@ export const decodeCursor = (cursor: string): Option.Option<number> => {
   const id = Number(match[1])
   return Number.isSafeInteger(id) ? Option.some(id) : Option.none()
 }
+
+/** Pagination metadata (CONTRACT §3). */
+export const PageMeta = Schema.Struct({
+  page: Schema.Int,
+  per_page: Schema.Int,
+  total: Schema.Int,
+  pages: Schema.Int,
+  next_cursor: Schema.NullOr(Schema.String),
+  has_more: Schema.Boolean
+})
+export type PageMeta = typeof PageMeta.Type
+
+/** The opaque keyset cursor from `meta.next_cursor`; decodes to the last id seen. */
+export const Cursor = Schema.String.pipe(
+  Schema.decodeTo(Schema.Int, {
+    decode: SchemaGetter.transformEffect((text: string, options) =>
+      Option.match(decodeCursor(text), {
+        onNone: () => Effect.fail(new SchemaIssue.InvalidValue({ message: issue("value_error", "Invalid cursor") }, text, options)),
+        onSome: (id) => Effect.succeed(id)
+      })
+    ),
+    // Encodable, so a typed client (src/Client) can pass `meta.next_cursor` back as it came.
+    encode: SchemaGetter.transform((id: number) => encodeCursor(id))
+  })
+)
+
+/**
+ * An author page's `per_page`, from a query string (HTTP) or a JSON number (WebSocket): above
+ * AUTHORS_MAX_PER_PAGE it is clamped, not refused.
+ */
+export const clampPerPage = <From extends Schema.Top & { readonly Type: number }>(from: From) =>
+  from.pipe(
+    Schema.decodeTo(
+      Schema.Int,
+      SchemaTransformation.transform({ decode: (n: number) => Math.min(n, AUTHORS_MAX_PER_PAGE), encode: (n: number) => n })
+    )
+  )
 
 export interface PageRequest {
   readonly page: number

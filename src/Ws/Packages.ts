@@ -4,15 +4,14 @@
  * Processing a package is: data schema → permission → handler (the rate check comes before,
  * in the connection), and every outcome becomes a status_code through the one error table.
  */
-import { Effect, Option, Result, Schema, SchemaGetter } from "effect"
+import { Effect, Option, Result, Schema } from "effect"
 import { hasRoles } from "../Auth/Rbac.ts"
-import { Cursor } from "../Authors/Api.ts"
 import { Authors } from "../Authors/Authors.ts"
 import { ReadAnswer } from "../Authors/ReadAnswers.ts"
 import { ReadCache, scopeOf } from "../Authors/ReadCache.ts"
 import type { AuthorFilters } from "../Authors/Repo.ts"
-import { Author, AuthorPayload, type PageMeta } from "../Domain/Author.ts"
-import { AUTHORS_MAX_PER_PAGE, MAX_PAGE } from "../Domain/Pagination.ts"
+import { Author, AuthorPayload } from "../Domain/Author.ts"
+import { AUTHORS_MAX_PER_PAGE, clampPerPage, Cursor, MAX_PAGE, type PageMeta } from "../Domain/Pagination.ts"
 import type { Observed } from "../Domain/RequestContext.ts"
 import { OperationRoles, type Role, type User } from "../Domain/User.ts"
 import { type ClientError, errorStatus, WsStatus } from "../Errors.ts"
@@ -121,12 +120,7 @@ const toFilters = (filters: Filters | null | undefined): AuthorFilters => ({
   search: filters?.name ?? filters?.search_term ?? undefined
 })
 
-const PerPage = Schema.Int.check(atLeast(1)).annotate({ description: `Clamped to ${AUTHORS_MAX_PER_PAGE}` }).pipe(
-  Schema.decodeTo(Schema.Int, {
-    decode: SchemaGetter.transform((n: number) => Math.min(n, AUTHORS_MAX_PER_PAGE)),
-    encode: SchemaGetter.transform((n: number) => n)
-  })
-)
+const PerPage = clampPerPage(Schema.Int.check(atLeast(1)).annotate({ description: `Clamped to ${AUTHORS_MAX_PER_PAGE}` }))
 
 const GetAuthorsData = Schema.Struct({ filters: Schema.optional(Schema.NullOr(Filters)) })
 

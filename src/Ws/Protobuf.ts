@@ -4,7 +4,7 @@
  */
 import { readFileSync } from "node:fs"
 import protobuf from "protobufjs"
-import type { PageMeta } from "../Domain/Author.ts"
+import type { PageMeta } from "../Domain/Pagination.ts"
 import { classify, type Frame, InvalidJson } from "./Protocol.ts"
 
 export const PROTO_TEXT = readFileSync(new URL("../../proto/websocket.proto", import.meta.url), "utf8")

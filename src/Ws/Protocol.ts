@@ -6,7 +6,8 @@
  * AsyncAPI document and the tests, in the one place a client developer looks.
  */
 import { Result, Schema, SchemaAST, SchemaIssue } from "effect"
-import { Author, PageMeta } from "../Domain/Author.ts"
+import { Author } from "../Domain/Author.ts"
+import { PageMeta } from "../Domain/Pagination.ts"
 import { WsStatus } from "../Errors.ts"
 import { depthExceeds, MAX_JSON_DEPTH, tooDeepMessage } from "../Domain/JsonDepth.ts"
 import { annotatedMessage, issue, meant, splitIssue } from "../Domain/Params.ts"
