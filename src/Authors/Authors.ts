@@ -6,11 +6,11 @@
  * hearing of a change reads the change.
  */
 import { Context, Effect, Layer, Option, Stream } from "effect"
-import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
+import type { AuthorEvent, AuthorFilters, AuthorRow } from "../Domain/Author.ts"
 import { encodeCursor, pageCount, type PageMeta } from "../Domain/Pagination.ts"
 import { authorAnswer, authorKey, listAnswer, listKey, pageAnswer, pageKey, type ReadAnswer } from "./ReadAnswers.ts"
 import { ReadCache } from "./ReadCache.ts"
-import { type AuthorFilters, AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
+import { AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
 
 /** Where author changes are announced: the connection registry broadcasts them (Ws/Registry.ts). */
 export class AuthorEvents extends Context.Service<AuthorEvents, {

@@ -7,17 +7,9 @@ import { Context, Effect, Layer, Option } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import type * as SqlError from "effect/sql/SqlError"
 import type * as Statement from "effect/sql/Statement"
-import type { AuthorRow } from "../Domain/Author.ts"
+import type { AuthorFilters, AuthorRow } from "../Domain/Author.ts"
 import type { PageRequest } from "../Domain/Pagination.ts"
 import { AuthorNameTaken, AuthorNotFound } from "../Errors.ts"
-
-export interface AuthorFilters {
-  readonly id?: number | undefined
-  /** Exact name. */
-  readonly name?: string | undefined
-  /** Case-insensitive substring. */
-  readonly search?: string | undefined
-}
 
 export interface AuthorPageResult {
   readonly items: ReadonlyArray<AuthorRow>

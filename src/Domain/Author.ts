@@ -13,6 +13,15 @@ export const Author = Schema.Struct({
   created_at: Schema.String.annotate({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
 }).annotate({ identifier: "Author" })
 
+/** What an author read is filtered by (HTTP query parameters, WebSocket package filters). */
+export interface AuthorFilters {
+  readonly id?: number | undefined
+  /** Exact name. */
+  readonly name?: string | undefined
+  /** Case-insensitive substring. */
+  readonly search?: string | undefined
+}
+
 export interface AuthorRow {
   readonly id: number
   readonly name: string
