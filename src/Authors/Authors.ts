@@ -6,8 +6,8 @@
  * hearing of a change reads the change.
  */
 import { Context, Effect, Layer, Option, Stream } from "effect"
-import type { AuthorEvent, AuthorFilters, AuthorRow } from "../Domain/Author.ts"
-import { encodeCursor, pageCount, type PageMeta } from "../Domain/Pagination.ts"
+import type { AuthorEvent, AuthorFilters, AuthorPage, AuthorRow } from "../Domain/Author.ts"
+import { encodeCursor, pageCount, type PageQuery } from "../Domain/Pagination.ts"
 import { authorAnswer, authorKey, listAnswer, listKey, pageAnswer, pageKey, type ReadAnswer } from "./ReadAnswers.ts"
 import { ReadCache } from "./ReadCache.ts"
 import { AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
@@ -16,17 +16,6 @@ import { AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
 export class AuthorEvents extends Context.Service<AuthorEvents, {
   readonly publish: (event: AuthorEvent) => Effect.Effect<void>
 }>()("Authors/Events") {}
-
-export interface PageQuery {
-  readonly page: number
-  readonly perPage: number
-  readonly cursor: Option.Option<number>
-}
-
-export interface AuthorPage {
-  readonly items: ReadonlyArray<AuthorRow>
-  readonly meta: PageMeta
-}
 
 /** The unpaginated list when it is longer than one batch: streamed, never held (nor cached). */
 export interface ListBatches {

@@ -6,9 +6,8 @@
  * again. Keys name a read exactly (every parameter that shapes its answer).
  */
 import { hash } from "node:crypto"
-import { type AuthorFilters, type AuthorRow, authorRowsJson } from "../Domain/Author.ts"
-import type { PageMeta } from "../Domain/Pagination.ts"
-import type { AuthorPage, PageQuery } from "./Authors.ts"
+import { type AuthorFilters, type AuthorPage, type AuthorRow, authorRowsJson } from "../Domain/Author.ts"
+import type { PageMeta, PageQuery } from "../Domain/Pagination.ts"
 
 export class ReadAnswer {
   /** The HTTP body (for a missing author: empty, and `found` is false). */

@@ -62,6 +62,7 @@ export const AuthorName = Schema.String.annotate({
 export const AuthorPayload = Schema.Struct({ name: AuthorName })
 
 export const AuthorPage = Schema.Struct({ items: Schema.Array(Author), meta: PageMeta })
+export type AuthorPage = typeof AuthorPage.Type
 
 export type AuthorEvent = {
   readonly event: "author.created" | "author.updated" | "author.deleted"

@@ -58,6 +58,13 @@ export const clampPerPage = <From extends Schema.Top & { readonly Type: number }
     )
   )
 
+/** A page as asked for: offset (`page`) or keyset (`cursor`, the last id seen). */
+export interface PageQuery {
+  readonly page: number
+  readonly perPage: number
+  readonly cursor: Option.Option<number>
+}
+
 export interface PageRequest {
   readonly page: number
   readonly perPage: number
