@@ -2,9 +2,9 @@
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Effect, Exit, Layer, Option, type Runtime } from "effect"
 import { makeServedAppLive } from "./App.ts"
-import { ShutdownDeadline } from "./AuditLogs/Writer.ts"
 import { AppConfig } from "./Config.ts"
 import { drainOnShutdown, nodeServerLayer } from "./Http/NodeServer.ts"
+import { ShutdownDeadline } from "./Lifecycle.ts"
 import { LoggerLive } from "./Observability/Logging.ts"
 import { causeText, failureLine } from "./Startup.ts"
 

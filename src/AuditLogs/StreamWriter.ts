@@ -30,9 +30,9 @@ import {
   flushBudgetMs,
   makeBuffer,
   newEntry,
-  ShutdownDeadline,
   type WriterOptions
 } from "./Writer.ts"
+import { ShutdownDeadline } from "../Lifecycle.ts"
 
 /** A record in the stream: its entry id there, and the record (undefined: not one of ours, deleted unwritten). */
 type Journaled = { readonly id: string; readonly stored: StoredEntry | undefined }

@@ -8,10 +8,11 @@
  * - With Redis: StreamWriter.ts, which uses this buffer as its fallback.
  * Redelivery is idempotent: each record carries an `entry_id` (ON CONFLICT DO NOTHING).
  */
-import { Context, Duration, Effect, Fiber, Queue, Schedule } from "effect"
+import { Duration, Effect, Fiber, Queue, Schedule } from "effect"
 import type * as SqlError from "effect/sql/SqlError"
 import { randomUUID } from "node:crypto"
 import { sqlStateOf } from "../Db/Instrumentation.ts"
+import { ShutdownDeadline } from "../Lifecycle.ts"
 import { auditBufferBytes, type AuditDropReason, auditRecordsDroppedTotal } from "../Observability/Metrics.ts"
 import { AuditLog, type AuditEntry } from "./AuditLog.ts"
 import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "./Repo.ts"
@@ -45,18 +46,6 @@ export const defaultWriterOptions: WriterOptions = {
   // CONTRACT §5/§9: exit within 10 s of SIGTERM, flush included: main.ts drains HTTP for 5 s first.
   flushTimeout: "3500 millis"
 }
-
-/**
- * When the process's shutdown must be over (epoch ms), once a signal has started it: main.ts
- * provides it (CONTRACT §9, exit within 10 s of SIGTERM in every state). The flush at shutdown
- * ends at `flushTimeout` or at this moment, whichever comes first, so that a drain of the
- * requests in flight that took its whole 5 s still leaves the closing of Redis and the pool
- * their time. Undefined (the default, and tests closing a scope): `flushTimeout` alone.
- */
-export const ShutdownDeadline = Context.Reference<{ readonly at: () => number | undefined }>(
-  "AuditLogs/ShutdownDeadline",
-  { defaultValue: () => ({ at: () => undefined }) }
-)
 
 /** How long the flush may take from now. */
 export const flushBudgetMs = (options: WriterOptions, deadline: { readonly at: () => number | undefined }) => {

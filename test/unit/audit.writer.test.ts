@@ -16,9 +16,9 @@ import {
   defaultWriterOptions,
   estimateRecordBytes,
   isOutage,
-  makeBufferedAuditLog,
-  ShutdownDeadline
+  makeBufferedAuditLog
 } from "../../src/AuditLogs/Writer.ts"
+import { ShutdownDeadline } from "../../src/Lifecycle.ts"
 import { auditBufferBytes, auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
 import { readMetric } from "../support/Metrics.ts"
 
