@@ -2,6 +2,7 @@
  * The audit trail's write side (CONTRACT §6): `record` never waits for the database.
  */
 import { Context, Effect, Layer } from "effect"
+import { randomUUID } from "node:crypto"
 import type { RequestData } from "./RequestData.ts"
 
 export type AuditOutcome = "success" | "error" | "permission_denied"
@@ -24,6 +25,15 @@ export interface AuditEntry {
   readonly request_data: RequestData
   readonly error_message: string | null
 }
+
+/** A record as buffered: the entry and the id that makes its insertion idempotent. */
+export interface StoredEntry {
+  readonly entryId: string
+  readonly entry: AuditEntry
+}
+
+/** Values the database would refuse are reduced when the batch is inserted (Storable.ts), not on the request's path. */
+export const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), entry })
 
 export class AuditLog extends Context.Service<AuditLog, {
   /** Buffers a record; returns at once. */

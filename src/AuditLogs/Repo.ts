@@ -7,14 +7,8 @@ import * as PgTypes from "@effect/sql-pg/PgTypes"
 import { Array as Arr, Context, Effect, Layer, Result } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
-import type { AuditEntry, AuditOutcome } from "./AuditLog.ts"
+import type { AuditOutcome, StoredEntry } from "./AuditLog.ts"
 import { toColumns } from "./Storable.ts"
-
-/** A record as buffered: the entry and the id that makes its insertion idempotent. */
-export interface StoredEntry {
-  readonly entryId: string
-  readonly entry: AuditEntry
-}
 
 export interface AuditFilters {
   readonly user_id?: string | undefined

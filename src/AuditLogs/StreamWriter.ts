@@ -21,15 +21,14 @@
  */
 import { Duration, Effect, Fiber, Queue } from "effect"
 import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
-import { AuditLog, type AuditEntry } from "./AuditLog.ts"
-import { INSERT_BATCH_MAX, type StoredEntry } from "./Repo.ts"
+import { AuditLog, type AuditEntry, newEntry, type StoredEntry } from "./AuditLog.ts"
+import { INSERT_BATCH_MAX } from "./Repo.ts"
 import { requestDataJson } from "./RequestData.ts"
 import {
   countDropped,
   defaultWriterOptions,
   flushBudgetMs,
   makeBuffer,
-  newEntry,
   type WriterOptions
 } from "./Writer.ts"
 import { ShutdownDeadline } from "../Lifecycle.ts"

@@ -10,12 +10,11 @@
  */
 import { Duration, Effect, Fiber, Queue, Schedule } from "effect"
 import type * as SqlError from "effect/sql/SqlError"
-import { randomUUID } from "node:crypto"
 import { sqlStateOf } from "../Db/Instrumentation.ts"
 import { ShutdownDeadline } from "../Lifecycle.ts"
 import { auditBufferBytes, type AuditDropReason, auditRecordsDroppedTotal } from "../Observability/Metrics.ts"
-import { AuditLog, type AuditEntry } from "./AuditLog.ts"
-import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "./Repo.ts"
+import { AuditLog, type AuditEntry, newEntry, type StoredEntry } from "./AuditLog.ts"
+import { AuditRepo, INSERT_BATCH_MAX } from "./Repo.ts"
 import { requestDataJson } from "./RequestData.ts"
 import { minimalEntry } from "./Storable.ts"
 
@@ -217,9 +216,6 @@ export const makeBuffer = (options: WriterOptions) =>
     /** Its batch inserter, for the stream path to share (one retry loop, one outage warning). */
     return { offer, flush, insert } as const
   })
-
-/** Values the database would refuse are reduced when the batch is inserted (Storable.ts), not on the request's path. */
-export const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), entry })
 
 /** In-process writer (no Redis). */
 export const makeBufferedAuditLog = (options: WriterOptions = defaultWriterOptions) =>

@@ -6,10 +6,10 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Layer, Scope } from "effect"
 import { SqlError } from "effect/sql"
-import type { AuditEntry } from "../../src/AuditLogs/AuditLog.ts"
+import type { AuditEntry, StoredEntry } from "../../src/AuditLogs/AuditLog.ts"
 import { outcomeOf } from "../../src/AuditLogs/AuditLog.ts"
 import { parseIsoDate } from "../../src/AuditLogs/Api.ts"
-import { AuditRepo, INSERT_BATCH_MAX, type StoredEntry } from "../../src/AuditLogs/Repo.ts"
+import { AuditRepo, INSERT_BATCH_MAX } from "../../src/AuditLogs/Repo.ts"
 import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
 import { redact } from "../../src/Domain/Secrets.ts"
 import {
