@@ -7,7 +7,7 @@ import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Effect, Layer, Option, References } from "effect"
 import { HttpMiddleware, HttpRouter, HttpServer, type HttpServerRequest, type HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
-import { Api, CommonResponsesLive } from "./Api.ts"
+import { Api, CommonResponses } from "./Api.ts"
 import { AuditLogsHttpLive } from "./AuditLogs/Http.ts"
 import { AuditRepo } from "./AuditLogs/Repo.ts"
 import { AuditLogLive } from "./AuditLogs/Live.ts"
@@ -37,6 +37,9 @@ import { RedisRegistryLive } from "./Ws/RedisRegistry.ts"
 import { AuthorEventsLive, MemoryRegistryLive, WebSocketProbeLive } from "./Ws/Registry.ts"
 import { untilDatabaseReachable } from "./Startup.ts"
 import { WsServerLive } from "./Ws/Server.ts"
+
+/** The common responses' middleware does nothing: it is there for the errors it declares (Api.ts). */
+const CommonResponsesLive: Layer.Layer<CommonResponses> = Layer.succeed(CommonResponses, (httpEffect) => httpEffect)
 
 /** The HttpApi with its handlers; the middlewares it declares (authentication, common responses). */
 const ApiLive = HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }).pipe(
