@@ -2,15 +2,18 @@
  * The client kit (`src/Client/index.ts`, the package's export) loads no server code: importing it
  * in a fresh Node process resolves no module of the server's packages (prom-client would start
  * collecting default metrics in the client's process; jose, the PostgreSQL and Redis drivers,
- * tracing) and no server module of `src/`.
+ * tracing) and, of `src/`, only contracts, the domain vocabulary, the error table and the client
+ * itself (the layers the client's row of docs/architecture.md allows).
  *
  * Every resolution is recorded by a `module.registerHooks` hook (it sees `import` and `require`
  * alike, inside packages too), installed before the client is imported.
  */
 import { execFileSync } from "node:child_process"
+import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { pathToFileURL } from "node:url"
 import { describe, expect, it } from "vitest"
+import { ARCHITECTURE_PAGE, parseLayerTable, placeModule } from "../../scripts/layers.ts"
 
 const ROOT = process.cwd()
 
@@ -59,8 +62,16 @@ describe("the client kit's import closure", () => {
     expect([...packages].filter((name) => name.startsWith("@opentelemetry/"))).toEqual([])
   })
 
-  it("loads no server module of src/", () => {
+  it("loads, of src/, only contracts, the domain, the error table and the client", () => {
+    const layers = parseLayerTable(readFileSync(ARCHITECTURE_PAGE, "utf8"))
+    const client = layers.find((l) => l.name === "client")!
+    const allowed = new Set([client.name, ...client.mayImport])
     const loaded = [...new Set(resolved.flatMap((r) => srcModule(r.url) ?? []))]
+    const outside = loaded.filter((module) => {
+      const placement = placeModule(module, layers)
+      return placement._tag !== "In" || !allowed.has(placement.layer.name)
+    })
+    expect(outside).toEqual([])
     expect(loaded.filter((m) => m.startsWith("src/Observability/") && m !== "src/Observability/Api.ts")).toEqual([])
     expect(loaded.filter((m) => /^src\/(Ws\/(Server|Connection|Handshake|Dispatch)|Http\/)/.test(m))).toEqual([])
   })
