@@ -10,12 +10,23 @@ export const MAX_PAGE = 2_147_483_647
 
 export const pageCount = (total: number, perPage: number) => (total === 0 ? 0 : Math.ceil(total / perPage))
 
-/** The cursor is the last id seen, base64url-encoded: opaque to clients, cheap to check. */
-export const encodeCursor = (lastId: number): string => Buffer.from(`a:${lastId}`, "utf8").toString("base64url")
+/**
+ * The cursor is the last id seen, base64url-encoded: opaque to clients, cheap to check. `btoa` /
+ * `atob` rather than Node's Buffer: the domain is part of the client kit, which runs in browsers.
+ * The text is ASCII, so the binary strings they use are its UTF-8.
+ */
+export const encodeCursor = (lastId: number): string =>
+  btoa(`a:${lastId}`).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "")
+
+/** base64url without padding, read as Buffer reads it: a last lone character carries no whole byte and is dropped. */
+const fromBase64Url = (text: string): string => {
+  const whole = (text.length % 4 === 1 ? text.slice(0, -1) : text).replace(/-/g, "+").replace(/_/g, "/")
+  return atob(whole.padEnd(Math.ceil(whole.length / 4) * 4, "="))
+}
 
 export const decodeCursor = (cursor: string): Option.Option<number> => {
   if (!/^[A-Za-z0-9_-]{1,32}$/.test(cursor)) return Option.none()
-  const match = /^a:(\d{1,16})$/.exec(Buffer.from(cursor, "base64url").toString("utf8"))
+  const match = /^a:(\d{1,16})$/.exec(fromBase64Url(cursor))
   if (match === null) return Option.none()
   const id = Number(match[1])
   return Number.isSafeInteger(id) ? Option.some(id) : Option.none()
