@@ -1,15 +1,17 @@
 /**
- * A small client for the `/web` WebSocket (CONTRACT §5), with a plain Promise API: JSON text
- * frames or `?format=protobuf` binary frames (the messages of `proto/websocket.proto`, the text
- * the server compiles), `request(pkgId, data)` answered by `req_id`, broadcasts to a callback,
- * re-authentication before the token's `exp`, and reconnection with bounded, jittered backoff
- * after an abnormal close. One module on purpose (~340 lines): it is the whole client a
- * developer copies or imports, and its states (connecting, authenticating, open, reconnecting)
- * are one state machine.
+ * A small client for the `/web` WebSocket, with a plain Promise API: JSON text frames or
+ * `?format=protobuf` binary frames (the messages of `proto/websocket.proto`, Ws/ProtobufCodec.ts),
+ * `request(pkgId, data)` answered by `req_id`, broadcasts to a callback, re-authentication before
+ * the token's `exp`, and reconnection with bounded, jittered backoff after an abnormal close. One
+ * module on purpose: its states (connecting, authenticating, open, reconnecting) are one state
+ * machine.
+ *
+ * Built on the standard `WebSocket` and `crypto` globals only (browsers, Node ≥ 22, Deno, Bun).
+ * A browser's WebSocket cannot set headers, so the token always travels in the first frame
+ * (`{"type":"auth","token":"Bearer …"}`), which every runtime can send and which keeps it out of
+ * URLs and access logs.
  */
-import { randomUUID } from "node:crypto"
-import WebSocket from "ws"
-import { RequestType, ResponseType } from "../Ws/Protobuf.ts"
+import { decodeResponse, encodeRequest } from "../Ws/ProtobufCodec.ts"
 import { BROADCAST_REQ_ID, Close } from "../Ws/Protocol.ts"
 
 export { BROADCAST_REQ_ID } from "../Ws/Protocol.ts"
@@ -65,8 +67,6 @@ export interface WsClientOptions {
   } | false
   /** Reject a request not answered within this time (default 30 000 ms). */
   readonly requestTimeoutMs?: number
-  /** Extra handshake headers (e.g. `origin`, `x-correlation-id`). */
-  readonly headers?: Record<string, string>
 }
 
 /** The connection is gone (closed by `close()`, by the server, or reconnection gave up). */
@@ -81,19 +81,12 @@ export class WsClosedError extends Error {
   }
 }
 
-export const encodeProtobufRequest = (pkgId: number, reqId: string, data: unknown): Uint8Array =>
-  RequestType.encode(RequestType.fromObject({ pkg_id: pkgId, req_id: reqId, method: "", data_json: JSON.stringify(data) }))
-    .finish()
+export const encodeProtobufRequest = (pkgId: number, reqId: string, data: unknown): Uint8Array<ArrayBuffer> =>
+  encodeRequest({ pkg_id: pkgId, req_id: reqId, method: "", data_json: JSON.stringify(data) })
 
 /** A `Response` message as the JSON envelope: `meta` null when absent, `next_cursor` null when "". */
 export const decodeProtobufResponse = (bytes: Uint8Array): WsResponse => {
-  const m = ResponseType.toObject(ResponseType.decode(bytes), { defaults: true }) as {
-    pkg_id: number
-    req_id: string
-    status_code: number
-    data_json: string
-    meta: (Omit<PageMeta, "next_cursor"> & { next_cursor: string }) | null
-  }
+  const m = decodeResponse(bytes)
   return {
     pkg_id: m.pkg_id,
     req_id: m.req_id,
@@ -106,11 +99,36 @@ export const decodeProtobufResponse = (bytes: Uint8Array): WsResponse => {
 /** The `exp` claim of a JWT (not verified: only to know when to re-authenticate). */
 export const tokenExpiry = (token: string): number | undefined => {
   try {
-    const payload = JSON.parse(Buffer.from(token.split(".")[1] ?? "", "base64url").toString("utf8")) as { exp?: unknown }
+    const base64 = (token.split(".")[1] ?? "").replace(/-/g, "+").replace(/_/g, "/")
+    const bytes = Uint8Array.from(atob(base64.padEnd(Math.ceil(base64.length / 4) * 4, "=")), (c) => c.charCodeAt(0))
+    const payload = JSON.parse(new TextDecoder().decode(bytes)) as { exp?: unknown }
     return typeof payload.exp === "number" ? payload.exp * 1000 : undefined
   } catch {
     return undefined
   }
+}
+
+/**
+ * A v4 UUID for `req_id`. `crypto.randomUUID` exists only in secure contexts in browsers (https,
+ * localhost); `getRandomValues` everywhere.
+ */
+export const randomUuid = (): string => {
+  const crypto = globalThis.crypto
+  if (typeof crypto.randomUUID === "function") return crypto.randomUUID()
+  const b = crypto.getRandomValues(new Uint8Array(16))
+  b[6] = (b[6]! & 0x0f) | 0x40
+  b[8] = (b[8]! & 0x3f) | 0x80
+  const hex = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("")
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
+}
+
+type Timer = ReturnType<typeof setTimeout>
+
+/** In Node, a timer that alone keeps the process running is unref'd; browsers have no such notion. */
+const unref = (timer: Timer): Timer => {
+  const node = timer as unknown as { readonly unref?: unknown }
+  if (typeof node === "object" && node !== null && typeof node.unref === "function") node.unref()
+  return timer
 }
 
 export interface ReconnectBounds {
@@ -136,7 +154,7 @@ const reconnectable = (code: number, reason: string) =>
 interface Pending {
   readonly resolve: (response: WsResponse) => void
   readonly reject: (error: Error) => void
-  readonly timer: NodeJS.Timeout
+  readonly timer: Timer
 }
 
 export interface WsClient {
@@ -151,6 +169,9 @@ export interface WsClient {
 
 /** Connects (first frame `{"type":"auth"}`, then `auth_ok`) and resolves once authenticated. */
 export const connectWs = async (options: WsClientOptions): Promise<WsClient> => {
+  if (typeof globalThis.WebSocket !== "function") {
+    throw new Error("connectWs needs the standard WebSocket global (browsers, Node ≥ 22, Deno, Bun)")
+  }
   const format = options.format ?? "json"
   const base = options.url.replace(/^http/, "ws")
   const url = new URL(/\/web\/?$/.test(new URL(base).pathname) ? base : `${base.replace(/\/$/, "")}/web`)
@@ -167,8 +188,8 @@ export const connectWs = async (options: WsClientOptions): Promise<WsClient> => 
   let socket: WebSocket | undefined
   let closedByUser = false
   let finalError: WsClosedError | undefined
-  let reauthTimer: NodeJS.Timeout | undefined
-  let reconnectTimer: NodeJS.Timeout | undefined
+  let reauthTimer: Timer | undefined
+  let reconnectTimer: Timer | undefined
   const pending = new Map<string, Pending>()
   let waiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = []
 
@@ -198,8 +219,7 @@ export const connectWs = async (options: WsClientOptions): Promise<WsClient> => 
     if (exp === undefined) return
     // Never sooner than 1 s, so a provider that hands back the same token cannot spin.
     const delay = Math.max(exp - reauthMarginMs - Date.now(), 1000)
-    reauthTimer = setTimeout(() => void reauth(), delay)
-    reauthTimer.unref()
+    reauthTimer = unref(setTimeout(() => void reauth(), delay))
   }
 
   const reauth = async () => {
@@ -212,16 +232,17 @@ export const connectWs = async (options: WsClientOptions): Promise<WsClient> => 
       scheduleReauth(token)
     } catch {
       // No fresh token now: try again shortly; the server closes 4001 at expiry otherwise.
-      reauthTimer = setTimeout(() => void reauth(), 5000)
-      reauthTimer.unref()
+      reauthTimer = unref(setTimeout(() => void reauth(), 5000))
     }
   }
 
-  const onFrame = (raw: WebSocket.RawData, isBinary: boolean) => {
+  /** A frame: text is JSON, binary (an ArrayBuffer: `binaryType` is set so) a protobuf Response. */
+  const onFrame = (raw: unknown) => {
     let message: WsResponse | { type?: unknown }
     try {
-      const bytes = Array.isArray(raw) ? Buffer.concat(raw) : Buffer.from(raw as ArrayBuffer)
-      message = isBinary ? decodeProtobufResponse(bytes) : JSON.parse(bytes.toString("utf8"))
+      if (typeof raw === "string") message = JSON.parse(raw)
+      else if (raw instanceof ArrayBuffer) message = decodeProtobufResponse(new Uint8Array(raw))
+      else return
     } catch {
       return
     }
@@ -241,14 +262,16 @@ export const connectWs = async (options: WsClientOptions): Promise<WsClient> => 
   const open = async (): Promise<void> => {
     const token = await options.token()
     return new Promise<void>((resolve, reject) => {
-      const ws = new WebSocket(url, { headers: options.headers ?? {} })
+      const ws = new WebSocket(url)
+      ws.binaryType = "arraybuffer"
       socket = ws
       let authenticated = false
-      ws.on("open", () => ws.send(JSON.stringify({ type: "auth", token: `Bearer ${token}` })))
-      ws.on("message", (raw, isBinary) => {
-        if (!authenticated && !isBinary) {
+      ws.addEventListener("open", () => ws.send(JSON.stringify({ type: "auth", token: `Bearer ${token}` })))
+      ws.addEventListener("message", (event: MessageEvent) => {
+        const raw: unknown = event.data
+        if (!authenticated && typeof raw === "string") {
           try {
-            if ((JSON.parse(raw.toString()) as { type?: unknown }).type === "auth_ok") {
+            if ((JSON.parse(raw) as { type?: unknown }).type === "auth_ok") {
               authenticated = true
               scheduleReauth(token)
               resolve()
@@ -258,11 +281,12 @@ export const connectWs = async (options: WsClientOptions): Promise<WsClient> => 
             // not JSON: handled below
           }
         }
-        onFrame(raw, isBinary)
+        onFrame(raw)
       })
-      ws.on("error", () => {}) // the close event follows
-      ws.on("close", (code, reasonBuffer) => {
-        const reason = reasonBuffer.toString()
+      // An error event is always followed by the close event, which settles everything.
+      ws.addEventListener("error", () => {})
+      ws.addEventListener("close", (event: CloseEvent) => {
+        const { code, reason } = event
         if (ws !== socket) return
         clearTimeout(reauthTimer)
         rejectPending(new WsClosedError(code, reason))
@@ -324,7 +348,7 @@ export const connectWs = async (options: WsClientOptions): Promise<WsClient> => 
     request: async <D>(pkgId: number, data: Record<string, unknown> = {}) => {
       await ready()
       const ws = socket!
-      const reqId = randomUUID()
+      const reqId = randomUuid()
       return new Promise<WsResponse<D>>((resolve, reject) => {
         const timer = setTimeout(() => {
           pending.delete(reqId)
@@ -347,7 +371,7 @@ export const connectWs = async (options: WsClientOptions): Promise<WsClient> => 
       if (state !== "closed") finish(error)
       if (ws === undefined || ws.readyState === WebSocket.CLOSED) return
       await new Promise<void>((resolve) => {
-        ws.once("close", () => resolve())
+        ws.addEventListener("close", () => resolve(), { once: true })
         ws.close(1000, "Client closed")
       })
     }

@@ -1,5 +1,5 @@
 /**
- * The client kit (`src/Client/index.ts`, the package's export) loads no server code: importing it
+ * The client kit (`src/Client/index.ts`, built into packages/client) loads no server code: importing it
  * in a fresh Node process resolves no module of the server's packages (prom-client would start
  * collecting default metrics in the client's process; jose, the PostgreSQL and Redis drivers,
  * tracing) and, of `src/`, only contracts, the domain vocabulary, the error table and the client
@@ -76,10 +76,11 @@ describe("the client kit's import closure", () => {
     expect(loaded.filter((m) => /^src\/(Ws\/(Server|Connection|Handshake|Dispatch)|Http\/)/.test(m))).toEqual([])
   })
 
-  it("loads the ws package only as the /web client's socket (src/Client/Ws.ts)", () => {
-    // `ws`'s ESM entry (wrapper.mjs) also loads the package's own websocket-server.js: that is the
-    // package, not a server of ours; no module of src/Ws/ that serves /web is loaded (above).
-    const fromSrc = resolved.filter((r) => packageOf(r.url) === "ws" && r.parent !== null && srcModule(r.parent) !== undefined)
-    expect([...new Set(fromSrc.map((r) => srcModule(r.parent!)))]).toEqual(["src/Client/Ws.ts"])
+  it("loads no package but effect and no Node built-in: it runs wherever the standard globals are", () => {
+    // The /web client is on the standard WebSocket, the protobuf messages on Ws/ProtobufCodec.ts
+    // (no protobufjs, no file read), ids from globalThis.crypto: a browser has no `node:` modules.
+    expect([...new Set(resolved.flatMap((r) => packageOf(r.url) ?? []))]).toEqual(["effect"])
+    expect(resolved.filter((r) => r.url.startsWith("node:")).map((r) => `${r.url} from ${r.parent}`)).toEqual([])
+    expect(resolved.map((r) => srcModule(r.url))).not.toContain("src/Ws/Protobuf.ts")
   })
 })
