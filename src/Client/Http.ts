@@ -21,14 +21,20 @@ import { InvalidRefreshToken } from "../Errors.ts"
 
 export { Api }
 export {
+  AuditLogNotFound,
   AuthorNameTaken,
   AuthorNotFound,
+  CaptureRefused,
   Forbidden,
   IdentityProviderUnavailable,
+  InternalError,
   InvalidCredentials,
+  InvalidFilename,
   InvalidRefreshToken,
   PayloadTooLarge,
   RateLimited,
+  ReportNotFound,
+  TooManyFailedLogins,
   Unauthenticated
 } from "../Errors.ts"
 export type { TokenResponse }
