@@ -4,7 +4,7 @@ import tseslint from "typescript-eslint"
 
 // ESLint's own defineConfig: typescript-eslint 8 deprecates its `tseslint.config` helper.
 export default defineConfig(
-  globalIgnores(["node_modules/", ".data/", "dist/", "profiling_reports/", "bench/results/", "bench/.baseline-js/"]),
+  globalIgnores(["node_modules/", ".data/", "dist/", "packages/*/dist/", "profiling_reports/", "bench/results/", "bench/.baseline-js/"]),
   js.configs.recommended,
   tseslint.configs.recommended,
   {

@@ -1,7 +1,9 @@
 /**
- * The client kit (src/Client) against a running service: the typed HTTP client built from `Api`
- * (login, typed successes and errors, cursor paging, token refresh) and the `/web` client (JSON and protobuf,
- * broadcasts, re-authentication, reconnection after the connection drops).
+ * The client kit as its package (`@author-directory/client`, packages/client/dist, built from
+ * src/Client by the test run's setup) against a running service: the typed HTTP client built from
+ * `Api` (login, typed successes and errors, cursor paging, token refresh), the Promise facade, and
+ * the `/web` client on the standard WebSocket (JSON and protobuf, broadcasts, re-authentication,
+ * reconnection after the connection drops).
  */
 import { Effect, Stream } from "effect"
 import { randomUUID } from "node:crypto"
@@ -12,13 +14,15 @@ import {
   AuthorNotFound,
   type BroadcastEvent,
   connectWs,
+  createClient,
   Forbidden,
   makeClient,
   memoryTokenStore,
   Unauthenticated,
+  ValidationError,
   type WsClient,
   type WsState
-} from "../../src/Client/index.ts"
+} from "@author-directory/client"
 import { startTcpProxy, type TcpProxy } from "../support/TcpProxy.ts"
 import { signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
 
@@ -146,6 +150,57 @@ describe("client kit", () => {
       expect(writes).toBe(1)
       expect(store.get()!.accessToken).not.toBe("expired")
       expect(store.get()!.accessExpiresAt).toBeGreaterThan(Date.now())
+    })
+  })
+
+  describe("Promise facade", () => {
+    /** The rejection of a promise expected to reject (its value if it resolved, to fail the assertion). */
+    const rejection = (promise: Promise<unknown>) => promise.then((value) => value, (error: unknown) => error)
+
+    it("logs in, creates, reads, renames and deletes, rejecting with the declared errors' classes", async () => {
+      const client = createClient({ baseUrl: app.url })
+      expect(await rejection(client.authors.list())).toBeInstanceOf(Unauthenticated)
+      const tokens = await client.login("admin", "admin")
+      expect(tokens).toMatchObject({ token_type: "Bearer", expires_in: 300 })
+
+      const name = unique("Promise")
+      const created = await client.authors.create({ name })
+      expect(created).toEqual({ id: expect.any(Number), name, created_at: expect.any(String) })
+      expect(await client.authors.get(created.id)).toEqual(created)
+      expect(await client.authors.list({ search: name })).toEqual([created])
+      const page = await client.authors.page({ id: created.id })
+      expect(page.items).toEqual([created])
+      expect(page.meta).toMatchObject({ page: 1, total: 1, next_cursor: null, has_more: false })
+
+      const taken = await rejection(client.authors.create({ name }))
+      expect(taken).toBeInstanceOf(AuthorNameTaken)
+      expect(taken).toMatchObject({ _tag: "AuthorNameTaken", detail: `Author with name ${name} already exists` })
+      const invalid = await rejection(client.authors.create({ name: "   " }))
+      expect(invalid).toBeInstanceOf(ValidationError)
+      expect(invalid).toBeInstanceOf(Error)
+      expect(invalid).toMatchObject({ detail: [{ loc: ["body", "name"], type: "string_too_short" }] })
+
+      const renamed = await client.authors.update(created.id, { name: `${name} renamed` })
+      expect(renamed).toEqual({ ...created, name: `${name} renamed` })
+      expect(await client.authors.delete(created.id)).toBeUndefined()
+      expect(await rejection(client.authors.get(created.id))).toBeInstanceOf(AuthorNotFound)
+
+      client.logout()
+      expect(await rejection(client.authors.list())).toBeInstanceOf(Unauthenticated)
+    })
+
+    it("opens the /web client with the session's token and receives the broadcast of its own create", async () => {
+      const client = createClient({ baseUrl: app.url })
+      await client.login("editor", "editor")
+      const broadcasts = event<BroadcastEvent>()
+      const socket = await client.connectWs({ format: "protobuf", onBroadcast: broadcasts.emit })
+      sockets.push(socket)
+      const name = unique("Facade")
+      const arrived = broadcasts.next((b) => b.author.name === name)
+      const answer = await socket.request<{ id: number; name: string }>(3, { name })
+      expect(answer).toMatchObject({ pkg_id: 3, status_code: 0, data: { name } })
+      expect(await arrived).toMatchObject({ event: "author.created", author: { id: answer.data.id, name } })
+      await socket.close()
     })
   })
 

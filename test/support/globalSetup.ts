@@ -9,9 +9,12 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { buildIfNeeded } from "../../scripts/build.ts"
+import { buildClientIfNeeded } from "../../scripts/build-client.ts"
 
 export default async function setup() {
   buildIfNeeded()
+  // The client kit's package (packages/client/dist): the client tests import it as a client would.
+  await buildClientIfNeeded()
   const root = mkdtempSync(join(tmpdir(), "ads-pglite-template-"))
   const dataDir = join(root, "pgdata")
   const db = await PGlite.create({ dataDir, extensions: { pg_trgm } })
