@@ -11,7 +11,9 @@ import type { HttpServerRequest } from "effect/http"
 const EXPOSED = "X-Correlation-ID, X-Request-ID, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After, ETag"
 const PREFLIGHT = {
   "access-control-allow-methods": "GET, POST, PUT, DELETE, OPTIONS",
-  "access-control-allow-headers": "Authorization, Content-Type, X-Correlation-ID, If-None-Match",
+  // traceparent / tracestate / b3: a browser client that propagates its trace (Effect's HttpClient
+  // sends traceparent and b3 by default) joins the service's trace (Http/Correlation.ts reads traceparent).
+  "access-control-allow-headers": "Authorization, Content-Type, X-Correlation-ID, If-None-Match, traceparent, tracestate, b3",
   "access-control-max-age": "600"
 }
 

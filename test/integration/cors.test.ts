@@ -48,6 +48,8 @@ describe("CORS_ALLOWED_ORIGINS set", () => {
     expect(res.headers.get("access-control-allow-headers")?.toLowerCase()).toContain("authorization")
     // Conditional reads from a script: it may send If-None-Match and read the ETag.
     expect(res.headers.get("access-control-allow-headers")?.toLowerCase()).toContain("if-none-match")
+    // Trace context from a browser client (Effect's HttpClient sends traceparent and b3 unless told not to).
+    expect(res.headers.get("access-control-allow-headers")?.toLowerCase().split(/,\s*/)).toEqual(expect.arrayContaining(["traceparent", "tracestate", "b3"]))
     expect(res.headers.get("access-control-expose-headers")?.toLowerCase()).toContain("etag")
     expect(res.headers.get("vary")).toContain("Origin")
     expect(res.headers.get("x-ratelimit-limit")).toBeNull()
