@@ -110,6 +110,9 @@ export const buildClient = async () => {
   }
 }
 
+/** Whether `dist/` was built after the last change to any source of the package. */
+export const isClientBuildFresh = isFresh
+
 /** Builds the package unless its `dist/` is newer than every source; returns whether it built. */
 export const buildClientIfNeeded = async () => (isFresh() ? false : (await buildClient(), true))
 

@@ -12,6 +12,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { isClientBuildFresh } from "../../scripts/build-client.ts"
 import { startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const ROOT = process.cwd()
@@ -132,6 +133,13 @@ describe("the client package, installed from its tarball into an empty project",
   afterAll(async () => {
     await app?.close()
     if (work !== undefined) rmSync(work, { recursive: true, force: true })
+  })
+
+  it("packs the build of the current sources", () => {
+    // `prepack` rebuilt dist/ if any source was newer; what was packed is that build.
+    expect(isClientBuildFresh()).toBe(true)
+    expect(readFileSync(join(project, "node_modules/@author-directory/client/dist/index.js"), "utf8"))
+      .toBe(readFileSync(join(PACKAGE, "dist/index.js"), "utf8"))
   })
 
   it("packs only the build and the README, at the service's version, depending on effect alone", () => {
