@@ -11,9 +11,9 @@ import { Effect, Redacted } from "effect"
 import { SqlClient, type Statement } from "effect/sql"
 import { randomUUID } from "node:crypto"
 import pg from "pg"
-import type { AuditEntry } from "../src/AuditLogs/AuditLog.ts"
+import type { AuditEntry } from "../src/AuditLogs/Entry.ts"
 import { type AuditFilters, AuditRepo, INSERT_BATCH_MAX } from "../src/AuditLogs/Repo.ts"
-import { pgClientLayer } from "../src/Db/Database.ts"
+import { Database } from "../src/Db/Database.ts"
 
 const ROWS = Number(process.env["BENCH_AUDIT_ROWS"] ?? 1_000_000)
 const LIMIT_MS = 100
@@ -99,7 +99,7 @@ const main = async () => {
       const sql = yield* SqlClient.SqlClient
       yield* sql`TRUNCATE audit_logs`
       return repo.statements
-    }).pipe(Effect.provide(AuditRepo.layer), Effect.provide(pgClientLayer(Redacted.make(dbUrl), 2)), Effect.scoped))
+    }).pipe(Effect.provide(AuditRepo.layer), Effect.provide(Database.layer(Redacted.make(dbUrl), 2)), Effect.scoped))
 
     // 2. 1M rows, then statistics and the visibility map (index-only counts) as autovacuum would leave them.
     const db = new pg.Client({ connectionString: dbUrl })

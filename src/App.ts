@@ -5,20 +5,22 @@
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Effect, Layer, Option, References } from "effect"
+import { join } from "node:path"
 import { HttpMiddleware, HttpRouter, HttpServer, type HttpServerRequest, type HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api, CommonResponses } from "./Api.ts"
 import { AuditLogsHttpLive } from "./AuditLogs/Http.ts"
 import { AuditRepo } from "./AuditLogs/Repo.ts"
-import { AuditLogLive } from "./AuditLogs/Live.ts"
+import { AuditLog } from "./AuditLogs/AuditLog.ts"
 import { AuthenticationLive } from "./Auth/Authentication.ts"
 import { LoginHttpLive } from "./Auth/Http.ts"
-import { AuthLive } from "./Auth/Layers.ts"
+import { IdentityProvider } from "./Auth/IdentityProvider.ts"
 import { Authors } from "./Authors/Authors.ts"
 import { AuthorsHttpLive } from "./Authors/Http.ts"
+import { AuthorRepo } from "./Authors/Repo.ts"
 import { ReadCache } from "./Authors/ReadCache.ts"
 import { AppConfig } from "./Config.ts"
-import { DatabaseLive } from "./Db/Database.ts"
+import { Database } from "./Db/Database.ts"
 import { DocsLive } from "./Http/Docs.ts"
 import { FrontDoorLive, routeLabeler } from "./Http/FrontDoor.ts"
 import type { Upgrades } from "./Edge/Upgrades.ts"
@@ -69,12 +71,29 @@ const StoresLive = Layer.unwrap(Effect.gen(function*() {
 }))
 
 /**
+ * The database: the server at DATABASE_URL, else embedded PostgreSQL (PGlite) in DATA_DIR — the
+ * same driver, SQL and migrations either way. `npm run migrate` uses it too.
+ */
+export const layerDatabase = Layer.unwrap(Effect.map(AppConfig, (config) => {
+  const options = { statementTimeoutMs: config.databaseStatementTimeoutSeconds * 1000 }
+  return Option.match(config.databaseUrl, {
+    onSome: (url) => Database.layer(url, config.databasePoolMax, { ...options, prepare: config.databasePreparedStatements }),
+    onNone: () => Database.layerEmbedded(join(config.dataDir, "pgdata"), config.databasePoolMax, options)
+  })
+}))
+
+/** The identity provider: OIDC when OIDC_ISSUER_URL is set, else the built-in development provider. */
+const IdentityLive = Layer.unwrap(Effect.map(AppConfig, (config) =>
+  Option.isSome(config.oidcIssuerUrl) ? IdentityProvider.layer : IdentityProvider.layerEmbedded
+))
+
+/**
  * External systems, or their embedded stand-ins, as the configuration says. A database that
  * cannot be reached yet is waited for, up to STARTUP_TIMEOUT_SECONDS (Startup.ts).
  */
 const InfrastructureLive = Layer.mergeAll(
-  untilDatabaseReachable(DatabaseLive),
-  AuthLive,
+  untilDatabaseReachable(layerDatabase),
+  IdentityLive,
   Layer.mergeAll(AuthorEventsLive, WebSocketProbeLive).pipe(Layer.provideMerge(StoresLive))
 )
 
@@ -89,9 +108,22 @@ const ReadCacheLive = Layer.unwrap(Effect.map(Effect.serviceOption(RedisClient),
     : ReadCache.layerMemory
 ))
 
-/** The audit writer sits here because it needs `SqlClient` (and Redis, when configured) from below. */
+/**
+ * The audit writer (CONTRACT §6): none when AUDIT_LOG_ENABLED=false, through a Redis Stream when
+ * Redis is configured, else buffered in this process. It sits here because it needs `SqlClient`
+ * (and Redis, when configured) from below.
+ */
+const AuditLogLive = Layer.unwrap(Effect.gen(function*() {
+  const config = yield* AppConfig
+  if (!config.auditLogEnabled) return AuditLog.layerNone
+  const redis = yield* Effect.serviceOption(RedisClient)
+  return Option.isSome(redis)
+    ? AuditLog.layerRedis.pipe(Layer.provide(Layer.succeed(RedisClient, redis.value)))
+    : AuditLog.layer
+}))
+
 const ServicesLive = Layer.mergeAll(
-  Authors.layer,
+  Authors.layer.pipe(Layer.provide(AuthorRepo.layer)),
   AuditRepo.layer,
   AuditLogLive,
   Health.layer.pipe(Layer.provide(DatabaseProbe.Live)),

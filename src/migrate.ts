@@ -2,10 +2,10 @@
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
 import { AppConfig } from "./Config.ts"
-import { DatabaseLive } from "./Db/Database.ts"
+import { layerDatabase } from "./App.ts"
 
 NodeRuntime.runMain(
   Effect.logInfo("Migrations are up to date").pipe(
-    Effect.provide(DatabaseLive.pipe(Layer.provide(AppConfig.layer)))
+    Effect.provide(layerDatabase.pipe(Layer.provide(AppConfig.layer)))
   )
 )

@@ -2,47 +2,22 @@
  * The audit trail's write side (CONTRACT §6): `record` never waits for the database.
  */
 import { Context, Effect, Layer } from "effect"
-import { randomUUID } from "node:crypto"
-import type { RequestData } from "./RequestData.ts"
-
-export type AuditOutcome = "success" | "error" | "permission_denied"
-
-export interface AuditEntry {
-  readonly timestamp: Date
-  readonly user_id: string
-  readonly username: string
-  readonly user_roles: ReadonlyArray<string>
-  readonly action_type: string
-  readonly resource: string
-  readonly outcome: AuditOutcome
-  readonly ip_address: string
-  readonly user_agent: string
-  readonly request_id: string
-  readonly correlation_id: string
-  readonly response_status: number
-  readonly duration_ms: number
-  /** Captured once as JSON text (RequestData.ts `captureRequestData`), or a small literal. */
-  readonly request_data: RequestData
-  readonly error_message: string | null
-}
-
-/** A record as buffered: the entry and the id that makes its insertion idempotent. */
-export interface StoredEntry {
-  readonly entryId: string
-  readonly entry: AuditEntry
-}
-
-/** Values the database would refuse are reduced when the batch is inserted (Storable.ts), not on the request's path. */
-export const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), entry })
+import type { AuditEntry } from "./Entry.ts"
+import { AuditRepo } from "./Repo.ts"
+import { makeStreamAuditLog } from "./StreamWriter.ts"
+import { makeBufferedAuditLog } from "./Writer.ts"
 
 export class AuditLog extends Context.Service<AuditLog, {
   /** Buffers a record; returns at once. */
   readonly record: (entry: AuditEntry) => Effect.Effect<void>
 }>()("AuditLogs/AuditLog") {
+  /** Records buffered in this process and inserted in batches (needs `SqlClient`). */
+  static readonly layer = Layer.effect(AuditLog, makeBufferedAuditLog()).pipe(Layer.provide(AuditRepo.layer))
+  /**
+   * Records appended to a Redis Stream before the request is answered, and inserted from there in
+   * batches by whichever instance holds them (needs `SqlClient` and `RedisClient`).
+   */
+  static readonly layerRedis = Layer.effect(AuditLog, makeStreamAuditLog()).pipe(Layer.provide(AuditRepo.layer))
   /** AUDIT_LOG_ENABLED=false: records go nowhere. */
-  static readonly none: Layer.Layer<AuditLog> = Layer.succeed(AuditLog, AuditLog.of({ record: () => Effect.void }))
+  static readonly layerNone: Layer.Layer<AuditLog> = Layer.succeed(AuditLog, { record: () => Effect.void })
 }
-
-/** CONTRACT §6: 403 → permission_denied, other status ≥ 400 → error. */
-export const outcomeOf = (status: number): AuditOutcome =>
-  status === 403 ? "permission_denied" : status >= 400 ? "error" : "success"

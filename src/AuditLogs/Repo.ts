@@ -7,7 +7,7 @@ import * as PgTypes from "@effect/sql-pg/PgTypes"
 import { Array as Arr, Context, Effect, Layer, Result } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
-import type { AuditOutcome, StoredEntry } from "./AuditLog.ts"
+import type { AuditOutcome, StoredEntry } from "./Entry.ts"
 import { toColumns } from "./Storable.ts"
 
 export interface AuditFilters {

@@ -7,7 +7,7 @@
  * also covers records read back from the Redis Stream): unstorable characters become U+FFFD and
  * oversized text is cut on a code-point boundary, ending with "…".
  */
-import type { AuditEntry, StoredEntry } from "./AuditLog.ts"
+import type { AuditEntry, StoredEntry } from "./Entry.ts"
 import { requestDataJson } from "./RequestData.ts"
 
 /** Columns with an index (user_id, username, action_type, resource): well under btree's 2704-byte entry. */

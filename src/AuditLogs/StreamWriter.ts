@@ -21,7 +21,7 @@
  */
 import { Duration, Effect, Fiber, Queue } from "effect"
 import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
-import { AuditLog, type AuditEntry, newEntry, type StoredEntry } from "./AuditLog.ts"
+import { type AuditEntry, newEntry, type StoredEntry } from "./Entry.ts"
 import { INSERT_BATCH_MAX } from "./Repo.ts"
 import { requestDataJson } from "./RequestData.ts"
 import {
@@ -324,8 +324,8 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
       })
     )
 
-    return AuditLog.of({
-      record: (entry) =>
+    return {
+      record: (entry: AuditEntry): Effect.Effect<void> =>
         backlog >= options.streamMax
           ? countDropped(1, "stream_full")
           : closed
@@ -350,5 +350,5 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
             group.left++
             Queue.offerUnsafe(appends, { stored: newEntry(entry), waiter })
           })
-    })
+    }
   })

@@ -13,7 +13,7 @@ import type * as SqlError from "effect/sql/SqlError"
 import { sqlStateOf } from "../Db/Instrumentation.ts"
 import { ShutdownDeadline } from "../Lifecycle.ts"
 import { auditBufferBytes, type AuditDropReason, auditRecordsDroppedTotal } from "../Observability/Metrics.ts"
-import { AuditLog, type AuditEntry, newEntry, type StoredEntry } from "./AuditLog.ts"
+import { type AuditEntry, newEntry, type StoredEntry } from "./Entry.ts"
 import { AuditRepo, INSERT_BATCH_MAX } from "./Repo.ts"
 import { requestDataJson } from "./RequestData.ts"
 import { minimalEntry } from "./Storable.ts"
@@ -223,5 +223,5 @@ export const makeBufferedAuditLog = (options: WriterOptions = defaultWriterOptio
     const buffer = yield* makeBuffer(options)
     const shutdown = yield* ShutdownDeadline
     yield* Effect.addFinalizer(() => Effect.suspend(() => buffer.flush(flushBudgetMs(options, shutdown))))
-    return AuditLog.of({ record: (entry) => buffer.offer(newEntry(entry)) })
+    return { record: (entry: AuditEntry): Effect.Effect<void> => buffer.offer(newEntry(entry)) }
   })

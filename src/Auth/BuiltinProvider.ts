@@ -4,7 +4,7 @@
  * It refuses to run with `APP_ENV=production` (CONTRACT §1), and says so at startup when users
  * with plain-text passwords (the shipped admin/admin…) are reachable beyond this machine.
  */
-import { Effect, Layer, Option, Schema } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { exportJWK, generateKeyPair, importJWK, type JWK, jwtVerify, SignJWT, type CryptoKey } from "jose"
 import { createHash, randomUUID } from "node:crypto"
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs"
@@ -12,9 +12,8 @@ import { join } from "node:path"
 import { AppConfig, tokenAudience } from "../Config.ts"
 import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.ts"
 import type { TokenResponse } from "./Api.ts"
-import { IdentityProvider } from "./IdentityProvider.ts"
 import { isScryptHash, safeEqual, verifyPassword } from "./Passwords.ts"
-import { makeTokenVerifier, TokenVerifier } from "./TokenVerifier.ts"
+import { makeTokenVerifier } from "./TokenVerifier.ts"
 
 export const BUILTIN_ISSUER = "urn:author-directory:dev-idp"
 export const ACCESS_TOKEN_SECONDS = 300
@@ -99,7 +98,11 @@ const loadOrCreateKey = async (dataDir: string): Promise<SigningKey> => {
   return { privateKey, publicKey, kid }
 }
 
-export const BuiltinAuthLive = Layer.unwrap(Effect.gen(function*() {
+/**
+ * The built-in development provider (`IdentityProvider.layerEmbedded`): users from AUTH_USERS_FILE,
+ * tokens signed with a key kept in DATA_DIR.
+ */
+export const makeBuiltinProvider = Effect.gen(function*() {
   const config = yield* AppConfig
   if (config.appEnv === "production") {
     return yield* Effect.die(new Error(
@@ -163,16 +166,16 @@ export const BuiltinAuthLive = Layer.unwrap(Effect.gen(function*() {
       return (await verifyPassword(password, user?.password_hash ?? dummyHash)) && user !== undefined
     })
 
-  const provider = IdentityProvider.of({
-    kind: "builtin",
-    login: (username, password) =>
+  const provider = {
+    kind: "builtin" as const,
+    login: (username: string, password: string) =>
       Effect.gen(function*() {
         const user = byName.get(username)
         const ok = yield* checkPassword(user, password)
         if (!ok || user === undefined) return yield* Effect.fail(InvalidCredentials.instance)
         return yield* issue(user)
       }),
-    refresh: (refreshToken) =>
+    refresh: (refreshToken: string) =>
       Effect.gen(function*() {
         const payload = yield* Effect.tryPromise({
           try: () => jwtVerify(refreshToken, key.publicKey, { issuer: BUILTIN_ISSUER, algorithms: [ALG] }),
@@ -188,6 +191,6 @@ export const BuiltinAuthLive = Layer.unwrap(Effect.gen(function*() {
         }
         return yield* issue(user)
       })
-  })
-  return Layer.merge(Layer.succeed(IdentityProvider, provider), Layer.succeed(TokenVerifier, verifier))
-}))
+  }
+  return { provider, verifier }
+})

@@ -3,13 +3,12 @@
  * rotation and outage tolerance (Jwks.ts), and the token endpoint for `/login` (password grant)
  * and `/login/refresh` (refresh_token grant). Every request to the provider has a deadline.
  */
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Effect, Option, Redacted } from "effect"
 import { AppConfig, tokenAudience } from "../Config.ts"
 import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.ts"
 import type { TokenResponse } from "./Api.ts"
-import { IdentityProvider } from "./IdentityProvider.ts"
 import { JWKS_COOLDOWN_MS, JWKS_MAX_AGE_MS, makeJwksCache } from "./Jwks.ts"
-import { makeTokenVerifier, TokenVerifier } from "./TokenVerifier.ts"
+import { makeTokenVerifier } from "./TokenVerifier.ts"
 
 interface Discovery {
   readonly issuer: string
@@ -105,17 +104,18 @@ export const makeOidc = (options: OidcOptions) => {
       return result
     })
 
-  const provider = IdentityProvider.of({
-    kind: "oidc",
-    login: (username, password) =>
+  const provider = {
+    kind: "oidc" as const,
+    login: (username: string, password: string) =>
       tokenRequest({ grant_type: "password", username, password, scope: "openid" }, InvalidCredentials.instance),
-    refresh: (refreshToken) =>
+    refresh: (refreshToken: string) =>
       tokenRequest({ grant_type: "refresh_token", refresh_token: refreshToken }, InvalidRefreshToken.instance)
-  })
+  }
   return { provider, verifier }
 }
 
-export const OidcAuthLive = Layer.unwrap(Effect.gen(function*() {
+/** The provider at OIDC_ISSUER_URL (`IdentityProvider.layer`). */
+export const makeOidcProvider = Effect.gen(function*() {
   const config = yield* AppConfig
   const issuerUrl = yield* Option.match(config.oidcIssuerUrl, {
     onNone: () => Effect.die(new Error("OIDC_ISSUER_URL is not set")),
@@ -135,5 +135,5 @@ export const OidcAuthLive = Layer.unwrap(Effect.gen(function*() {
         )
       )
   })
-  return Layer.merge(Layer.succeed(IdentityProvider, provider), Layer.succeed(TokenVerifier, verifier))
-}))
+  return { provider, verifier }
+})

@@ -86,6 +86,6 @@ const make = Effect.gen(function*() {
 })
 
 export class Authors extends Context.Service<Authors>()("Authors/Authors", { make }) {
-  /** With its repository (needs `SqlClient`, `AuthorEvents` and `ReadCache`). */
-  static readonly layer = Layer.effect(Authors, make).pipe(Layer.provide(AuthorRepo.layer))
+  /** Needs an `AuthorRepo` (SQL, or in memory), `AuthorEvents` and a `ReadCache`. */
+  static readonly layer = Layer.effect(Authors, make)
 }

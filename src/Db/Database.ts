@@ -11,8 +11,7 @@ import { Duration, Effect, Layer, Option, Redacted } from "effect"
 import type * as SqlClient from "effect/sql/SqlClient"
 import * as SqlError from "effect/sql/SqlError"
 import { mkdirSync } from "node:fs"
-import { join, resolve } from "node:path"
-import { AppConfig } from "../Config.ts"
+import { resolve } from "node:path"
 import { databaseTimeout } from "./Deadline.ts"
 import { makePgClient, PREPARED_STATEMENTS_MAX } from "./Instrumentation.ts"
 import { runMigrations } from "./Migrator.ts"
@@ -100,7 +99,7 @@ const connectedClient = (url: Redacted.Redacted<string>, maxConnections: number,
  * A `PgClient` (and `SqlClient`) on a URL, with migrations applied before the layer is ready.
  * `maxConnections`: the pool's size (DATABASE_POOL_MAX).
  */
-export const pgClientLayer = (
+const layer = (
   url: Redacted.Redacted<string>,
   maxConnections: number,
   options: ClientOptions = {}
@@ -109,24 +108,26 @@ export const pgClientLayer = (
     Layer.provideMerge(PgClient.layerFrom(connectedClient(url, maxConnections, options)))
   )
 
-/** `SqlClient` + `PgClient` from the configuration: the DATABASE_URL server, else embedded PGlite. */
-export const DatabaseLive: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError.SqlError, AppConfig> = Layer.unwrap(
-  Effect.gen(function*() {
-    const config = yield* AppConfig
-    if (Option.isSome(config.databaseUrl)) {
-      return pgClientLayer(config.databaseUrl.value, config.databasePoolMax, {
-        prepare: config.databasePreparedStatements,
-        statementTimeoutMs: config.databaseStatementTimeoutSeconds * 1000
-      })
-    }
+/**
+ * The same client on embedded PostgreSQL (PGlite) persisted in `dataDir`, started with the layer
+ * and stopped with it.
+ */
+const layerEmbedded = (
+  dataDir: string,
+  maxConnections: number,
+  options: ClientOptions = {}
+): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError.SqlError> =>
+  Layer.unwrap(Effect.map(
     // pglite-socket closes a connection beyond its maximum during the startup handshake ("Connection
     // closed during startup" → 500s while the pool grew under load: the sockets of connections the
     // pool already let go were still counted there). Its connections all share PGlite's one
-    // session, so headroom costs nothing; the pool's own size stays DATABASE_POOL_MAX.
-    const embedded = yield* embeddedPostgres({
-      dataDir: Option.some(join(config.dataDir, "pgdata")),
-      maxConnections: Math.max(64, config.databasePoolMax * 4)
-    })
-    return pgClientLayer(embedded.url, config.databasePoolMax, { statementTimeoutMs: config.databaseStatementTimeoutSeconds * 1000 })
-  })
-)
+    // session, so headroom costs nothing; the pool's own size stays `maxConnections`.
+    embeddedPostgres({ dataDir: Option.some(dataDir), maxConnections: Math.max(64, maxConnections * 4) }),
+    (embedded) => layer(embedded.url, maxConnections, { ...options, prepare: false })
+  ))
+
+/**
+ * The database's Layers (`SqlClient` + `PgClient`): `layer` on a server's URL (DATABASE_URL),
+ * `layerEmbedded` on PGlite (no DATABASE_URL). App.ts chooses.
+ */
+export const Database = { layer, layerEmbedded } as const

@@ -8,10 +8,11 @@ import { Effect, Layer, Schedule } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { layerDatabase } from "../../src/App.ts"
 import { AuthorEvents, Authors } from "../../src/Authors/Authors.ts"
 import { ReadCache } from "../../src/Authors/ReadCache.ts"
+import { AuthorRepo } from "../../src/Authors/Repo.ts"
 import { AppConfig } from "../../src/Config.ts"
-import { DatabaseLive } from "../../src/Db/Database.ts"
 import type { AuthorEvent } from "../../src/Domain/Author.ts"
 import { seedEmbeddedDatabase } from "../support/TestApp.ts"
 
@@ -26,7 +27,8 @@ describe("Authors with a recording AuthorEvents", () => {
     const TestLayer = Authors.layer.pipe(
       Layer.provide(RecordingEvents),
       Layer.provide(ReadCache.layerMemory),
-      Layer.provide(DatabaseLive),
+      Layer.provide(AuthorRepo.layer),
+      Layer.provide(layerDatabase),
       Layer.provide(AppConfig.layerWith({ dataDir }))
     )
     return Effect.gen(function*() {

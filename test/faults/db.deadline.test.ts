@@ -15,7 +15,7 @@ import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as SqlError from "effect/sql/SqlError"
 import { afterEach, describe, expect, it } from "vitest"
-import { pgClientLayer } from "../../src/Db/Database.ts"
+import { Database } from "../../src/Db/Database.ts"
 import { DatabaseTimeout, StatementTimeoutMs } from "../../src/Db/Deadline.ts"
 import { dbErrorsTotal } from "../../src/Observability/Metrics.ts"
 import { readMetric } from "../support/Metrics.ts"
@@ -36,7 +36,7 @@ const client = async (poolSize = 2) => {
   const proxy: TcpProxy = await startTcpProxy(host, port)
   const scope = Effect.runSync(Scope.make())
   const context = await Effect.runPromise(
-    Layer.buildWithScope(pgClientLayer(Redacted.make(viaProxy(db.url!, proxy)), poolSize, { prepare: true, statementTimeoutMs: DEADLINE_MS }), scope)
+    Layer.buildWithScope(Database.layer(Redacted.make(viaProxy(db.url!, proxy)), poolSize, { prepare: true, statementTimeoutMs: DEADLINE_MS }), scope)
   )
   let closed = false
   const close = async () => {

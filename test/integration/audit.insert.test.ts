@@ -12,12 +12,12 @@ import { Effect, Exit, Layer, Option, Redacted, Scope } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import type { AuditEntry, StoredEntry } from "../../src/AuditLogs/AuditLog.ts"
+import type { AuditEntry, StoredEntry } from "../../src/AuditLogs/Entry.ts"
 import { AuditRepo } from "../../src/AuditLogs/Repo.ts"
 import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
 import { INDEXED_TEXT_MAX_BYTES, storableText, TEXT_MAX_BYTES } from "../../src/AuditLogs/Storable.ts"
 import { isOutage } from "../../src/AuditLogs/Writer.ts"
-import { embeddedPostgres, pgClientLayer } from "../../src/Db/Database.ts"
+import { Database, embeddedPostgres } from "../../src/Db/Database.ts"
 import { sqlStateOf } from "../../src/Db/Instrumentation.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL } from "../support/TestApp.ts"
 
@@ -120,12 +120,12 @@ describe.each(setups)("audit batch INSERT ($name)", (setup) => {
     if (setup.url === undefined) {
       database = Layer.unwrap(Effect.map(
         embeddedPostgres({ dataDir: Option.none(), maxConnections: 8 }),
-        ({ url }) => pgClientLayer(url, 1)
+        ({ url }) => Database.layer(url, 1)
       ))
     } else {
       const db = await createPostgresDatabase(setup.url)
       // One connection, prepared statements on: its prepared statements are visible to it.
-      database = pgClientLayer(Redacted.make(db.url!), 1, { prepare: true })
+      database = Database.layer(Redacted.make(db.url!), 1, { prepare: true })
       drop = db.dispose
     }
     const scope = Effect.runSync(Scope.make())

@@ -10,14 +10,14 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { pgClientLayer } from "../../src/Db/Database.ts"
+import { Database } from "../../src/Db/Database.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
 const AUTHOR_SHARDS = 32
 const AUDIT_SHARDS = 4
 
 const migrate = (url: string, migrationsDir = "migrations") =>
-  Effect.runPromise(Effect.scoped(Layer.build(pgClientLayer(Redacted.make(url), 2, { migrationsDir }))).pipe(Effect.asVoid))
+  Effect.runPromise(Effect.scoped(Layer.build(Database.layer(Redacted.make(url), 2, { migrationsDir }))).pipe(Effect.asVoid))
 
 /** A copy of the migrations up to `last`, as a database deployed before the counters were sharded has them. */
 const migrationsUpTo = (last: number) => {

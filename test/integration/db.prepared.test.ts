@@ -10,7 +10,7 @@
 import { Effect, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { pgClientLayer } from "../../src/Db/Database.ts"
+import { Database } from "../../src/Db/Database.ts"
 import { PREPARED_STATEMENTS_MAX, PREPARED_TEXT_MAX, preparable } from "../../src/Db/Instrumentation.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
@@ -42,7 +42,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("prepared statements on PostgreS
 
   /** Runs `program` on a one-connection pool, so every statement shares one session. */
   const onOneConnection = <A>(prepare: boolean, program: Effect.Effect<A, unknown, SqlClient.SqlClient>) =>
-    Effect.runPromise(program.pipe(Effect.provide(pgClientLayer(Redacted.make(db.url!), 1, { prepare })), Effect.scoped) as Effect.Effect<A>)
+    Effect.runPromise(program.pipe(Effect.provide(Database.layer(Redacted.make(db.url!), 1, { prepare })), Effect.scoped) as Effect.Effect<A>)
 
   const prepared = Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql<{ name: string; statement: string }>`SELECT name, statement FROM pg_prepared_statements ORDER BY name`)

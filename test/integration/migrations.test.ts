@@ -7,7 +7,7 @@ import { Effect, Layer, Redacted } from "effect"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { listMigrations } from "../../src/Db/Migrator.ts"
-import { pgClientLayer } from "../../src/Db/Database.ts"
+import { Database } from "../../src/Db/Database.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
 describe.runIf(TEST_DATABASE_URL !== undefined)("migrations on PostgreSQL", () => {
@@ -18,7 +18,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("migrations on PostgreSQL", () =
   afterAll(() => db.dispose())
 
   const migrate = (url: string) =>
-    Effect.runPromise(Effect.scoped(Layer.build(pgClientLayer(Redacted.make(url), 2))).pipe(Effect.asVoid))
+    Effect.runPromise(Effect.scoped(Layer.build(Database.layer(Redacted.make(url), 2))).pipe(Effect.asVoid))
 
   it("four migrators started together on a fresh database all succeed; each version is applied once", async () => {
     const url = db.url!

@@ -308,7 +308,7 @@ describe("a database failure while the list is read", () => {
         UpgradesHere,
         FailingAuthors,
         ReadCache.none,
-        AuditLog.none,
+        AuditLog.layerNone,
         MemoryRateLimiterLive,
         MemoryRegistryLive,
         Layer.succeed(TokenVerifier, makeTokenVerifier({ key: publicKey, issuer: "stream-test", audience: undefined, clientId: "x" }))

@@ -4,7 +4,7 @@
  * subject, a WebSocket connection and message — and nothing else reaches the record.
  */
 import { describe, expect, it } from "vitest"
-import type { AuditEntry } from "../../src/AuditLogs/AuditLog.ts"
+import type { AuditEntry } from "../../src/AuditLogs/Entry.ts"
 import type { Principal, User } from "../../src/Domain/User.ts"
 import {
   type Act,

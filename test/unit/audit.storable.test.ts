@@ -3,7 +3,7 @@
  * the trail"): every value a client can send is reduced to one the database takes.
  */
 import { describe, expect, it } from "vitest"
-import type { AuditEntry } from "../../src/AuditLogs/AuditLog.ts"
+import type { AuditEntry } from "../../src/AuditLogs/Entry.ts"
 import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
 import {
   INDEXED_TEXT_MAX_BYTES,

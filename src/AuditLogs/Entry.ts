@@ -1,0 +1,37 @@
+/** One audit record, as the transports build it and the writers store it. */
+import { randomUUID } from "node:crypto"
+import type { RequestData } from "./RequestData.ts"
+
+export type AuditOutcome = "success" | "error" | "permission_denied"
+
+export interface AuditEntry {
+  readonly timestamp: Date
+  readonly user_id: string
+  readonly username: string
+  readonly user_roles: ReadonlyArray<string>
+  readonly action_type: string
+  readonly resource: string
+  readonly outcome: AuditOutcome
+  readonly ip_address: string
+  readonly user_agent: string
+  readonly request_id: string
+  readonly correlation_id: string
+  readonly response_status: number
+  readonly duration_ms: number
+  /** Captured once as JSON text (RequestData.ts `captureRequestData`), or a small literal. */
+  readonly request_data: RequestData
+  readonly error_message: string | null
+}
+
+/** A record as buffered: the entry and the id that makes its insertion idempotent. */
+export interface StoredEntry {
+  readonly entryId: string
+  readonly entry: AuditEntry
+}
+
+/** Values the database would refuse are reduced when the batch is inserted (Storable.ts), not on the request's path. */
+export const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), entry })
+
+/** CONTRACT §6: 403 → permission_denied, other status ≥ 400 → error. */
+export const outcomeOf = (status: number): AuditOutcome =>
+  status === 403 ? "permission_denied" : status >= 400 ? "error" : "success"
