@@ -25,18 +25,16 @@ import { DocsLive } from "./Http/Docs.ts"
 import { FrontDoorLive, routeLabeler } from "./Http/FrontDoor.ts"
 import type { Upgrades } from "./Edge/Upgrades.ts"
 import type { NodeServer } from "./Http/NodeServer.ts"
-import { CacheProbe, DatabaseProbe, Health, RedisProbe } from "./Observability/Health.ts"
+import { CacheProbe, DatabaseProbe, Health } from "./Observability/Health.ts"
 import { SystemHttpLive } from "./Observability/Http.ts"
 import { setAppInfo } from "./Observability/Metrics.ts"
 import { TracingLive } from "./Observability/Tracing.ts"
 import { ProfilingHttpLive } from "./Profiling/Http.ts"
 import { Profiler } from "./Profiling/Profiler.ts"
-import { MemoryRateLimiterLive } from "./RateLimit/RateLimiter.ts"
-import { RedisRateLimiterLive } from "./RateLimit/RedisRateLimiter.ts"
-import { RedisClient, redisLayer } from "./Store/Redis.ts"
+import { RateLimiter } from "./RateLimit/RateLimiter.ts"
+import { RedisClient } from "./Store/Redis.ts"
 import { WsHttpLive } from "./Ws/Http.ts"
-import { RedisRegistryLive } from "./Ws/RedisRegistry.ts"
-import { AuthorEventsLive, MemoryRegistryLive, WebSocketProbeLive } from "./Ws/Registry.ts"
+import { ConnectionRegistry, layerAuthorEvents, layerWebSocketProbe } from "./Ws/Registry.ts"
 import { untilDatabaseReachable } from "./Startup.ts"
 import { WsServerLive } from "./Ws/Server.ts"
 
@@ -62,10 +60,10 @@ const RoutesLive = Layer.mergeAll(ApiLive, DocsLive, WsHttpLive, FrontDoorLive(A
 const StoresLive = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   return Option.match(config.redisUrl, {
-    onNone: () => Layer.mergeAll(MemoryRateLimiterLive, CacheProbe.InProcess, MemoryRegistryLive),
+    onNone: () => Layer.mergeAll(RateLimiter.layerMemory, CacheProbe.layerMemory, ConnectionRegistry.layerMemory),
     onSome: (url) =>
-      Layer.mergeAll(RedisRateLimiterLive, RedisProbe, RedisRegistryLive).pipe(
-        Layer.provideMerge(redisLayer(url, config.redisKeyPrefix))
+      Layer.mergeAll(RateLimiter.layerRedis, CacheProbe.layerRedis, ConnectionRegistry.layerRedis).pipe(
+        Layer.provideMerge(RedisClient.layer(url, config.redisKeyPrefix))
       )
   })
 }))
@@ -94,7 +92,7 @@ const IdentityLive = Layer.unwrap(Effect.map(AppConfig, (config) =>
 const InfrastructureLive = Layer.mergeAll(
   untilDatabaseReachable(layerDatabase),
   IdentityLive,
-  Layer.mergeAll(AuthorEventsLive, WebSocketProbeLive).pipe(Layer.provideMerge(StoresLive))
+  Layer.mergeAll(layerAuthorEvents, layerWebSocketProbe).pipe(Layer.provideMerge(StoresLive))
 )
 
 /**
@@ -126,7 +124,7 @@ const ServicesLive = Layer.mergeAll(
   Authors.layer.pipe(Layer.provide(AuthorRepo.layer)),
   AuditRepo.layer,
   AuditLogLive,
-  Health.layer.pipe(Layer.provide(DatabaseProbe.Live)),
+  Health.layer.pipe(Layer.provide(DatabaseProbe.layer)),
   Profiler.layer
 ).pipe(
   Layer.provideMerge(ReadCacheLive),
@@ -188,14 +186,14 @@ const PortOpenLog = Layer.effectDiscard(HttpServer.addressFormattedWith((address
 
 /**
  * The whole service — the HttpApi and the `/web` WebSocket on one port — on `server` (e.g.
- * `nodeServerLayer`, Http/NodeServer.ts), which it opens first: a request during start-up gets
+ * `NodeServer.layer`, Http/NodeServer.ts), which it opens first: a request during start-up gets
  * the Node server's starting answer (STACK-NOTES pitfall 1) — probes included, for as long as
  * the database takes — until every service is up, the routes are built and the handler is
  * attached. Its services (`NodeServer`, `Upgrades`, `HttpServer`) are outputs. Needs the
  * `AppConfig`. `tracing` is provided under everything else (server, SQL, Redis), so every span
  * goes to it (Observability/Tracing.ts).
  */
-export const makeServedAppLive = <S, E>(
+export const layer = <S, E>(
   server: Layer.Layer<S | NodeServer | Upgrades | HttpServer.HttpServer, E, AppConfig>,
   tracing: Layer.Layer<never, never, AppConfig> = TracingLive
 ) =>

@@ -270,6 +270,6 @@ export class AppConfig extends Context.Service<AppConfig, AppConfigShape>()("App
   /** Reads the environment (or the current ConfigProvider). */
   static readonly layer = Layer.effect(AppConfig, appConfig)
   /** For tests: the defaults with some values replaced. */
-  static readonly layerWith = (overrides: Partial<AppConfigShape>) =>
+  static readonly layerTest = (overrides: Partial<AppConfigShape>) =>
     Layer.effect(AppConfig, Effect.map(appConfig, (c) => ({ ...c, ...overrides })))
 }

@@ -1,16 +1,16 @@
 /** Starts the service with the configuration from the environment (CONTRACT §2). */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Effect, Exit, Layer, Option, type Runtime } from "effect"
-import { makeServedAppLive } from "./App.ts"
+import * as App from "./App.ts"
 import { AppConfig } from "./Config.ts"
-import { drainOnShutdown, nodeServerLayer } from "./Http/NodeServer.ts"
+import { drainOnShutdown, NodeServer } from "./Http/NodeServer.ts"
 import { ShutdownDeadline } from "./Lifecycle.ts"
 import { LoggerLive } from "./Observability/Logging.ts"
 import { causeText, failureLine } from "./Startup.ts"
 
 const ServerLive = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
-  return nodeServerLayer({ port: config.port, host: config.host, adminPort: Option.getOrUndefined(config.adminPort) })
+  return NodeServer.layer({ port: config.port, host: config.host, adminPort: Option.getOrUndefined(config.adminPort) })
 }))
 
 /**
@@ -47,7 +47,7 @@ const ReadyMark = Layer.effectDiscard(Effect.sync(() => {
 // app, so its finalizer runs first: the app's handler and services are still in place while the
 // requests in flight finish.
 const MainLive = Layer.mergeAll(drainOnShutdown(DRAIN_MS), ReadyMark).pipe(
-  Layer.provideMerge(makeServedAppLive(ServerLive)),
+  Layer.provideMerge(App.layer(ServerLive)),
   Layer.provide(ShutdownDeadlineLive),
   Layer.provide(LoggerLive),
   Layer.provide(AppConfig.layer)

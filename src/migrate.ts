@@ -2,10 +2,10 @@
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
 import { AppConfig } from "./Config.ts"
-import { layerDatabase } from "./App.ts"
+import * as App from "./App.ts"
 
 NodeRuntime.runMain(
   Effect.logInfo("Migrations are up to date").pipe(
-    Effect.provide(layerDatabase.pipe(Layer.provide(AppConfig.layer)))
+    Effect.provide(App.layerDatabase.pipe(Layer.provide(AppConfig.layer)))
   )
 )

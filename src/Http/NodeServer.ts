@@ -5,7 +5,7 @@
  *   shape on the health endpoints, `/livez` 200. The port opens first (App.ts), so this is what a
  *   probe sees for as long as the service starts (the database may take a while to come up):
  *   `{"detail":"Service starting"}`, and `Service unavailable` once the app has been detached.
- * - `ADMIN_PORT`: a second listener (`nodeServerLayer`'s `adminPort`) whose requests go to this
+ * - `ADMIN_PORT`: a second listener (`NodeServer.layer`'s `adminPort`) whose requests go to this
  *   same server's listeners — one app, one router, one place that wires the Layers. Its requests
  *   are marked (`onAdminPort`), and the front door serves the admin paths only to them
  *   (Http/FrontDoor.ts).
@@ -25,6 +25,12 @@ import { refuseOnSocket, type UpgradeHandler, Upgrades } from "../Edge/Upgrades.
 import { serveHttp1 } from "./Http1.ts"
 import { STARTING_REPORT } from "../Observability/Api.ts"
 
+export interface ServerOptions {
+  readonly port: number
+  readonly host: string
+  readonly adminPort?: number | undefined
+}
+
 export interface NodeServerShape {
   readonly server: Server
   /** Requests being answered right now. */
@@ -40,7 +46,10 @@ export interface NodeServerShape {
   readonly adoptAdmin: (listener: Server) => void
 }
 
-export class NodeServer extends Context.Service<NodeServer, NodeServerShape>()("Http/NodeServer") {}
+export class NodeServer extends Context.Service<NodeServer, NodeServerShape>()("Http/NodeServer") {
+  /** On `port` (and the admin port, when given): see `layer` below. */
+  static readonly layer = (options: ServerOptions) => layer(options)
+}
 
 const LIVE = JSON.stringify({ status: "ok" })
 const STARTING = JSON.stringify(STARTING_REPORT)
@@ -205,21 +214,6 @@ const adminListener = (node: NodeServerShape, options: { readonly port: number; 
   }))
 
 /**
- * The Node server (as `NodeServer` and `Upgrades`) and the platform's `HttpServer` on it; with
- * `adminPort`, the admin listener too.
- */
-export const nodeServerLayer = (options: { readonly port: number; readonly host: string; readonly adminPort?: number | undefined }) =>
-  Layer.unwrap(Effect.sync(() => {
-    const node = makeNodeServer()
-    return Layer.mergeAll(
-      Layer.succeed(NodeServer, node),
-      Layer.succeed(Upgrades, { handle: node.handleUpgrades }),
-      NodeHttpServer.layer(() => node.server, { port: options.port, host: options.host }),
-      options.adminPort === undefined ? Layer.empty : adminListener(node, { port: options.adminPort, host: options.host })
-    )
-  }))
-
-/**
  * Provided over the whole app so that its finalizer runs first at shutdown: the app's handler
  * and services are still in place while the WebSockets close and the requests in flight complete.
  */
@@ -230,5 +224,20 @@ export const drainOnShutdown = (timeoutMs: number) =>
       Effect.logInfo("Shutting down: closing WebSockets, draining requests in flight").pipe(
         Effect.andThen(node.drain(timeoutMs))
       )
+    )
+  }))
+
+/**
+ * The Node server (as `NodeServer` and `Upgrades`) and the platform's `HttpServer` on it; with
+ * `adminPort`, the admin listener too.
+ */
+const layer = (options: ServerOptions) =>
+  Layer.unwrap(Effect.sync(() => {
+    const node = makeNodeServer()
+    return Layer.mergeAll(
+      Layer.succeed(NodeServer, node),
+      Layer.succeed(Upgrades, { handle: node.handleUpgrades }),
+      NodeHttpServer.layer(() => node.server, { port: options.port, host: options.host }),
+      options.adminPort === undefined ? Layer.empty : adminListener(node, { port: options.adminPort, host: options.host })
     )
   }))

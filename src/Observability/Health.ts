@@ -20,7 +20,8 @@ export interface HealthReport {
 export type Probe = Effect.Effect<void, unknown>
 
 export class DatabaseProbe extends Context.Service<DatabaseProbe, Probe>()("Health/DatabaseProbe") {
-  static readonly Live = Layer.effect(
+  /** `SELECT 1` (needs `SqlClient`). */
+  static readonly layer = Layer.effect(
     DatabaseProbe,
     Effect.map(SqlClient.SqlClient, (sql) => Effect.asVoid(sql`SELECT 1`))
   )
@@ -28,14 +29,14 @@ export class DatabaseProbe extends Context.Service<DatabaseProbe, Probe>()("Heal
 
 /** The cache store (Redis); the in-process store is always healthy. */
 export class CacheProbe extends Context.Service<CacheProbe, Probe>()("Health/CacheProbe") {
-  static readonly InProcess = Layer.succeed(CacheProbe, Effect.void)
+  /** The in-process store: always healthy. */
+  static readonly layerMemory = Layer.succeed(CacheProbe, Effect.void)
+  /** PING (needs `RedisClient`). */
+  static readonly layerRedis = Layer.effect(
+    CacheProbe,
+    Effect.map(RedisClient, ({ client }) => Effect.asVoid(redisCommand("PING", () => client.ping())))
+  )
 }
-
-/** The health check of the cache store: PING, when Redis is configured. */
-export const RedisProbe = Layer.effect(
-  CacheProbe,
-  Effect.map(RedisClient, ({ client }) => Effect.asVoid(redisCommand("PING", () => client.ping())))
-)
 
 /** The WebSocket subsystem: its registry's store, and this instance's open connections. */
 export class WebSocketProbe extends Context.Service<WebSocketProbe, {

@@ -5,22 +5,10 @@
  */
 import { Clock, Context, Effect, Layer, Option } from "effect"
 import { rateLimitKeys, rateLimitKeysEvictedTotal, rateLimitStoreErrorsTotal } from "../Observability/Metrics.ts"
+import { decision, type RateDecision, RateLimiterUnavailable, type RateLimiterShape, type Reservation } from "./Decision.ts"
+import { makeRedisRateLimiter } from "./RedisRateLimiter.ts"
 
-export interface RateDecision {
-  readonly allowed: boolean
-  readonly limit: number
-  /** Admissions left in the window after this hit. */
-  readonly remaining: number
-  /** Whole seconds until the oldest admitted hit leaves the window (0 when none). */
-  readonly resetSeconds: number
-  /** Seconds to wait before a retry can succeed (≥ 1 when refused, 0 when admitted). */
-  readonly retryAfterSeconds: number
-  /**
-   * The value of the `read` key of the hit, when one was asked and the store is shared (Redis;
-   * the in-process store has none): it came in the same round trip.
-   */
-  readonly observed?: string | undefined
-}
+export { decision, type RateDecision, RateLimiterUnavailable, type RateLimiterShape, type Reservation }
 
 /** The trailing window of the per-minute limits: HTTP requests, WebSocket upgrades and messages. */
 export const RATE_WINDOW_MS = 60_000
@@ -35,59 +23,6 @@ export const rateLimitHeaders = (d: RateDecision): Record<string, string> => ({
   "X-RateLimit-Remaining": String(d.remaining),
   "X-RateLimit-Reset": String(d.resetSeconds)
 })
-
-export class RateLimiterUnavailable {
-  readonly _tag = "RateLimiterUnavailable"
-  readonly cause: unknown
-  constructor(cause: unknown) {
-    this.cause = cause
-  }
-}
-
-/** A hit that may be taken back (`reserve`). */
-export interface Reservation {
-  readonly decision: RateDecision
-  /**
-   * Takes the admission back, as if the hit had never been admitted (nothing when it was refused
-   * or has already left the window).
-   */
-  readonly release: Effect.Effect<void, RateLimiterUnavailable>
-}
-
-export class RateLimiter extends Context.Service<RateLimiter, {
-  /**
-   * One hit. `read`: a key (REDIS_KEY_PREFIX added by the store) whose value the decision carries
-   * as `observed`, initialised when missing (Store/Redis.ts `clockCounterLua`); the read cache's
-   * generations (Authors/ReadCache.ts).
-   */
-  readonly hit: (key: string, limit: number, windowMs: number, read?: string) => Effect.Effect<RateDecision, RateLimiterUnavailable>
-  /**
-   * `hit`, with the means to take the admission back: a budget for outcomes known only later
-   * (failed logins, CONTRACT §4) is reserved before the attempt, atomically, and released when the
-   * outcome does not count — so concurrent attempts can never overrun it.
-   */
-  readonly reserve: (key: string, limit: number, windowMs: number) => Effect.Effect<Reservation, RateLimiterUnavailable>
-}>()("RateLimit/RateLimiter") {}
-
-export const decision = (
-  allowed: boolean,
-  limit: number,
-  count: number,
-  oldest: number | undefined,
-  now: number,
-  windowMs: number,
-  observed?: string
-): RateDecision => {
-  const untilFree = oldest === undefined ? 0 : Math.max(0, oldest + windowMs - now)
-  return {
-    allowed,
-    limit,
-    remaining: Math.max(0, limit - count),
-    resetSeconds: Math.ceil(untilFree / 1000),
-    retryAfterSeconds: allowed ? 0 : Math.max(1, Math.ceil(untilFree / 1000)),
-    observed
-  }
-}
 
 export type FailMode = "open" | "closed"
 
@@ -194,6 +129,9 @@ export const memoryRateLimiter = (options: MemoryRateLimiterOptions = {}) => Eff
   })
 })
 
-const makeMemoryRateLimiter = memoryRateLimiter()
-
-export const MemoryRateLimiterLive = Layer.effect(RateLimiter, makeMemoryRateLimiter)
+export class RateLimiter extends Context.Service<RateLimiter, RateLimiterShape>()("RateLimit/RateLimiter") {
+  /** This process's windows: one instance's budget. */
+  static readonly layerMemory = Layer.effect(RateLimiter, memoryRateLimiter())
+  /** Windows in Redis, shared by every instance (needs `RedisClient`). */
+  static readonly layerRedis = Layer.effect(RateLimiter, makeRedisRateLimiter)
+}

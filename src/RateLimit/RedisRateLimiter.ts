@@ -8,10 +8,10 @@
  * `limit` and it expires with the window. `reserve` is the same script; its release removes that
  * hit's member (ZREM).
  */
-import { Clock, Context, Effect, Layer } from "effect"
+import { Clock, Context, Effect } from "effect"
 import { randomBytes } from "node:crypto"
 import { clockCounterLua, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
-import { decision, RateLimiter, RateLimiterUnavailable } from "./RateLimiter.ts"
+import { decision, RateLimiterUnavailable, type RateLimiterShape } from "./Decision.ts"
 
 /** The script up to its reply: `allowed`, `count`, `oldestScore` and `now` set. */
 const SLIDING_WINDOW_BODY = `
@@ -95,14 +95,13 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
           Effect.asVoid
         )
     )
-  return RateLimiter.of({
+  const limiter: RateLimiterShape = {
     hit: (key, limit, windowMs, read) => Effect.map(admit(key, limit, windowMs, read), (admitted) => admitted.decision),
     reserve: (key, limit, windowMs) =>
       Effect.map(admit(key, limit, windowMs), ({ decision: d, member }) => ({
         decision: d,
         release: d.allowed ? takeBack(key, member) : Effect.void
       }))
-  })
+  }
+  return limiter
 })
-
-export const RedisRateLimiterLive = Layer.effect(RateLimiter, makeRedisRateLimiter)

@@ -6,13 +6,6 @@
 import { Context, Effect, Layer, Redacted, type Scope } from "effect"
 import { Redis } from "ioredis"
 
-export class RedisClient extends Context.Service<RedisClient, {
-  readonly client: Redis
-  readonly prefix: string
-  /** A new connection with the same options (for SUBSCRIBE); closed with the scope. */
-  readonly duplicate: Effect.Effect<Redis, never, Scope.Scope>
-}>()("Store/RedisClient") {}
-
 /**
  * Review F11: a Redis that accepts and never answers (half-open, blackholed) must not hold
  * anything. With commands waiting and no byte back for this long, ioredis destroys the socket,
@@ -61,23 +54,31 @@ const closeRedis = (redis: Redis) =>
     })
   })
 
-export const redisLayer = (url: Redacted.Redacted<string>, prefix: string) =>
-  Layer.effect(
-    RedisClient,
-    Effect.gen(function*() {
-      const client = yield* Effect.acquireRelease(Effect.sync(() => makeRedis(Redacted.value(url))), closeRedis)
-      client.on("error", () => {}) // reconnects on its own; failures surface on the commands
-      return RedisClient.of({
-        client,
-        prefix,
-        duplicate: Effect.acquireRelease(Effect.sync(() => {
-          const dup = trackReady(client.duplicate())
-          dup.on("error", () => {})
-          return dup
-        }), closeRedis)
+export class RedisClient extends Context.Service<RedisClient, {
+  readonly client: Redis
+  readonly prefix: string
+  /** A new connection with the same options (for SUBSCRIBE); closed with the scope. */
+  readonly duplicate: Effect.Effect<Redis, never, Scope.Scope>
+}>()("Store/RedisClient") {
+  /** One connection to `url`; every key and channel carries `prefix` (REDIS_KEY_PREFIX). */
+  static readonly layer = (url: Redacted.Redacted<string>, prefix: string) =>
+    Layer.effect(
+      RedisClient,
+      Effect.gen(function*() {
+        const client = yield* Effect.acquireRelease(Effect.sync(() => makeRedis(Redacted.value(url))), closeRedis)
+        client.on("error", () => {}) // reconnects on its own; failures surface on the commands
+        return RedisClient.of({
+          client,
+          prefix,
+          duplicate: Effect.acquireRelease(Effect.sync(() => {
+            const dup = trackReady(client.duplicate())
+            dup.on("error", () => {})
+            return dup
+          }), closeRedis)
+        })
       })
-    })
-  )
+    )
+}
 
 export class RedisError {
   readonly _tag = "RedisError"

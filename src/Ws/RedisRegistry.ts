@@ -36,7 +36,7 @@
  *
  * Every key and channel carries REDIS_KEY_PREFIX.
  */
-import { Effect, FiberSet, Layer, Queue, Schedule } from "effect"
+import { Effect, FiberSet, Queue, Schedule } from "effect"
 import type { Redis } from "ioredis"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
@@ -45,12 +45,11 @@ import { wsBroadcastsInvalidTotal } from "../Observability/Metrics.ts"
 import { COMMAND_TIMEOUT_MS, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { ACQUIRE_SLOT_LUA, parseBroadcast, RENEW_SLOTS_LUA } from "./RedisWire.ts"
 import {
-  ConnectionRegistry,
   type ConnectionRegistryShape,
   makeListeners,
   makeSessionTimers,
   RegistryUnavailable
-} from "./Registry.ts"
+} from "./RegistryBase.ts"
 
 export interface RedisRegistryOptions {
   /** How long a slot outlives its instance's last renewal. */
@@ -356,7 +355,5 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     return registry
   })
 
-export const RedisRegistryLive = Layer.effect(
-  ConnectionRegistry,
-  Effect.flatMap(AppConfig, (config) => makeRedisRegistry({ slotTtlMs: config.wsSlotTtlSeconds * 1000 }))
-)
+/** The Redis registry with WS_SLOT_TTL_SECONDS (`ConnectionRegistry.layerRedis`). */
+export const makeRedisRegistryFromConfig = Effect.flatMap(AppConfig, (config) => makeRedisRegistry({ slotTtlMs: config.wsSlotTtlSeconds * 1000 }))

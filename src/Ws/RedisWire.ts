@@ -6,7 +6,7 @@
  */
 import { Result, Schema } from "effect"
 import { BroadcastData } from "./Protocol.ts"
-import type { BroadcastMessage } from "./Registry.ts"
+import type { BroadcastMessage } from "./RegistryBase.ts"
 
 /** Redis's clock in ms; effects replication (the default since Redis 5) lets a script read it and then write. */
 const REDIS_NOW_LUA = `

@@ -3,106 +3,21 @@
  * shared by every instance. Two implementations behind this interface pass one contract test
  * suite: in-process (here, one instance) and Redis (RedisRegistry.ts, many instances).
  */
-import { Context, Effect, Layer, type Scope } from "effect"
+import { Context, Effect, Layer } from "effect"
 import { AuthorEvents } from "../Authors/Authors.ts"
-import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
+import type { AuthorEvent } from "../Domain/Author.ts"
 import { WebSocketProbe } from "../Observability/Health.ts"
+import { makeRedisRegistryFromConfig } from "./RedisRegistry.ts"
+import { type ConnectionRegistryShape, makeListeners, makeSessionTimers } from "./RegistryBase.ts"
 
-/** What every instance delivers to its connections (CONTRACT §5 Broadcasts). */
-export interface BroadcastMessage {
-  readonly event: AuthorEvent["event"]
-  readonly timestamp: string
-  readonly author: AuthorRow
-}
-
-export interface RegistryListener {
-  readonly onBroadcast: (message: BroadcastMessage) => void
-  /** A session of one of this instance's connections ended (token exp + grace). */
-  readonly onSessionExpired: (connectionId: string) => void
-}
-
-export class RegistryUnavailable {
-  readonly _tag = "RegistryUnavailable"
-  readonly cause: unknown
-  constructor(cause: unknown) {
-    this.cause = cause
-  }
-}
-
-export interface ConnectionRegistryShape {
-  /**
-   * Claims one of the user's `max` slots (across all instances); false when all are taken. Fails
-   * when the store cannot decide: the slot is then held until `release`.
-   */
-  readonly acquire: (userId: string, connectionId: string, max: number) => Effect.Effect<boolean, RegistryUnavailable>
-  readonly release: (userId: string, connectionId: string) => Effect.Effect<void>
-  /** Starts or extends a connection's session: it expires at `expiresAtMs` (epoch ms). */
-  readonly startSession: (connectionId: string, expiresAtMs: number) => Effect.Effect<void>
-  readonly endSession: (connectionId: string) => Effect.Effect<void>
-  /** Delivered to the listeners of every instance, this one included. */
-  readonly broadcast: (message: BroadcastMessage) => Effect.Effect<void>
-  /** Subscribes this instance's WebSocket server until the scope closes. */
-  readonly listen: (listener: RegistryListener) => Effect.Effect<void, never, Scope.Scope>
-  /** Fails when the store is unreachable (health). */
-  readonly check: Effect.Effect<void, unknown>
-  /** Slots held by this instance: its open connections. */
-  readonly localConnections: Effect.Effect<number>
-}
-
-export class ConnectionRegistry extends Context.Service<ConnectionRegistry, ConnectionRegistryShape>()("Ws/ConnectionRegistry") {}
-
-/** `setTimeout` caps delays at 2^31-1 ms; longer sessions are re-armed. */
-const MAX_TIMER_MS = 2_147_483_647
-
-/** Session timers of this process (the in-process registry, and Redis without key-expiry events). */
-export const makeSessionTimers = (onExpired: (connectionId: string) => void) => {
-  const timers = new Map<string, ReturnType<typeof setTimeout>>()
-  const arm = (connectionId: string, expiresAtMs: number) => {
-    const delay = Math.max(0, expiresAtMs - Date.now())
-    const timer = setTimeout(() => {
-      timers.delete(connectionId)
-      if (delay > MAX_TIMER_MS) arm(connectionId, expiresAtMs)
-      else onExpired(connectionId)
-    }, Math.min(delay, MAX_TIMER_MS))
-    timer.unref()
-    timers.set(connectionId, timer)
-  }
-  const cancel = (connectionId: string) => {
-    clearTimeout(timers.get(connectionId))
-    timers.delete(connectionId)
-  }
-  return {
-    start: (connectionId: string, expiresAtMs: number) => {
-      cancel(connectionId)
-      arm(connectionId, expiresAtMs)
-    },
-    cancel,
-    clear: () => {
-      for (const timer of timers.values()) clearTimeout(timer)
-      timers.clear()
-    }
-  }
-}
-
-/** Listeners of this process; a throwing listener does not stop the others. */
-export const makeListeners = () => {
-  const listeners = new Set<RegistryListener>()
-  const each = (f: (listener: RegistryListener) => void) => {
-    for (const listener of listeners) {
-      try {
-        f(listener)
-      } catch {
-        // a listener's own failure is its own; the others still get the message
-      }
-    }
-  }
-  return {
-    add: (listener: RegistryListener) =>
-      Effect.acquireRelease(Effect.sync(() => listeners.add(listener)), () => Effect.sync(() => listeners.delete(listener))),
-    broadcast: (message: BroadcastMessage) => each((l) => l.onBroadcast(message)),
-    expired: (connectionId: string) => each((l) => l.onSessionExpired(connectionId))
-  }
-}
+export {
+  type BroadcastMessage,
+  type ConnectionRegistryShape,
+  makeListeners,
+  makeSessionTimers,
+  type RegistryListener,
+  RegistryUnavailable
+} from "./RegistryBase.ts"
 
 /** One instance: slots in a map, sessions on timers, broadcasts straight to the listeners. */
 export const makeMemoryRegistry = Effect.gen(function*() {
@@ -111,7 +26,7 @@ export const makeMemoryRegistry = Effect.gen(function*() {
   const listeners = makeListeners()
   const sessions = makeSessionTimers(listeners.expired)
   yield* Effect.addFinalizer(() => Effect.sync(sessions.clear))
-  return ConnectionRegistry.of({
+  const registry: ConnectionRegistryShape = {
     acquire: (userId, connectionId, max) =>
       Effect.sync(() => {
         let mine = slots.get(userId)
@@ -137,13 +52,19 @@ export const makeMemoryRegistry = Effect.gen(function*() {
     listen: (listener) => Effect.asVoid(listeners.add(listener)),
     check: Effect.void,
     localConnections: Effect.sync(() => held)
-  })
+  }
+  return registry
 })
 
-export const MemoryRegistryLive = Layer.effect(ConnectionRegistry, makeMemoryRegistry)
+export class ConnectionRegistry extends Context.Service<ConnectionRegistry, ConnectionRegistryShape>()("Ws/ConnectionRegistry") {
+  /** One instance: this process's slots, sessions and listeners. */
+  static readonly layerMemory = Layer.effect(ConnectionRegistry, makeMemoryRegistry)
+  /** Every instance: slots, sessions and broadcasts in Redis (needs `RedisClient`). */
+  static readonly layerRedis = Layer.effect(ConnectionRegistry, makeRedisRegistryFromConfig)
+}
 
 /** Author changes become broadcasts (the `Authors` service announces; the registry delivers). */
-export const AuthorEventsLive = Layer.effect(
+export const layerAuthorEvents = Layer.effect(
   AuthorEvents,
   Effect.map(ConnectionRegistry, (registry) => ({
     publish: (event: AuthorEvent) =>
@@ -152,7 +73,7 @@ export const AuthorEventsLive = Layer.effect(
 )
 
 /** `/health`'s WebSocket part: the registry's store, and this instance's open connections. */
-export const WebSocketProbeLive = Layer.effect(
+export const layerWebSocketProbe = Layer.effect(
   WebSocketProbe,
   Effect.map(ConnectionRegistry, (registry) => ({ check: registry.check, activeConnections: registry.localConnections }))
 )

@@ -8,7 +8,7 @@ import { Effect, Layer, Schedule } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { layerDatabase } from "../../src/App.ts"
+import * as App from "../../src/App.ts"
 import { AuthorEvents, Authors } from "../../src/Authors/Authors.ts"
 import { ReadCache } from "../../src/Authors/ReadCache.ts"
 import { AuthorRepo } from "../../src/Authors/Repo.ts"
@@ -28,8 +28,8 @@ describe("Authors with a recording AuthorEvents", () => {
       Layer.provide(RecordingEvents),
       Layer.provide(ReadCache.layerMemory),
       Layer.provide(AuthorRepo.layer),
-      Layer.provide(layerDatabase),
-      Layer.provide(AppConfig.layerWith({ dataDir }))
+      Layer.provide(App.layerDatabase),
+      Layer.provide(AppConfig.layerTest({ dataDir }))
     )
     return Effect.gen(function*() {
       const authors = yield* Authors

@@ -23,7 +23,7 @@ import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
 import { makeStreamAuditLog } from "../../src/AuditLogs/StreamWriter.ts"
 import { defaultWriterOptions } from "../../src/AuditLogs/Writer.ts"
 import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
-import { RedisClient, redisLayer } from "../../src/Store/Redis.ts"
+import { RedisClient } from "../../src/Store/Redis.ts"
 import { readMetric } from "../support/Metrics.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
@@ -114,7 +114,7 @@ const prefix = `test:${randomUUID()}:`
 /** Runs a test's effect with `repo` as the database and Redis under `keyPrefix`. */
 const withRepo = (repo: ReturnType<typeof fakeRepo>, keyPrefix: string, redisUrl = TEST_REDIS_URL ?? "") =>
   <A, E>(self: Effect.Effect<A, E, RedisClient | AuditRepo | Scope.Scope>) =>
-    self.pipe(Effect.scoped, Effect.provide(repo.layer), Effect.provide(redisLayer(Redacted.make(redisUrl), keyPrefix)))
+    self.pipe(Effect.scoped, Effect.provide(repo.layer), Effect.provide(RedisClient.layer(Redacted.make(redisUrl), keyPrefix)))
 
 describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () => {
   it.live("during a PostgreSQL outage, holds its cap: records past streamMax are counted stream_full, the stream stops growing", () =>

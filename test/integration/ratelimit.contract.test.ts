@@ -6,13 +6,12 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { TestClock } from "effect/testing"
 import { randomUUID } from "node:crypto"
-import { MemoryRateLimiterLive, RateLimiter } from "../../src/RateLimit/RateLimiter.ts"
-import { RedisRateLimiterLive } from "../../src/RateLimit/RedisRateLimiter.ts"
-import { redisLayer } from "../../src/Store/Redis.ts"
+import { RateLimiter } from "../../src/RateLimit/RateLimiter.ts"
+import { RedisClient } from "../../src/Store/Redis.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
 const redisLimiter = () =>
-  RedisRateLimiterLive.pipe(Layer.provide(redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), `test:${randomUUID()}:`)))
+  RateLimiter.layerRedis.pipe(Layer.provide(RedisClient.layer(Redacted.make(TEST_REDIS_URL ?? ""), `test:${randomUUID()}:`)))
 
 const hits = (key: string, n: number, limit: number, windowMs = 60_000) =>
   Effect.flatMap(RateLimiter, (limiter) =>
@@ -117,7 +116,7 @@ const contract = (name: string, layer: () => Layer.Layer<RateLimiter>) =>
       }).pipe(Effect.provide(layer())))
   })
 
-contract("in-process", () => MemoryRateLimiterLive)
+contract("in-process", () => RateLimiter.layerMemory)
 
 describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
   contract("Redis", redisLimiter)
@@ -125,7 +124,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
   it.live("two instances (two connections) share one budget, exactly, under 200 concurrent hits", () =>
     Effect.gen(function*() {
       const prefix = `test:${randomUUID()}:`
-      const instance = () => RedisRateLimiterLive.pipe(Layer.provide(redisLayer(Redacted.make(TEST_REDIS_URL ?? ""), prefix)))
+      const instance = () => RateLimiter.layerRedis.pipe(Layer.provide(RedisClient.layer(Redacted.make(TEST_REDIS_URL ?? ""), prefix)))
       const a = Context.get(yield* Layer.build(instance()), RateLimiter)
       const b = Context.get(yield* Layer.build(instance()), RateLimiter)
       const decisions = yield* Effect.all(

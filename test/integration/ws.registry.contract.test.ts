@@ -11,9 +11,9 @@ import { Context, Effect, Layer, Option, Redacted, type Scope } from "effect"
 import { randomUUID } from "node:crypto"
 import { AppConfig } from "../../src/Config.ts"
 import { registry as metricsRegistry } from "../../src/Observability/Metrics.ts"
-import { RedisClient, redisLayer } from "../../src/Store/Redis.ts"
-import { enableExpiredEvents, hasExpiredEvents, makeRedisRegistry, RedisRegistryLive } from "../../src/Ws/RedisRegistry.ts"
-import { type BroadcastMessage, ConnectionRegistry, MemoryRegistryLive } from "../../src/Ws/Registry.ts"
+import { RedisClient } from "../../src/Store/Redis.ts"
+import { enableExpiredEvents, hasExpiredEvents, makeRedisRegistry } from "../../src/Ws/RedisRegistry.ts"
+import { type BroadcastMessage, ConnectionRegistry } from "../../src/Ws/Registry.ts"
 import { loggerLayer } from "../../src/Observability/Logging.ts"
 import { onPath } from "../support/Binaries.ts"
 import { readRegistry } from "../support/Metrics.ts"
@@ -136,11 +136,11 @@ const contract = (name: string, instances: Instances) =>
 
 contract("in-process", (count) =>
   Effect.gen(function*() {
-    const registry = Context.get(yield* Layer.build(MemoryRegistryLive), ConnectionRegistry)
+    const registry = Context.get(yield* Layer.build(ConnectionRegistry.layerMemory), ConnectionRegistry)
     return Array.from({ length: Math.min(count, 1) }, () => registry)
   }))
 
-const redis = (prefix: string, url = TEST_REDIS_URL ?? "") => redisLayer(Redacted.make(url), prefix)
+const redis = (prefix: string, url = TEST_REDIS_URL ?? "") => RedisClient.layer(Redacted.make(url), prefix)
 
 /** `count` Redis registries on one fresh prefix of the Redis at `url()`. */
 const redisInstancesAt = (url: () => string, slotTtlMs: number): Instances => (count) =>
@@ -313,17 +313,17 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       expect((yield* Effect.promise(async () => (await readRegistry(metricsRegistry)).firstOrZero("ws_broadcasts_invalid_total"))) - before).toBe(invalid.length)
     }).pipe(Effect.scoped))
 
-  it.live("RedisRegistryLive turns on key-expiry events on a Redis that has them off (notify-keyspace-events gains Ex)", () =>
+  it.live("ConnectionRegistry.layerRedis turns on key-expiry events on a Redis that has them off (notify-keyspace-events gains Ex)", () =>
     Effect.gen(function*() {
       // A Redis of its own: the shared one has had them turned on by every earlier test.
       const server = yield* Effect.acquireRelease(Effect.promise(() => startRedisServer()), (s) => Effect.promise(() => s.kill()))
       const flags = (client: Redis) =>
         Effect.promise(() => client.config("GET", "notify-keyspace-events")).pipe(Effect.map((reply) => (reply as Array<string>)[1] ?? ""))
-      const layer = RedisRegistryLive.pipe(
-        Layer.provideMerge(redisLayer(Redacted.make(server.url), `test-registry-${randomUUID()}:`)),
-        Layer.provide(AppConfig.layerWith({ redisUrl: Option.some(Redacted.make(server.url)) }))
+      const layer = ConnectionRegistry.layerRedis.pipe(
+        Layer.provideMerge(RedisClient.layer(Redacted.make(server.url), `test-registry-${randomUUID()}:`)),
+        Layer.provide(AppConfig.layerTest({ redisUrl: Option.some(Redacted.make(server.url)) }))
       )
-      const probe = Context.get(yield* Layer.build(redisLayer(Redacted.make(server.url), "probe:")), RedisClient).client
+      const probe = Context.get(yield* Layer.build(RedisClient.layer(Redacted.make(server.url), "probe:")), RedisClient).client
       expect(hasExpiredEvents(yield* flags(probe))).toBe(false)
       const logs = capturingLogs()
       const registry = Context.get(yield* Layer.build(layer).pipe(Effect.provide(logs.layer)), ConnectionRegistry)
@@ -343,7 +343,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
         Effect.promise(() => startRedisServer(["--notify-keyspace-events", "KEA"])),
         (s) => Effect.promise(() => s.kill())
       )
-      const probe = Context.get(yield* Layer.build(redisLayer(Redacted.make(server.url), "probe:")), RedisClient).client
+      const probe = Context.get(yield* Layer.build(RedisClient.layer(Redacted.make(server.url), "probe:")), RedisClient).client
       const flags = Effect.promise(() => probe.config("GET", "notify-keyspace-events")).pipe(Effect.map((reply) => (reply as Array<string>)[1]))
       const before = yield* flags
       const configSets = Effect.promise(() => probe.info("commandstats")).pipe(

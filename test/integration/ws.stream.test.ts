@@ -22,10 +22,10 @@ import { ReadCache } from "../../src/Authors/ReadCache.ts"
 import { AppConfig } from "../../src/Config.ts"
 import type { AuthorRow } from "../../src/Domain/Author.ts"
 import { Upgrades, type UpgradeHandler } from "../../src/Edge/Upgrades.ts"
-import { MemoryRateLimiterLive } from "../../src/RateLimit/RateLimiter.ts"
+import { RateLimiter } from "../../src/RateLimit/RateLimiter.ts"
 import { makeConnection } from "../../src/Ws/Connection.ts"
 import { encodeResponse, PROTO_TEXT } from "../../src/Ws/Protobuf.ts"
-import { MemoryRegistryLive } from "../../src/Ws/Registry.ts"
+import { ConnectionRegistry } from "../../src/Ws/Registry.ts"
 import { SPOOLS_MAX } from "../../src/Ws/Streaming.ts"
 import { WsServerLive } from "../../src/Ws/Server.ts"
 import { closeCode, Opcode, type RawMessage, rawWs, type RawWsClient } from "../support/RawWs.ts"
@@ -309,11 +309,11 @@ describe("a database failure while the list is read", () => {
         FailingAuthors,
         ReadCache.none,
         AuditLog.layerNone,
-        MemoryRateLimiterLive,
-        MemoryRegistryLive,
+        RateLimiter.layerMemory,
+        ConnectionRegistry.layerMemory,
         Layer.succeed(TokenVerifier, makeTokenVerifier({ key: publicKey, issuer: "stream-test", audience: undefined, clientId: "x" }))
       ]),
-      Layer.provide(AppConfig.layerWith({ rateLimitEnabled: false })),
+      Layer.provide(AppConfig.layerTest({ rateLimitEnabled: false })),
       Layer.provide(Layer.succeed(References.MinimumLogLevel, "None"))
     )
     scope = Effect.runSync(Scope.make())

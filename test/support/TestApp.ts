@@ -10,10 +10,10 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import pg from "pg"
 import { importJWK, SignJWT, type JWK } from "jose"
-import { makeServedAppLive } from "../../src/App.ts"
+import * as App from "../../src/App.ts"
 import { BUILTIN_ISSUER } from "../../src/Auth/BuiltinProvider.ts"
 import { AppConfig, type AppConfigShape } from "../../src/Config.ts"
-import { drainOnShutdown, nodeServerLayer } from "../../src/Http/NodeServer.ts"
+import { drainOnShutdown, NodeServer } from "../../src/Http/NodeServer.ts"
 
 export const TEST_DATABASE_URL = process.env["TEST_DATABASE_URL"]
 export const TEST_REDIS_URL = process.env["TEST_REDIS_URL"]
@@ -98,8 +98,8 @@ export const startTestApp = async (options: TestAppOptions = {}): Promise<TestAp
   }
   // As main.ts wires it: the port opens once the app is up, drainOnShutdown wraps it all.
   const layer = drainOnShutdown(8_000).pipe(
-    Layer.provideMerge(makeServedAppLive(nodeServerLayer({ port: 0, host: options.host ?? "127.0.0.1" }), options.tracing)),
-    Layer.provide(AppConfig.layerWith(config)),
+    Layer.provideMerge(App.layer(NodeServer.layer({ port: 0, host: options.host ?? "127.0.0.1" }), options.tracing)),
+    Layer.provide(AppConfig.layerTest(config)),
     Layer.provide(Layer.succeed(References.MinimumLogLevel, options.logLevel ?? "Warn")),
     Layer.provide(options.logger ?? Layer.empty)
   )
