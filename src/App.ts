@@ -36,6 +36,7 @@ import { RedisClient } from "./Store/Redis.ts"
 import { WsHttpLive } from "./Ws/Http.ts"
 import { ConnectionRegistry, layerAuthorEvents, layerWebSocketProbe } from "./Ws/Registry.ts"
 import { untilDatabaseReachable } from "./Startup.ts"
+import { PackageHandlers } from "./Ws/Packages.ts"
 import { WsServerLive } from "./Ws/Server.ts"
 
 /** The common responses' middleware does nothing: it is there for the errors it declares (Api.ts). */
@@ -173,7 +174,7 @@ const withServerSpan = HttpMiddleware.make((app) => app)
 const serving = <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
   HttpServer.withLogAddress(Layer.mergeAll(
     Layer.unwrap(Effect.map(Effect.service(References.TracerEnabled), (traced) => traced ? HttpServer.serve(handler, withServerSpan) : HttpServer.serve(handler))),
-    WsServerLive
+    WsServerLive.pipe(Layer.provide(PackageHandlers.layer))
   ))
 
 /** The routes, built once every service is up, then served. */

@@ -5,11 +5,8 @@
  * cannot drift from the implementation. Public, not rate limited, not in OpenAPI.
  */
 import { JsonSchema, Schema, SchemaRepresentation } from "effect"
-import type { Package } from "./Packages.ts"
+import type { PackageDescription } from "./Packages.ts"
 import type { CloseCode } from "./Protocol.ts"
-
-/** A package as documented: the table's entry without its handler. */
-export type PackageDescription = Pick<Package, "pkgId" | "name" | "roles" | "summary" | "request" | "response">
 
 export interface StatusCode {
   readonly code: number

@@ -8,7 +8,6 @@
 import { Effect, Option } from "effect"
 import type { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData } from "../AuditLogs/RequestData.ts"
-import type { Authors } from "../Authors/Authors.ts"
 import { LIST_SCOPE, type ReadCache, scopeOfId } from "../Authors/ReadCache.ts"
 import type { AppConfigShape } from "../Config.ts"
 import type { Observed } from "../Domain/RequestContext.ts"
@@ -18,7 +17,7 @@ import { WsStatus } from "../Errors.ts"
 import { rateLimitHitsTotal, wsMessageProcessingDuration } from "../Observability/Metrics.ts"
 import { RATE_WINDOW_MS, type RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
 import { type Connection, type Format, frameBytes, frameText, type InboundFrame } from "./Connection.ts"
-import { AnswerData, DATABASE_ERROR, type Package, type PackageReply, Packages, reply } from "./Packages.ts"
+import { AnswerData, DATABASE_ERROR, type Package, type PackageHandlers, type PackageReply, reply } from "./Packages.ts"
 import { encodeResponse, encodeResponseJson, parseProtobufFrame } from "./Protobuf.ts"
 import { checkEnvelope, Close, type Frame, parseJsonFrame, WS_PATH } from "./Protocol.ts"
 import { sendStreamedList, StreamedList } from "./Streaming.ts"
@@ -71,6 +70,8 @@ export interface DispatchDeps {
   readonly limiter: RateLimiter["Service"]
   readonly cache: ReadCache["Service"]
   readonly audit: AuditLog["Service"]
+  /** The packages, their handlers bound to the services (Packages.ts). */
+  readonly packages: PackageHandlers["Service"]
   /** An auth frame on an open connection. */
   readonly reauthenticate: (conn: Connection, token: unknown) => Effect.Effect<void>
 }
@@ -143,7 +144,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
       Effect.gen(function*() {
         const startedAt = new Date()
         const started = performance.now()
-        const pkg = Packages.get(frame.pkgId)
+        const pkg = deps.packages.get(frame.pkgId)
         let result: PackageReply
         const scope = readScopeOf(frame)
         const rate = yield* messageRate(user, scope === undefined ? undefined : cache.generationKey(scope))
@@ -202,7 +203,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
 
   return {
     /** One frame, in order with the others of its connection. */
-    handle: (conn: Connection, inbound: InboundFrame): Effect.Effect<void, never, Authors | ReadCache> => {
+    handle: (conn: Connection, inbound: InboundFrame): Effect.Effect<void> => {
       const frame = decodeFrame(conn.format, inbound)
       const user = conn.user()
       if (frame._tag === "Invalid" || user === undefined) return Effect.sync(() => conn.close(Close.InvalidFormat))

@@ -1,10 +1,12 @@
 /**
- * The WebSocket packages (INTERFACE §WebSocket endpoint, CONTRACT §5): each is one entry of
- * `makePackages` — its data schema, roles and handler over the same `Authors` service as HTTP.
+ * The WebSocket packages (INTERFACE §WebSocket endpoint, CONTRACT §5): each is one entry of the
+ * package table — its data schema, roles and handler over the same `Authors` service as HTTP.
+ * The table describes the packages (`Packages`, for the AsyncAPI document); `PackageHandlers.layer`
+ * binds their handlers to `Authors` and the `ReadCache` once, when it is built.
  * Processing a package is: data schema → permission → handler (the rate check comes before,
  * in the connection), and every outcome becomes a status_code through the one error table.
  */
-import { Effect, Option, Result, Schema } from "effect"
+import { Context, Effect, Layer, Option, Result, Schema } from "effect"
 import { hasRoles } from "../Auth/Rbac.ts"
 import { Authors } from "../Authors/Authors.ts"
 import { ReadAnswer } from "../Authors/ReadAnswers.ts"
@@ -55,7 +57,16 @@ export interface Package {
    * Schema → permission → handler; never fails (errors are replies). `observed`: the read cache's
    * generation the message's rate check read (Dispatch.ts).
    */
-  readonly process: (data: unknown, user: User, observed: Observed | undefined) => Effect.Effect<PackageReply, never, Authors | ReadCache>
+  readonly process: (data: unknown, user: User, observed: Observed | undefined) => Effect.Effect<PackageReply>
+}
+
+/** What a package describes of itself, without its handler. */
+export type PackageDescription = Pick<Package, "pkgId" | "name" | "roles" | "summary" | "request" | "response">
+
+/** The services a handler reads and writes through, bound when `PackageHandlers.layer` is built. */
+interface HandlerServices {
+  readonly authors: Authors["Service"]
+  readonly cache: ReadCache["Service"]
 }
 
 interface PackageSpec<A> {
@@ -68,23 +79,33 @@ interface PackageSpec<A> {
   /** The `msg` of a schema failure, from the first failing field of `data` (CONTRACT §9). */
   readonly invalidMessage: (field: string | undefined) => string
   readonly handle: (
+    services: HandlerServices,
     data: A,
     observed: Observed | undefined
-  ) => Effect.Effect<{ readonly data: unknown; readonly meta: PageMeta | null }, ClientError, Authors | ReadCache>
+  ) => Effect.Effect<{ readonly data: unknown; readonly meta: PageMeta | null }, ClientError>
+}
+
+/** A package's description, and its `Package` once bound to the services. */
+interface PackageDefinition {
+  readonly description: PackageDescription
+  readonly bind: (services: HandlerServices) => Package
 }
 
 const PERMISSION_DENIED = reply(WsStatus.PERMISSION_DENIED, { msg: "Permission denied" })
 export const DATABASE_ERROR = reply(WsStatus.ERROR, { msg: "Database error occurred" })
 
-const definePackage = <A>(spec: PackageSpec<A>): Package => {
+const definePackage = <A>(spec: PackageSpec<A>): PackageDefinition => {
   const decode = Schema.decodeUnknownResult(spec.request, { errors: "all" })
-  return {
+  const description: PackageDescription = {
     pkgId: spec.pkgId,
     name: spec.name,
     roles: spec.roles,
     summary: spec.summary,
     request: spec.request,
-    response: spec.response,
+    response: spec.response
+  }
+  return { description, bind: (services) => ({
+    ...description,
     process: (data, user, observed) => {
       const decoded = decode(data)
       if (Result.isFailure(decoded)) {
@@ -95,7 +116,7 @@ const definePackage = <A>(spec: PackageSpec<A>): Package => {
         )
       }
       if (!hasRoles(user, spec.roles)) return Effect.succeed(PERMISSION_DENIED)
-      return spec.handle(decoded.success, observed).pipe(
+      return spec.handle(services, decoded.success, observed).pipe(
         Effect.map(({ data, meta }): PackageReply => ({ status: WsStatus.OK, data, meta, httpStatus: 200 })),
         Effect.catch((error) =>
           Effect.succeed(reply(errorStatus[error._tag].ws, { msg: error.detail }, errorStatus[error._tag].http))
@@ -103,7 +124,7 @@ const definePackage = <A>(spec: PackageSpec<A>): Package => {
         Effect.catchDefect((defect) => Effect.as(Effect.logError(`${spec.name} failed`, defect), DATABASE_ERROR))
       )
     }
-  }
+  }) }
 }
 
 /** Package filters: `name` and its alias `search_term` are case-insensitive substrings (CONTRACT §9). */
@@ -133,7 +154,7 @@ const GetPaginatedAuthorsData = Schema.Struct({
 const PAGINATION_FIELDS = new Set(["page", "per_page", "cursor"])
 
 /** The package table; adding a package is one entry here. */
-export const Packages: ReadonlyMap<number, Package> = new Map([
+const definitions: ReadonlyArray<PackageDefinition> = [
     definePackage({
       pkgId: 1,
       name: "GET_AUTHORS",
@@ -145,15 +166,13 @@ export const Packages: ReadonlyMap<number, Package> = new Map([
       invalidMessage: (field) => (field === "filters" ? "Invalid filter parameters" : "Invalid request data"),
       // The whole list, unpaginated (INTERFACE), read in keyset batches and sent batch by batch as
       // one message (Streaming.ts): memory does not grow with the table.
-      handle: (data, observed) =>
-        Effect.gen(function*() {
-          const filters = toFilters(data.filters)
-          const result = yield* (yield* Authors).readList(filters, (yield* ReadCache).tag(scopeOf(filters), observed))
-          return {
-            data: result instanceof ReadAnswer ? new AnswerData(result, false) : new StreamedList(result.first, true, result.rest),
-            meta: null
-          }
-        })
+      handle: ({ authors, cache }, data, observed) => {
+        const filters = toFilters(data.filters)
+        return Effect.map(authors.readList(filters, cache.tag(scopeOf(filters), observed)), (result) => ({
+          data: result instanceof ReadAnswer ? new AnswerData(result, false) : new StreamedList(result.first, true, result.rest),
+          meta: null
+        }))
+      }
     }),
     definePackage({
       pkgId: 2,
@@ -168,13 +187,14 @@ export const Packages: ReadonlyMap<number, Package> = new Map([
           : field === "filters"
           ? "Invalid filter parameters"
           : "Invalid request data",
-      handle: (data, observed) =>
-        Effect.gen(function*() {
-          const filters = toFilters(data.filters)
-          const query = { page: data.page, perPage: data.per_page, cursor: Option.fromNullishOr(data.cursor) }
-          const answer = yield* (yield* Authors).readPage(filters, query, (yield* ReadCache).tag(scopeOf(filters), observed))
-          return { data: new AnswerData(answer, true), meta: answer.meta }
-        })
+      handle: ({ authors, cache }, data, observed) => {
+        const filters = toFilters(data.filters)
+        const query = { page: data.page, perPage: data.per_page, cursor: Option.fromNullishOr(data.cursor) }
+        return Effect.map(
+          authors.readPage(filters, query, cache.tag(scopeOf(filters), observed)),
+          (answer) => ({ data: new AnswerData(answer, true), meta: answer.meta })
+        )
+      }
     }),
     definePackage({
       pkgId: 3,
@@ -184,7 +204,17 @@ export const Packages: ReadonlyMap<number, Package> = new Map([
       request: AuthorPayload,
       response: Author,
       invalidMessage: () => "Invalid request data",
-      handle: (data) =>
-        Effect.flatMap(Authors, (authors) => authors.create(data.name)).pipe(Effect.map((author) => ({ data: author, meta: null })))
+      handle: ({ authors }, data) => Effect.map(authors.create(data.name), (author) => ({ data: author, meta: null }))
     })
-].map((p) => [p.pkgId, p] as const))
+]
+
+/** The packages as they describe themselves (the AsyncAPI document, Http.ts). */
+export const Packages: ReadonlyMap<number, PackageDescription> = new Map(definitions.map((d) => [d.description.pkgId, d.description]))
+
+/** The packages with their handlers, bound to `Authors` and the `ReadCache` when the Layer is built. */
+export class PackageHandlers extends Context.Service<PackageHandlers, ReadonlyMap<number, Package>>()("Ws/PackageHandlers") {
+  static readonly layer = Layer.effect(PackageHandlers, Effect.gen(function*() {
+    const services: HandlerServices = { authors: yield* Authors, cache: yield* ReadCache }
+    return new Map(definitions.map((d) => [d.description.pkgId, d.bind(services)]))
+  }))
+}

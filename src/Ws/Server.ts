@@ -24,7 +24,6 @@ import { type WebSocket, WebSocketServer } from "ws"
 import { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { hasRoles } from "../Auth/Rbac.ts"
 import { TokenVerifier } from "../Auth/TokenVerifier.ts"
-import type { Authors } from "../Authors/Authors.ts"
 import { ReadCache } from "../Authors/ReadCache.ts"
 import { AppConfig } from "../Config.ts"
 import { MethodNotAllowed, WsStatus } from "../Errors.ts"
@@ -36,6 +35,7 @@ import { wsConnectionsActive, wsMessagesReceived, wsUpgradesRefusedTotal } from 
 import { RATE_WINDOW_MS, RateLimiter, rateLimitHeaders, withFailMode } from "../RateLimit/RateLimiter.ts"
 import { type Connection, makeConnection } from "./Connection.ts"
 import { encodeReply, makeDispatch } from "./Dispatch.ts"
+import { PackageHandlers } from "./Packages.ts"
 import { formatOf, makeHandshake } from "./Handshake.ts"
 import { BROADCAST_REQ_ID, Close, WS_PATH } from "./Protocol.ts"
 import { type BroadcastMessage, ConnectionRegistry } from "./Registry.ts"
@@ -57,8 +57,8 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
   const registry = yield* ConnectionRegistry
   const fibers = yield* FiberSet.make()
   const cache = yield* ReadCache
-  // Package handlers need `Authors` and `ReadCache`: the fibers run with the layer's context.
-  const run = yield* FiberSet.runtime(fibers)<Authors | ReadCache>()
+  const packages = yield* PackageHandlers
+  const run = yield* FiberSet.runtime(fibers)<never>()
 
   const wss = new WebSocketServer({
     noServer: true,
@@ -81,7 +81,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     if (id !== undefined) headers.push(`X-Correlation-ID: ${id}`)
   })
 
-  const fork = (conn: Connection, effect: Effect.Effect<void, never, Authors | ReadCache>) => {
+  const fork = (conn: Connection, effect: Effect.Effect<void>) => {
     const user = conn.user()
     run(Effect.annotateLogs(effect, {
       correlation_id: conn.correlationId,
@@ -102,7 +102,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
       pump(conn) // frames that arrived during the handshake
     }
   })
-  const dispatch = makeDispatch({ config, limiter, cache, audit, reauthenticate: handshake.reauthenticate })
+  const dispatch = makeDispatch({ config, limiter, cache, audit, packages, reauthenticate: handshake.reauthenticate })
 
   /** Handles the inbox in order, one frame at a time, on one fiber while there is work. */
   const pump = (conn: Connection) => {

@@ -27,6 +27,7 @@ import { makeConnection } from "../../src/Ws/Connection.ts"
 import { encodeResponse, PROTO_TEXT } from "../../src/Ws/Protobuf.ts"
 import { ConnectionRegistry } from "../../src/Ws/Registry.ts"
 import { SPOOLS_MAX } from "../../src/Ws/Streaming.ts"
+import { PackageHandlers } from "../../src/Ws/Packages.ts"
 import { WsServerLive } from "../../src/Ws/Server.ts"
 import { closeCode, Opcode, type RawMessage, rawWs, type RawWsClient } from "../support/RawWs.ts"
 import { request, signToken, startTestApp, TEST_DATABASE_URL, type TestApp } from "../support/TestApp.ts"
@@ -304,6 +305,7 @@ describe("a database failure while the list is read", () => {
       handle: (h) => Effect.acquireRelease(Effect.sync(() => void (handler = h)), () => Effect.sync(() => void (handler = undefined)))
     }))
     const layer = WsServerLive.pipe(
+      Layer.provide(PackageHandlers.layer),
       Layer.provide([
         UpgradesHere,
         FailingAuthors,
