@@ -1,5 +1,5 @@
 /** The HTTP API: every group, one document (served at /openapi.json). */
-import { Schema } from "effect"
+import { Layer, Schema } from "effect"
 import { HttpApi, HttpApiMiddleware, OpenApi } from "effect/http-api"
 import { AuditLogsApi } from "./AuditLogs/Api.ts"
 import { LoginApi } from "./Auth/Api.ts"
@@ -29,7 +29,10 @@ export const ValidationErrorBody = Schema.Struct({
  */
 export class CommonResponses extends HttpApiMiddleware.Service<CommonResponses>()("Api/CommonResponses", {
   error: [ValidationErrorBody, Wire.PayloadTooLarge, Wire.RateLimited, Wire.InternalError]
-}) {}
+}) {
+  /** It does nothing: it is there for the errors it declares. */
+  static readonly layer: Layer.Layer<CommonResponses> = Layer.succeed(CommonResponses, (httpEffect) => httpEffect)
+}
 
 /**
  * HTTP authentication scheme names are case-insensitive (RFC 9110 §11.1), and OpenAPI documents and

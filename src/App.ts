@@ -39,13 +39,10 @@ import { untilDatabaseReachable } from "./Startup.ts"
 import { PackageHandlers } from "./Ws/Packages.ts"
 import { WsServerLive } from "./Ws/Server.ts"
 
-/** The common responses' middleware does nothing: it is there for the errors it declares (Api.ts). */
-const CommonResponsesLive: Layer.Layer<CommonResponses> = Layer.succeed(CommonResponses, (httpEffect) => httpEffect)
-
 /** The HttpApi with its handlers; the middlewares it declares (authentication, common responses). */
 const ApiLive = HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }).pipe(
   Layer.provide([AuthorsHttpLive, AuditLogsHttpLive, LoginHttpLive, SystemHttpLive, ProfilingHttpLive]),
-  Layer.provide([AuthenticationLive, CommonResponsesLive])
+  Layer.provide([AuthenticationLive, CommonResponses.layer])
 )
 
 /** Every route on the one router, behind the front door (a global router middleware). */

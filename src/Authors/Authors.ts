@@ -15,7 +15,10 @@ import { AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
 /** Where author changes are announced: the connection registry broadcasts them (Ws/Registry.ts). */
 export class AuthorEvents extends Context.Service<AuthorEvents, {
   readonly publish: (event: AuthorEvent) => Effect.Effect<void>
-}>()("Authors/Events") {}
+}>()("Authors/Events") {
+  /** Announces nowhere (tests of the HTTP handlers alone). */
+  static readonly layerNone = Layer.succeed(AuthorEvents, { publish: () => Effect.void })
+}
 
 /** The unpaginated list when it is longer than one batch: streamed, never held (nor cached). */
 export interface ListBatches {

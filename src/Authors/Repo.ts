@@ -111,6 +111,63 @@ const make = Effect.gen(function*() {
   return { listBatch, page, findById, create, update, remove } as const
 })
 
+/** `created_at` as the SQL repository formats it: UTC, microseconds, no zone. */
+const formatCreatedAt = (date: Date) => `${date.toISOString().slice(0, 23)}000`
+
+/**
+ * The same repository in this process's memory, for handler tests: the SQL repository's filters
+ * (exact `id` and `name`, `search` a case-insensitive substring), its order (by id), its pages by
+ * offset and by cursor with their total, its unique names and its not-found answers.
+ */
+const makeMemory = Effect.sync((): AuthorRepo["Service"] => {
+  const rows = new Map<number, AuthorRow>()
+  let lastId = 0
+  const matching = (filters: AuthorFilters, afterId: Option.Option<number> = Option.none()) => {
+    const search = filters.search?.toLowerCase()
+    return [...rows.values()].filter((row) =>
+      (filters.id === undefined || row.id === filters.id) &&
+      (filters.name === undefined || row.name === filters.name) &&
+      (search === undefined || row.name.toLowerCase().includes(search)) &&
+      (Option.isNone(afterId) || row.id > afterId.value)
+    )
+  }
+  const nameTaken = (name: string, except?: number) => [...rows.values()].some((row) => row.name === name && row.id !== except)
+  const found = (id: number) => {
+    const row = rows.get(id)
+    return row === undefined ? Effect.fail(AuthorNotFound.of(id)) : Effect.succeed(row)
+  }
+  return {
+    listBatch: (filters, afterId) => Effect.sync(() => matching(filters, afterId).slice(0, LIST_BATCH_SIZE)),
+    page: (filters, request) =>
+      Effect.sync(() => {
+        const all = matching(filters)
+        const from = Option.isSome(request.afterId)
+          ? matching(filters, request.afterId)
+          : all.slice((request.page - 1) * request.perPage)
+        return { items: from.slice(0, request.perPage), total: all.length, hasMore: from.length > request.perPage }
+      }),
+    findById: (id) => Effect.sync(() => Option.fromUndefinedOr(rows.get(id))),
+    create: (name) =>
+      Effect.suspend(() => {
+        if (nameTaken(name)) return Effect.fail(AuthorNameTaken.of(name))
+        const row: AuthorRow = { id: ++lastId, name, created_at: formatCreatedAt(new Date()) }
+        rows.set(row.id, row)
+        return Effect.succeed(row)
+      }),
+    update: (id, name) =>
+      Effect.flatMap(Effect.suspend(() => found(id)), (row) => {
+        if (nameTaken(name, id)) return Effect.fail(AuthorNameTaken.of(name))
+        const updated: AuthorRow = { ...row, name }
+        rows.set(id, updated)
+        return Effect.succeed(updated)
+      }),
+    remove: (id) => Effect.tap(Effect.suspend(() => found(id)), () => Effect.sync(() => rows.delete(id)))
+  }
+})
+
 export class AuthorRepo extends Context.Service<AuthorRepo>()("Authors/Repo", { make }) {
+  /** PostgreSQL (needs `SqlClient`). */
   static readonly layer = Layer.effect(AuthorRepo, make)
+  /** In memory, empty: for tests of what is built on it (test/unit/authors.handlers.test.ts). */
+  static readonly layerMemory = Layer.effect(AuthorRepo, makeMemory)
 }
