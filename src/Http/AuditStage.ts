@@ -8,7 +8,7 @@ import type { HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData } from "../AuditLogs/RequestData.ts"
 import { isSecretKey, redact } from "../Domain/Secrets.ts"
-import { requestEntry } from "../Edge/AuditEntries.ts"
+import { requestEntry } from "../AuditLogs/Entries.ts"
 import type { RequestContext } from "../Domain/RequestContext.ts"
 import { jsonText, parseJson } from "./ErrorResponse.ts"
 

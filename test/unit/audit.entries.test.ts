@@ -1,5 +1,5 @@
 /**
- * The audit-entry constructors (Edge/AuditEntries.ts) every transport uses (CONTRACT §6, §9):
+ * The audit-entry constructors (AuditLogs/Entries.ts) every transport uses (CONTRACT §6, §9):
  * each fills the same fields from what its site knows — an HTTP request's facts, a login's
  * subject, a WebSocket connection and message — and nothing else reaches the record.
  */
@@ -14,7 +14,7 @@ import {
   messageEntry,
   type Peer,
   requestEntry
-} from "../../src/Edge/AuditEntries.ts"
+} from "../../src/AuditLogs/Entries.ts"
 import type { RequestContext } from "../../src/Domain/RequestContext.ts"
 import { WsStatus } from "../../src/Errors.ts"
 

@@ -10,7 +10,7 @@
  * `ws_message_processing_duration_seconds`); a refused connection has no request: now and 0.
  */
 import { randomUUID } from "node:crypto"
-import { type AuditEntry, type AuditOutcome, outcomeOf } from "../AuditLogs/Entry.ts"
+import { type AuditEntry, type AuditOutcome, outcomeOf } from "./Entry.ts"
 import type { User } from "../Domain/User.ts"
 import { WsStatus } from "../Errors.ts"
 import type { RequestContext } from "../Domain/RequestContext.ts"
