@@ -15,6 +15,7 @@ import { AuditLog } from "./AuditLogs/AuditLog.ts"
 import { AuthenticationLive } from "./Auth/Authentication.ts"
 import { LoginHttpLive } from "./Auth/Http.ts"
 import { IdentityProvider } from "./Auth/IdentityProvider.ts"
+import { Login } from "./Auth/Login.ts"
 import { Authors } from "./Authors/Authors.ts"
 import { AuthorsHttpLive } from "./Authors/Http.ts"
 import { AuthorRepo } from "./Authors/Repo.ts"
@@ -120,11 +121,12 @@ const AuditLogLive = Layer.unwrap(Effect.gen(function*() {
 
 const ServicesLive = Layer.mergeAll(
   Authors.layer.pipe(Layer.provide(AuthorRepo.layer)),
+  Login.layer,
   AuditRepo.layer,
-  AuditLogLive,
   Health.layer.pipe(Layer.provide(DatabaseProbe.layer)),
   Profiler.layer
 ).pipe(
+  Layer.provideMerge(AuditLogLive),
   Layer.provideMerge(ReadCacheLive),
   Layer.provideMerge(InfrastructureLive)
 )

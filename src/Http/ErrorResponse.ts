@@ -54,10 +54,20 @@ const errorOf = (cause: Cause.Cause<unknown>): unknown => {
   return Cause.squash(cause)
 }
 
-/** A client error as its response: `{detail}` with the table's status (and a 405's `Allow`). */
+/**
+ * A client error as its response: `{detail}` with the table's status, a 405's `Allow` and a
+ * refused login's `Retry-After`.
+ */
 export const clientErrorResponse = (error: ClientError) => {
   const response = detail(errorStatus[error._tag].http, error.detail)
-  return error._tag === "MethodNotAllowed" ? HttpServerResponse.setHeader(response, "allow", error.allow.join(", ")) : response
+  switch (error._tag) {
+    case "MethodNotAllowed":
+      return HttpServerResponse.setHeader(response, "allow", error.allow.join(", "))
+    case "TooManyFailedLogins":
+      return HttpServerResponse.setHeader(response, "retry-after", String(error.retryAfterSeconds))
+    default:
+      return response
+  }
 }
 
 export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
