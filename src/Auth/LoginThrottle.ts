@@ -16,7 +16,8 @@
 import { Effect, Exit, Option } from "effect"
 import { createHash } from "node:crypto"
 import { TooManyFailedLogins } from "../Errors.ts"
-import { type FailMode, RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
+import { makeAdmission } from "../RateLimit/Admission.ts"
+import type { FailMode, RateLimiter } from "../RateLimit/RateLimiter.ts"
 
 export interface LoginThrottleOptions {
   /** Failures per username in the window before attempts are refused; 0 switches slowing off. */
@@ -31,8 +32,13 @@ export const failureKey = (username: string) =>
   `login-failures:${createHash("sha256").update(username.toLowerCase()).digest("base64url")}`
 
 export const makeLoginThrottle = (limiter: RateLimiter["Service"], options: LoginThrottleOptions) => {
-  const windowMs = options.windowSeconds * 1000
-  const failMode = withFailMode(options.failMode, "login", options.maxFailures)
+  const admission = makeAdmission(limiter, {
+    limitType: "login",
+    limit: options.maxFailures,
+    windowMs: options.windowSeconds * 1000,
+    failMode: options.failMode,
+    releaseWarning: "Could not release a login attempt's reservation; it counts as a failure"
+  })
 
   /**
    * Runs `attempt` for `username` unless its failures fill the window; the attempt counts as a
@@ -44,26 +50,9 @@ export const makeLoginThrottle = (limiter: RateLimiter["Service"], options: Logi
     isFailure: (error: E) => boolean
   ): Effect.Effect<A, E | TooManyFailedLogins, R> => {
     if (options.maxFailures <= 0) return attempt
-    const key = failureKey(username)
     return Effect.gen(function*() {
-      let release: Effect.Effect<void> = Effect.void
-      const reserved = yield* failMode(
-        limiter.reserve(key, options.maxFailures, windowMs).pipe(
-          Effect.map((reservation) => {
-            release = reservation.release.pipe(
-              Effect.catch((error) =>
-                Effect.logWarning("Could not release a login attempt's reservation; it counts as a failure").pipe(
-                  Effect.annotateLogs("reason", error.cause instanceof Error ? error.cause.message : String(error.cause))
-                )
-              )
-            )
-            return reservation.decision
-          })
-        )
-      )
-      if (Option.isSome(reserved) && !reserved.value.allowed) {
-        return yield* Effect.fail(TooManyFailedLogins.of(reserved.value.retryAfterSeconds))
-      }
+      const { admission: reserved, release } = yield* admission.reserve(failureKey(username))
+      if (reserved._tag === "Refused") return yield* Effect.fail(TooManyFailedLogins.of(reserved.retryAfterSeconds))
       return yield* attempt.pipe(
         Effect.onExit((exit) => {
           const failed = Exit.isFailure(exit) && Option.match(Exit.findErrorOption(exit), {

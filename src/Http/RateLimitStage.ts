@@ -8,14 +8,8 @@ import { Effect, Option } from "effect"
 import { HttpServerResponse } from "effect/http"
 import { RateLimited } from "../Errors.ts"
 import { rateLimitHitsTotal } from "../Observability/Metrics.ts"
-import {
-  type FailMode,
-  RATE_WINDOW_MS,
-  type RateDecision,
-  RateLimiter,
-  rateLimitHeaders,
-  withFailMode
-} from "../RateLimit/RateLimiter.ts"
+import { makeAdmission } from "../RateLimit/Admission.ts"
+import { type FailMode, type RateDecision, type RateLimiter, rateLimitHeaders } from "../RateLimit/RateLimiter.ts"
 import { json } from "./ErrorResponse.ts"
 import type { RequestContext } from "../Domain/RequestContext.ts"
 
@@ -27,7 +21,7 @@ export const makeRateLimitStage = (limiter: RateLimiter["Service"], options: {
   readonly limit: number
   readonly failMode: FailMode
 }) => {
-  const failMode = withFailMode(options.failMode, "http", options.limit)
+  const admission = makeAdmission(limiter, { limitType: "http", limit: options.limit, failMode: options.failMode })
 
   /**
    * The decision for this request (`None`: the store failed and the mode is open). `read`: a
@@ -35,7 +29,7 @@ export const makeRateLimitStage = (limiter: RateLimiter["Service"], options: {
    */
   const check = (ctx: RequestContext, read?: string): Effect.Effect<Option.Option<RateDecision>> => {
     const key = ctx.user === undefined ? `ip:${ctx.ip}` : `user:${ctx.user.id}`
-    return failMode(limiter.hit(`http:${key}`, options.limit, RATE_WINDOW_MS, read))
+    return Effect.map(admission.check(`http:${key}`, read), (a) => (a._tag === "Refused" ? Option.some(a.decision) : a.decision))
   }
 
   /** The 429, counted in `rate_limit_hits_total{limit_type="http"}`. */

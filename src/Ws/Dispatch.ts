@@ -15,7 +15,8 @@ import type { Principal } from "../Domain/User.ts"
 import { messageEntry } from "../AuditLogs/Entries.ts"
 import { WsStatus } from "../Errors.ts"
 import { rateLimitHitsTotal, wsMessageProcessingDuration } from "../Observability/Metrics.ts"
-import { RATE_WINDOW_MS, type RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
+import { makeAdmission } from "../RateLimit/Admission.ts"
+import { RATE_WINDOW_MS, type RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { type Connection, type Format, frameBytes, frameText, type InboundFrame } from "./Connection.ts"
 import { AnswerData, DATABASE_ERROR, type Package, type PackageHandlers, type PackageReply, reply } from "./Packages.ts"
 import { encodeResponse, encodeResponseJson, parseProtobufFrame } from "./Protobuf.ts"
@@ -81,21 +82,22 @@ export const makeDispatch = (deps: DispatchDeps) => {
   const { audit, cache, config, limiter } = deps
   /** When messages of a connection were refused for rate, in the trailing window (flood detection). */
   const refusals = new WeakMap<Connection, Array<number>>()
-  const messageFailMode = withFailMode(config.rateLimitFailMode, "websocket_message", config.wsMessageRateLimit)
+  const messageAdmission = makeAdmission(limiter, {
+    limitType: "websocket_message",
+    limit: config.wsMessageRateLimit,
+    failMode: config.rateLimitFailMode
+  })
 
   /**
    * Rate check: `retryAfter` when refused. `read`: the read cache's generation key the
    * check also reads (packages 1 and 2, with Redis), observed in the same round trip.
    */
   const messageRate = (user: Principal, read?: string) =>
-    limiter.hit(`ws:msg:user:${user.id}`, config.wsMessageRateLimit, RATE_WINDOW_MS, read).pipe(
-      messageFailMode,
-      Effect.map((d): { readonly retryAfter?: number; readonly observed?: Observed } => {
-        if (Option.isNone(d)) return {}
-        if (!d.value.allowed) return { retryAfter: d.value.retryAfterSeconds }
-        return read !== undefined && d.value.observed !== undefined ? { observed: { key: read, value: d.value.observed } } : {}
-      })
-    )
+    Effect.map(messageAdmission.check(`ws:msg:user:${user.id}`, read), (a): { readonly retryAfter?: number; readonly observed?: Observed } => {
+      if (a._tag === "Refused") return { retryAfter: a.retryAfterSeconds }
+      const observed = Option.getOrUndefined(a.decision)?.observed
+      return read !== undefined && observed !== undefined ? { observed: { key: read, value: observed } } : {}
+    })
 
   /** CONTRACT §9: a client refused `WS_MESSAGE_RATE_LIMIT` times in the trailing 60 s is flooding. */
   const flooding = (conn: Connection) => {

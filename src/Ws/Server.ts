@@ -16,7 +16,7 @@
  * Transport is `ws` directly (not the platform's Socket) for its frame-size limit (1009), its
  * send buffer figure and one fiber per message instead of per connection.
  */
-import { Effect, FiberSet, Layer, Option, Schedule } from "effect"
+import { Effect, FiberSet, Layer, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
 import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
@@ -32,7 +32,8 @@ import { clientIp } from "../Edge/ClientIp.ts"
 import { refuseOnSocket, Upgrades } from "../Edge/Upgrades.ts"
 import { correlationIdFrom, traceIdFrom } from "../Edge/RequestIds.ts"
 import { wsConnectionsActive, wsMessagesReceived, wsUpgradesRefusedTotal } from "../Observability/Metrics.ts"
-import { RATE_WINDOW_MS, RateLimiter, rateLimitHeaders, withFailMode } from "../RateLimit/RateLimiter.ts"
+import { makeAdmission } from "../RateLimit/Admission.ts"
+import { RateLimiter, rateLimitHeaders } from "../RateLimit/RateLimiter.ts"
 import { type Connection, makeConnection } from "./Connection.ts"
 import { encodeReply, makeDispatch } from "./Dispatch.ts"
 import { PackageHandlers } from "./Packages.ts"
@@ -188,7 +189,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
   /** Upgrades past the checks whose WebSocket does not exist yet (they count toward the cap). */
   let admitting = 0
   const upgradeLimit = config.rateLimitPerMinute + config.rateLimitBurst
-  const upgradeRate = withFailMode(config.rateLimitFailMode, "websocket_upgrade", upgradeLimit)
+  const upgradeAdmission = makeAdmission(limiter, { limitType: "websocket_upgrade", limit: upgradeLimit, failMode: config.rateLimitFailMode })
 
   const complete = (request: IncomingMessage, socket: Duplex, head: Buffer, url: URL, correlationId: string, ip: string) => {
     correlationIds.set(request, correlationId)
@@ -213,11 +214,11 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     if (!config.rateLimitEnabled) return complete(request, socket, head, url, correlationId, ip)
     admitting++
     run(
-      upgradeRate(limiter.hit(`ws:upgrade:ip:${ip}`, upgradeLimit, RATE_WINDOW_MS)).pipe(
-        Effect.map((decision) => {
-          if (Option.isSome(decision) && !decision.value.allowed) {
+      upgradeAdmission.check(`ws:upgrade:ip:${ip}`).pipe(
+        Effect.map((admission) => {
+          if (admission._tag === "Refused") {
             wsUpgradesRefusedTotal.inc({ reason: "rate_limit" })
-            return refuseOnSocket(socket, 429, "Rate limit exceeded", { correlationId, headers: rateLimitHeaders(decision.value) })
+            return refuseOnSocket(socket, 429, "Rate limit exceeded", { correlationId, headers: rateLimitHeaders(admission.decision) })
           }
           if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable", { correlationId })
           complete(request, socket, head, url, correlationId, ip)
