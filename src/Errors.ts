@@ -77,6 +77,26 @@ export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("Me
   static readonly DETAIL = "Method Not Allowed"
   static readonly of = (allow: ReadonlyArray<string>) => new MethodNotAllowed({ detail: MethodNotAllowed.DETAIL, allow })
 }
+/** What Node's HTTP parser refused, or a request framed so it cannot be trusted (Http/Http1.ts). */
+export class BadRequest extends Schema.TaggedError<BadRequest>()("BadRequest", fields) {
+  static readonly instance = new BadRequest({ detail: "Bad request" })
+}
+export class RequestHeaderFieldsTooLarge extends Schema.TaggedError<RequestHeaderFieldsTooLarge>()("RequestHeaderFieldsTooLarge", fields) {
+  static readonly instance = new RequestHeaderFieldsTooLarge({ detail: "Request header fields too large" })
+}
+export class RequestTimeout extends Schema.TaggedError<RequestTimeout>()("RequestTimeout", fields) {
+  static readonly instance = new RequestTimeout({ detail: "Request timeout" })
+}
+/** The service is shutting down (or not serving yet): a WebSocket upgrade is refused. */
+export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()("ServiceUnavailable", fields) {
+  static readonly instance = new ServiceUnavailable({ detail: "Service unavailable" })
+}
+/** WS_MAX_CONNECTIONS reached: an upgrade is refused before any token check. */
+export class TooManyConnections extends Schema.TaggedError<TooManyConnections>()("TooManyConnections", fields) {
+  static readonly instance = new TooManyConnections({ detail: "Too many connections" })
+  /** When a client may try again (`Retry-After`). */
+  static readonly RETRY_AFTER_SECONDS = 5
+}
 export class InternalError extends Schema.TaggedError<InternalError>()("InternalError", fields) {
   static readonly instance = new InternalError({ detail: "Internal server error" })
 }
@@ -98,6 +118,11 @@ export type ClientError =
   | PayloadTooLarge
   | RouteNotFound
   | MethodNotAllowed
+  | BadRequest
+  | RequestHeaderFieldsTooLarge
+  | RequestTimeout
+  | ServiceUnavailable
+  | TooManyConnections
   | InternalError
 
 /** WebSocket status codes (INTERFACE §Errors). */
@@ -122,7 +147,30 @@ export const errorStatus: { readonly [K in ClientError["_tag"]]: { readonly http
   PayloadTooLarge: { http: 413, ws: WsStatus.INVALID_DATA },
   RouteNotFound: { http: 404, ws: WsStatus.INVALID_DATA },
   MethodNotAllowed: { http: 405, ws: WsStatus.INVALID_DATA },
+  BadRequest: { http: 400, ws: WsStatus.INVALID_DATA },
+  RequestHeaderFieldsTooLarge: { http: 431, ws: WsStatus.INVALID_DATA },
+  RequestTimeout: { http: 408, ws: WsStatus.ERROR },
+  ServiceUnavailable: { http: 503, ws: WsStatus.ERROR },
+  TooManyConnections: { http: 503, ws: WsStatus.ERROR },
   InternalError: { http: 500, ws: WsStatus.ERROR }
+}
+
+/**
+ * The headers an error's HTTP answer carries besides its `{detail}` body: a 405's `Allow`, a
+ * refused login's and a full instance's `Retry-After`. Answers built on a socket (Edge/Upgrades.ts)
+ * and through HttpApi (Http/ErrorResponse.ts) both take them from here.
+ */
+export const errorHeaders = (error: ClientError): Readonly<Record<string, string>> => {
+  switch (error._tag) {
+    case "MethodNotAllowed":
+      return { allow: error.allow.join(", ") }
+    case "TooManyFailedLogins":
+      return { "retry-after": String(error.retryAfterSeconds) }
+    case "TooManyConnections":
+      return { "retry-after": String(TooManyConnections.RETRY_AFTER_SECONDS) }
+    default:
+      return {}
+  }
 }
 
 /**

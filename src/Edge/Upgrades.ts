@@ -7,6 +7,7 @@ import { Context, type Effect, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import { type IncomingMessage, STATUS_CODES } from "node:http"
 import type { Duplex } from "node:stream"
+import { type ClientError, errorHeaders, errorStatus } from "../Errors.ts"
 
 export interface UpgradeHandler {
   readonly upgrade: (request: IncomingMessage, socket: Duplex, head: Buffer) => void
@@ -43,3 +44,23 @@ export const refuseOnSocket = (
       `X-Correlation-ID: ${options.correlationId ?? randomBytes(4).toString("hex")}\r\n${extra}Connection: close\r\n\r\n${options.head === true ? "" : body}`
   )
 }
+
+/** `retry-after` → `Retry-After`: how the raw answers have always spelt their header names. */
+const headerCase = (name: string) => name.replace(/(^|-)([a-z])/g, (_m, dash: string, c: string) => dash + c.toUpperCase())
+
+/**
+ * `refuseOnSocket` with an error of the table (Errors.ts): its status, `{detail}` and headers
+ * (`Allow`, `Retry-After`), plus any `headers` given (a 429's X-RateLimit-*).
+ */
+export const refuseWithError = (
+  socket: Duplex,
+  error: ClientError,
+  options: Parameters<typeof refuseOnSocket>[3] = {}
+) =>
+  refuseOnSocket(socket, errorStatus[error._tag].http, error.detail, {
+    ...options,
+    headers: {
+      ...Object.fromEntries(Object.entries(errorHeaders(error)).map(([name, value]) => [headerCase(name), value])),
+      ...options.headers
+    }
+  })

@@ -9,7 +9,7 @@
 import { Cause, Effect } from "effect"
 import { HttpMethod, type HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
-import { type ClientError, errorStatus, InternalError, isClientError, MethodNotAllowed, RouteNotFound } from "../Errors.ts"
+import { type ClientError, errorHeaders, errorStatus, InternalError, isClientError, MethodNotAllowed, RouteNotFound } from "../Errors.ts"
 import { Unhealthy } from "../Observability/Api.ts"
 import { textDepthExceeds, tooDeepMessage } from "../Domain/JsonDepth.ts"
 import {
@@ -54,21 +54,9 @@ const errorOf = (cause: Cause.Cause<unknown>): unknown => {
   return Cause.squash(cause)
 }
 
-/**
- * A client error as its response: `{detail}` with the table's status, a 405's `Allow` and a
- * refused login's `Retry-After`.
- */
-export const clientErrorResponse = (error: ClientError) => {
-  const response = detail(errorStatus[error._tag].http, error.detail)
-  switch (error._tag) {
-    case "MethodNotAllowed":
-      return HttpServerResponse.setHeader(response, "allow", error.allow.join(", "))
-    case "TooManyFailedLogins":
-      return HttpServerResponse.setHeader(response, "retry-after", String(error.retryAfterSeconds))
-    default:
-      return response
-  }
-}
+/** A client error as its response: `{detail}` with the table's status and headers (Errors.ts `errorHeaders`). */
+export const clientErrorResponse = (error: ClientError) =>
+  HttpServerResponse.setHeaders(detail(errorStatus[error._tag].http, error.detail), errorHeaders(error))
 
 export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
   /**

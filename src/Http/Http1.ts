@@ -29,6 +29,7 @@ import type { Duplex } from "node:stream"
 import { correlationIdFrom } from "../Edge/RequestIds.ts"
 import { refuseOnSocket } from "../Edge/Upgrades.ts"
 import { httpSeries } from "../Observability/Metrics.ts"
+import { BadRequest, errorStatus, RequestHeaderFieldsTooLarge, RequestTimeout } from "../Errors.ts"
 
 const SAFE_METHODS = new Set(["GET", "HEAD", "OPTIONS", "TRACE"])
 /** Methods llhttp parses: a bounded set of label values for requests refused before the app. */
@@ -51,6 +52,14 @@ interface Refusal {
   readonly method: string
   readonly correlationId?: string
 }
+
+/** A refusal of the error table (Errors.ts): its status and `{detail}`. */
+const refusal = (error: BadRequest | RequestHeaderFieldsTooLarge | RequestTimeout, method: string, correlationId?: string): Refusal => ({
+  status: errorStatus[error._tag].http,
+  detail: error.detail,
+  method,
+  ...(correlationId === undefined ? {} : { correlationId })
+})
 
 interface Entry {
   readonly safe: boolean
@@ -82,11 +91,14 @@ interface ConnectionState {
 
 /** What Node's parser refused (Node would answer a bare 400 without a body; every error body is JSON). */
 const clientErrorAnswer = (code: string | undefined, method: string): Refusal =>
-  code === "HPE_HEADER_OVERFLOW"
-    ? { status: 431, detail: "Request header fields too large", method }
-    : code === "ERR_HTTP_REQUEST_TIMEOUT"
-    ? { status: 408, detail: "Request timeout", method }
-    : { status: 400, detail: "Bad request", method }
+  refusal(
+    code === "HPE_HEADER_OVERFLOW"
+      ? RequestHeaderFieldsTooLarge.instance
+      : code === "ERR_HTTP_REQUEST_TIMEOUT"
+      ? RequestTimeout.instance
+      : BadRequest.instance,
+    method
+  )
 
 const countRefused = (refusal: Refusal) =>
   httpSeries(KNOWN_METHODS.has(refusal.method) ? refusal.method : "UNKNOWN", "unmatched").total(refusal.status).inc()
@@ -135,12 +147,7 @@ const framingRefusal = (req: IncomingMessage): Refusal | undefined => {
   const http11WithoutHost = req.httpVersionMajor === 1 && req.httpVersionMinor === 1 && req.headers.host === undefined
   if (!http10WithTransferEncoding && !http11WithoutHost && !repeatedHeader(req)) return undefined
   const correlation = req.headers["x-correlation-id"]
-  return {
-    status: 400,
-    detail: "Bad request",
-    method: req.method ?? "UNKNOWN",
-    correlationId: correlationIdFrom(typeof correlation === "string" ? correlation : undefined)
-  }
+  return refusal(BadRequest.instance, req.method ?? "UNKNOWN", correlationIdFrom(typeof correlation === "string" ? correlation : undefined))
 }
 
 /**

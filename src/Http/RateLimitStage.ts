@@ -10,7 +10,7 @@ import { RateLimited } from "../Errors.ts"
 import { rateLimitHitsTotal } from "../Observability/Metrics.ts"
 import { makeAdmission } from "../RateLimit/Admission.ts"
 import { type FailMode, type RateDecision, type RateLimiter, rateLimitHeaders } from "../RateLimit/RateLimiter.ts"
-import { json } from "./ErrorResponse.ts"
+import { clientErrorResponse } from "./ErrorResponse.ts"
 import type { RequestContext } from "../Domain/RequestContext.ts"
 
 /** The X-RateLimit-* headers (and Retry-After when refused); HTTP header names go out lower case. */
@@ -35,7 +35,7 @@ export const makeRateLimitStage = (limiter: RateLimiter["Service"], options: {
   /** The 429, counted in `rate_limit_hits_total{limit_type="http"}`. */
   const reject = (d: RateDecision) => {
     rateLimitHitsTotal.inc({ limit_type: "http" })
-    return applyRateHeaders(json(429, { detail: RateLimited.instance.detail }), d)
+    return applyRateHeaders(clientErrorResponse(RateLimited.instance), d)
   }
 
   return { check, reject } as const

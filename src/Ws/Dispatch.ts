@@ -13,7 +13,7 @@ import type { AppConfigShape } from "../Config.ts"
 import type { Observed } from "../Domain/RequestContext.ts"
 import type { Principal } from "../Domain/User.ts"
 import { messageEntry } from "../AuditLogs/Entries.ts"
-import { WsStatus } from "../Errors.ts"
+import { errorStatus, RateLimited, WsStatus } from "../Errors.ts"
 import { rateLimitHitsTotal, wsMessageProcessingDuration } from "../Observability/Metrics.ts"
 import { makeAdmission } from "../RateLimit/Admission.ts"
 import { RATE_WINDOW_MS, type RateLimiter } from "../RateLimit/RateLimiter.ts"
@@ -152,7 +152,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
         const rate = yield* messageRate(user, scope === undefined ? undefined : cache.generationKey(scope))
         if (rate.retryAfter !== undefined) {
           if (onRefused(conn)) return
-          result = reply(WsStatus.ERROR, { msg: "Rate limit exceeded", retry_after: rate.retryAfter }, 429)
+          result = reply(errorStatus.RateLimited.ws, { msg: RateLimited.instance.detail, retry_after: rate.retryAfter }, errorStatus.RateLimited.http)
         } else {
           result = yield* process(frame, pkg, user, rate.observed)
         }

@@ -26,10 +26,10 @@ import { hasRoles } from "../Auth/Rbac.ts"
 import { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import { ReadCache } from "../Authors/ReadCache.ts"
 import { AppConfig } from "../Config.ts"
-import { MethodNotAllowed, WsStatus } from "../Errors.ts"
+import { MethodNotAllowed, RateLimited, RouteNotFound, ServiceUnavailable, TooManyConnections, WsStatus } from "../Errors.ts"
 import { OperationRoles } from "../Domain/User.ts"
 import { clientIp } from "../Edge/ClientIp.ts"
-import { refuseOnSocket, Upgrades } from "../Edge/Upgrades.ts"
+import { refuseWithError, Upgrades } from "../Edge/Upgrades.ts"
 import { correlationIdFrom, traceIdFrom } from "../Edge/RequestIds.ts"
 import { wsConnectionsActive, wsMessagesReceived, wsUpgradesRefusedTotal } from "../Observability/Metrics.ts"
 import { makeAdmission } from "../RateLimit/Admission.ts"
@@ -200,15 +200,15 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     const url = new URL(request.url ?? "/", "http://localhost")
     // CONTRACT §3: every answer carries the caller's correlation id (when valid), refusals included.
     const correlationId = correlationIdFrom(headerText(request.headers["x-correlation-id"]))
-    if (url.pathname !== WS_PATH) return refuseOnSocket(socket, 404, "Not Found", { correlationId })
+    if (url.pathname !== WS_PATH) return refuseWithError(socket, RouteNotFound.instance, { correlationId })
     // As the HTTP route answers a wrong method (Http/ErrorResponse.ts), not ws's text/html 405.
     if (request.method !== "GET") {
-      return refuseOnSocket(socket, 405, MethodNotAllowed.DETAIL, { correlationId, headers: { Allow: "GET, HEAD" } })
+      return refuseWithError(socket, MethodNotAllowed.of(["GET", "HEAD"]), { correlationId })
     }
-    if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable", { correlationId })
+    if (shuttingDown !== undefined) return refuseWithError(socket, ServiceUnavailable.instance, { correlationId })
     if (sockets.size + admitting >= config.wsMaxConnections) {
       wsUpgradesRefusedTotal.inc({ reason: "capacity" })
-      return refuseOnSocket(socket, 503, "Too many connections", { correlationId, headers: { "Retry-After": "5" } })
+      return refuseWithError(socket, TooManyConnections.instance, { correlationId })
     }
     const ip = ipOf(request)
     if (!config.rateLimitEnabled) return complete(request, socket, head, url, correlationId, ip)
@@ -218,9 +218,9 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
         Effect.map((admission) => {
           if (admission._tag === "Refused") {
             wsUpgradesRefusedTotal.inc({ reason: "rate_limit" })
-            return refuseOnSocket(socket, 429, "Rate limit exceeded", { correlationId, headers: rateLimitHeaders(admission.decision) })
+            return refuseWithError(socket, RateLimited.instance, { correlationId, headers: rateLimitHeaders(admission.decision) })
           }
-          if (shuttingDown !== undefined) return refuseOnSocket(socket, 503, "Service unavailable", { correlationId })
+          if (shuttingDown !== undefined) return refuseWithError(socket, ServiceUnavailable.instance, { correlationId })
           complete(request, socket, head, url, correlationId, ip)
         }),
         Effect.ensuring(Effect.sync(() => admitting--)),
