@@ -4,7 +4,7 @@
  * It refuses to run with `APP_ENV=production` (CONTRACT §1), and says so at startup when users
  * with plain-text passwords (the shipped admin/admin…) are reachable beyond this machine.
  */
-import { Effect, Option, Schema } from "effect"
+import { Data, Effect, Option, Schema } from "effect"
 import { exportJWK, generateKeyPair, importJWK, type JWK, jwtVerify, SignJWT, type CryptoKey } from "jose"
 import { createHash, randomUUID } from "node:crypto"
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs"
@@ -35,19 +35,20 @@ const UserEntry = UserFields.check(Schema.makeFilter((u: typeof UserFields.Type)
 const UsersFile = Schema.Array(UserEntry)
 type UserEntry = typeof UserEntry.Type
 
-export class StartupError extends Error {}
+/** The users file cannot be read or is not a users file: start-up stops, saying why. */
+export class StartupError extends Data.TaggedError("StartupError")<{ readonly message: string }> {}
 
 export const loadUsers = (path: string): ReadonlyArray<UserEntry> => {
   let text: string
   try {
     text = readFileSync(path, "utf8")
   } catch (error) {
-    throw new StartupError(`AUTH_USERS_FILE: cannot read ${path}: ${(error as Error).message}`)
+    throw new StartupError({ message: `AUTH_USERS_FILE: cannot read ${path}: ${(error as Error).message}` })
   }
   try {
     return Schema.decodeUnknownSync(UsersFile)(JSON.parse(text))
   } catch (error) {
-    throw new StartupError(`AUTH_USERS_FILE: ${path} is not a valid users file: ${(error as Error).message}`)
+    throw new StartupError({ message: `AUTH_USERS_FILE: ${path} is not a valid users file: ${(error as Error).message}` })
   }
 }
 

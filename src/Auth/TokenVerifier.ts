@@ -6,7 +6,7 @@
  * at most `cacheSize` tokens (10,000): when full, the oldest entry goes (`token_cache_evictions_total`;
  * its token is verified again when next seen); `token_cache_entries` shows how full it is.
  */
-import { Context, Effect } from "effect"
+import { Context, Data, Effect } from "effect"
 import { errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type CryptoKey } from "jose"
 import type { Principal } from "../Domain/User.ts"
 import { tokenCacheEntries, tokenCacheEvictionsTotal, tokenValidationTotal } from "../Observability/Metrics.ts"
@@ -17,13 +17,7 @@ export const ASYMMETRIC_ALGORITHMS = [
 
 export type TokenRejection = "invalid" | "expired"
 
-export class TokenRejected {
-  readonly _tag = "TokenRejected"
-  readonly reason: TokenRejection
-  constructor(reason: TokenRejection) {
-    this.reason = reason
-  }
-}
+export class TokenRejected extends Data.TaggedError("TokenRejected")<{ readonly reason: TokenRejection }> {}
 
 export class TokenVerifier extends Context.Service<TokenVerifier, {
   /** Verifies an access token (a refresh or ID token is refused). */
@@ -100,7 +94,7 @@ export const makeTokenVerifier = (options: VerifierOptions): TokenVerifier["Serv
           expiresAt: payload.exp
         } satisfies Principal
       },
-      catch: (error) => new TokenRejected(error instanceof errors.JWTExpired ? "expired" : "invalid")
+      catch: (error) => new TokenRejected({ reason: error instanceof errors.JWTExpired ? "expired" : "invalid" })
     })
   const verify = (token: string): Effect.Effect<Principal, TokenRejected> =>
     Effect.suspend(() => {
@@ -113,7 +107,7 @@ export const makeTokenVerifier = (options: VerifierOptions): TokenVerifier["Serv
         cache.delete(token)
         tokenCacheEntries.set(cache.size)
         tokenValidationTotal.inc({ status: "invalid" })
-        return Effect.fail(new TokenRejected("expired"))
+        return Effect.fail(new TokenRejected({ reason: "expired" }))
       }
       return verifyUncached(token).pipe(
         Effect.tap((principal) =>

@@ -4,6 +4,7 @@
  * a statement is given up on without waiting for it — which matters when the server accepts and
  * never answers (half-open, blackholed), where no error ever comes.
  */
+import { Data } from "effect"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -15,20 +16,23 @@ import * as SqlError from "effect/sql/SqlError"
  * a `SqlError` with a `ConnectionError` reason, so every caller treats it as the outage it is
  * (the audit writer retries; a request gets the database error, CONTRACT §3).
  */
-export class DatabaseTimeout extends Error {
+export class DatabaseTimeout extends Data.TaggedError("DatabaseTimeout")<{
   readonly phase: "acquire" | "statement"
   readonly ms: number
-  constructor(phase: "acquire" | "statement", ms: number) {
-    super(phase === "acquire" ? `No database connection within ${ms} ms` : `The database did not answer within ${ms} ms`)
-    this.phase = phase
-    this.ms = ms
-  }
+  readonly message: string
+}> {
+  static readonly of = (phase: "acquire" | "statement", ms: number) =>
+    new DatabaseTimeout({
+      phase,
+      ms,
+      message: phase === "acquire" ? `No database connection within ${ms} ms` : `The database did not answer within ${ms} ms`
+    })
 }
 
 export const databaseTimeout = (phase: "acquire" | "statement", ms: number) =>
   new SqlError.SqlError({
     reason: new SqlError.ConnectionError({
-      cause: new DatabaseTimeout(phase, ms),
+      cause: DatabaseTimeout.of(phase, ms),
       message: `PgClient: ${phase === "acquire" ? "Connection" : "Statement"} timed out`,
       operation: phase === "acquire" ? "connect" : "query"
     })

@@ -3,7 +3,7 @@
  * apart from RateLimiter.ts so the Redis implementation needs nothing from the module that
  * provides it.
  */
-import type { Effect } from "effect"
+import { Data, type Effect } from "effect"
 
 export interface RateDecision {
   readonly allowed: boolean
@@ -21,13 +21,8 @@ export interface RateDecision {
   readonly observed?: string | undefined
 }
 
-export class RateLimiterUnavailable {
-  readonly _tag = "RateLimiterUnavailable"
-  readonly cause: unknown
-  constructor(cause: unknown) {
-    this.cause = cause
-  }
-}
+/** The store could not decide (Redis down or not answering); the fail mode decides instead. */
+export class RateLimiterUnavailable extends Data.TaggedError("RateLimiterUnavailable")<{ readonly cause: unknown }> {}
 
 /** A hit that may be taken back (`reserve`). */
 export interface Reservation {

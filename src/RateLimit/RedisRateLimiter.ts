@@ -68,7 +68,7 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
     Effect.clockWith((clock) => {
       const member = `${instance}:${(sequence = (sequence + 1) % Number.MAX_SAFE_INTEGER)}`
       // Not connected: fail now (RATE_LIMIT_FAIL_MODE) rather than queue behind reconnects.
-      if (isDisconnected(client)) return Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
+      if (isDisconnected(client)) return Effect.fail(new RateLimiterUnavailable({ cause: new Error(`Redis ${client.status}`) }))
       const now = clock === liveClock ? "" : clock.currentTimeMillisUnsafe()
       const windowKey = `${prefix}ratelimit:${key}`
       return redisCommand(
@@ -78,7 +78,7 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
             ? slidingWindow(windowKey, now, windowMs, limit, member)
             : slidingWindowRead(windowKey, `${prefix}${read}`, now, windowMs, limit, member)
       ).pipe(
-        Effect.mapError((error) => new RateLimiterUnavailable(error.cause)),
+        Effect.mapError((error) => new RateLimiterUnavailable({ cause: error.cause })),
         Effect.map(([allowed, count, oldest, at, value]) => ({
           member,
           decision: decision(allowed === 1, limit, count, oldest < 0 ? undefined : oldest, at, windowMs, value)
@@ -89,9 +89,9 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
   const takeBack = (key: string, member: string) =>
     Effect.suspend(() =>
       isDisconnected(client)
-        ? Effect.fail(new RateLimiterUnavailable(new Error(`Redis ${client.status}`)))
+        ? Effect.fail(new RateLimiterUnavailable({ cause: new Error(`Redis ${client.status}`) }))
         : redisCommand("ZREM", () => client.zrem(`${prefix}ratelimit:${key}`, member)).pipe(
-          Effect.mapError((error) => new RateLimiterUnavailable(error.cause)),
+          Effect.mapError((error) => new RateLimiterUnavailable({ cause: error.cause })),
           Effect.asVoid
         )
     )

@@ -309,7 +309,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           // Undecided (Redis unreachable): the slot is held here and renewed into Redis once it is
           // back; the caller releases it if it refuses the connection (RATE_LIMIT_FAIL_MODE=closed).
           const undecided = (cause: unknown) =>
-            Effect.andThen(Effect.sync(() => held.set(m, { key, max })), Effect.fail(new RegistryUnavailable(cause)))
+            Effect.andThen(Effect.sync(() => held.set(m, { key, max })), Effect.fail(new RegistryUnavailable({ cause })))
           if (isDisconnected(client)) return yield* undecided(new Error(`Redis ${client.status}`))
           const admitted = yield* redisCommand("EVALSHA acquire_slot", () => acquireSlot(key, options.slotTtlMs, max, m)).pipe(
             Effect.catch((error) => undecided(error.cause))

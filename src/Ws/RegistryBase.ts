@@ -2,7 +2,7 @@
  * The connection registry's interface, and the pieces both implementations (in-process:
  * Registry.ts, Redis: RedisRegistry.ts) use for this process's listeners and session timers.
  */
-import { Effect, type Scope } from "effect"
+import { Data, Effect, type Scope } from "effect"
 import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
 
 /** What every instance delivers to its connections (CONTRACT §5 Broadcasts). */
@@ -18,13 +18,8 @@ export interface RegistryListener {
   readonly onSessionExpired: (connectionId: string) => void
 }
 
-export class RegistryUnavailable {
-  readonly _tag = "RegistryUnavailable"
-  readonly cause: unknown
-  constructor(cause: unknown) {
-    this.cause = cause
-  }
-}
+/** The registry's store could not decide a slot (Redis down or not answering). */
+export class RegistryUnavailable extends Data.TaggedError("RegistryUnavailable")<{ readonly cause: unknown }> {}
 
 export interface ConnectionRegistryShape {
   /**

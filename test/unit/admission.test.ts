@@ -5,8 +5,8 @@ import { makeAdmission } from "../../src/RateLimit/Admission.ts"
 import { memoryRateLimiter, RateLimiter, RateLimiterUnavailable } from "../../src/RateLimit/RateLimiter.ts"
 
 const down = RateLimiter.of({
-  hit: () => Effect.fail(new RateLimiterUnavailable(new Error("down"))),
-  reserve: () => Effect.fail(new RateLimiterUnavailable(new Error("down")))
+  hit: () => Effect.fail(new RateLimiterUnavailable({ cause: new Error("down") })),
+  reserve: () => Effect.fail(new RateLimiterUnavailable({ cause: new Error("down") }))
 })
 
 describe("makeAdmission", () => {

@@ -30,7 +30,7 @@ const Verifier = Layer.succeed(TokenVerifier, {
   verify: (token) => {
     const roles = USERS[token]
     return roles === undefined
-      ? Effect.fail(new TokenRejected("invalid"))
+      ? Effect.fail(new TokenRejected({ reason: "invalid" }))
       : Effect.succeed({ id: `id-${token}`, username: token, roles, expiresAt: Math.floor(Date.now() / 1000) + 300 })
   }
 })
