@@ -3,7 +3,7 @@
  * Subscribers need their own connection (a subscribed connection runs no other command):
  * `duplicate()` them from here. Every key and channel carries `REDIS_KEY_PREFIX` (CONTRACT §9).
  */
-import { Context, Effect, Layer, Redacted, type Scope } from "effect"
+import { Context, Data, Effect, Layer, Redacted, type Scope } from "effect"
 import { Redis } from "ioredis"
 
 /**
@@ -80,15 +80,8 @@ export class RedisClient extends Context.Service<RedisClient, {
     )
 }
 
-export class RedisError {
-  readonly _tag = "RedisError"
-  readonly command: string
-  readonly cause: unknown
-  constructor(command: string, cause: unknown) {
-    this.command = command
-    this.cause = cause
-  }
-}
+/** A Redis command failed (`cause`: the client's error, or a `RedisTimeout`). */
+export class RedisError extends Data.TaggedError("RedisError")<{ readonly command: string; readonly cause: unknown }> {}
 
 /**
  * True when the connection was lost and is not ready again: ioredis is between reconnect
@@ -102,12 +95,8 @@ export const isDisconnected = (client: Redis) =>
   ((client.status === "connecting" || client.status === "connect") && everReady.has(client))
 
 /** What a command that outlived its deadline fails with (the command itself may still complete). */
-export class RedisTimeout extends Error {
-  readonly ms: number
-  constructor(ms: number) {
-    super(`Redis did not answer within ${ms} ms`)
-    this.ms = ms
-  }
+export class RedisTimeout extends Data.TaggedError("RedisTimeout")<{ readonly ms: number; readonly message: string }> {
+  static readonly of = (ms: number) => new RedisTimeout({ ms, message: `Redis did not answer within ${ms} ms` })
 }
 
 /** The deadline of a command whose caller names none (Review F11: every command has one). */
@@ -130,7 +119,7 @@ export const redisCommand = <A>(
     let settled = false
     const timer = setTimeout(() => {
       settled = true
-      resume(Effect.fail(new RedisError(command, new RedisTimeout(timeoutMs))))
+      resume(Effect.fail(new RedisError({ command, cause: RedisTimeout.of(timeoutMs) })))
     }, timeoutMs)
     const settle = (result: Effect.Effect<A, RedisError>) => {
       if (settled) return
@@ -139,9 +128,9 @@ export const redisCommand = <A>(
       resume(result)
     }
     try {
-      run().then((a) => settle(Effect.succeed(a)), (cause: unknown) => settle(Effect.fail(new RedisError(command, cause))))
+      run().then((a) => settle(Effect.succeed(a)), (cause: unknown) => settle(Effect.fail(new RedisError({ command, cause }))))
     } catch (cause) {
-      settle(Effect.fail(new RedisError(command, cause)))
+      settle(Effect.fail(new RedisError({ command, cause })))
     }
     // Interrupted while waiting: the timer goes with the fiber.
     return Effect.sync(() => {
