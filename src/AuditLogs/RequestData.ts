@@ -9,7 +9,7 @@ export const REQUEST_DATA_MAX_BYTES = 8192
 /**
  * `request_data` as captured: its JSON text (secrets redacted, at most 8 KiB), built once, when the
  * bound is enforced, and then carried as it is by the stream entry and the INSERT (StreamWriter.ts,
- * Storable.ts) and measured by the buffer's bound (Writer.ts) without serializing it again.
+ * Storable.ts) and measured by the buffer's bound (Buffer.ts) without serializing it again.
  */
 export type CapturedRequestData = string & { readonly CapturedRequestData: unique symbol }
 

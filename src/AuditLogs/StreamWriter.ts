@@ -5,7 +5,7 @@
  *   so an answered request has a durable record; the records of concurrent requests go in one
  *   pipeline, under one deadline). A record whose XADD fails (Redis down) goes to the in-process
  *   buffer instead.
- * - The appended records go on, in memory, to the batch inserter of Writer.ts; each batch's
+ * - The appended records go on, in memory, to the batch inserter of Inserter.ts; each batch's
  *   entries are deleted from the stream (XDEL) once it committed, in the next pipeline of XADDs
  *   (or on their own when none comes). Nothing reads the stream back on
  *   this path (a consumer group did: XREADGROUP, a JSON decode per record, XACK — work for a copy
@@ -24,13 +24,9 @@ import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { type AuditEntry, newEntry, type StoredEntry } from "./Entry.ts"
 import { INSERT_BATCH_MAX } from "./Repo.ts"
 import { requestDataJson } from "./RequestData.ts"
-import {
-  countDropped,
-  defaultWriterOptions,
-  flushBudgetMs,
-  makeBuffer,
-  type WriterOptions
-} from "./Writer.ts"
+import { makeBuffer } from "./Buffer.ts"
+import { countDropped } from "./Dropped.ts"
+import { defaultWriterOptions, flushBudgetMs, type WriterOptions } from "./WriterOptions.ts"
 import { ShutdownDeadline } from "../Lifecycle.ts"
 
 /** A record in the stream: its entry id there, and the record (undefined: not one of ours, deleted unwritten). */

@@ -12,12 +12,10 @@ import { parseIsoDate } from "../../src/AuditLogs/Api.ts"
 import { AuditRepo, INSERT_BATCH_MAX } from "../../src/AuditLogs/Repo.ts"
 import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
 import { redact } from "../../src/Domain/Secrets.ts"
-import {
-  defaultWriterOptions,
-  estimateRecordBytes,
-  isOutage,
-  makeBufferedAuditLog
-} from "../../src/AuditLogs/Writer.ts"
+import { estimateRecordBytes } from "../../src/AuditLogs/Buffer.ts"
+import { isOutage } from "../../src/AuditLogs/Inserter.ts"
+import { makeBufferedAuditLog } from "../../src/AuditLogs/Writer.ts"
+import { defaultWriterOptions } from "../../src/AuditLogs/WriterOptions.ts"
 import { ShutdownDeadline } from "../../src/Lifecycle.ts"
 import { auditBufferBytes, auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
 import { readMetric } from "../support/Metrics.ts"

@@ -15,7 +15,7 @@ import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { describe, expect, it } from "vitest"
 import { parse } from "yaml"
-import { defaultWriterOptions } from "../../src/AuditLogs/Writer.ts"
+import { defaultWriterOptions } from "../../src/AuditLogs/WriterOptions.ts"
 import { registry } from "../../src/Observability/Metrics.ts"
 
 const INTERFACE_METRICS = [

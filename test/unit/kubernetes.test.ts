@@ -23,7 +23,7 @@ import { parseAllDocuments } from "yaml"
 import { appConfig } from "../../src/Config.ts"
 import { authorRowsJson } from "../../src/Domain/Author.ts"
 import { SPOOLS_MAX } from "../../src/Ws/Streaming.ts"
-import { defaultWriterOptions } from "../../src/AuditLogs/Writer.ts"
+import { defaultWriterOptions } from "../../src/AuditLogs/WriterOptions.ts"
 
 const ROOT = "deploy/kubernetes"
 const BASE = `${ROOT}/base`

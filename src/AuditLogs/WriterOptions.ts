@@ -1,0 +1,37 @@
+/** The audit writers' bounds and deadlines (Writer.ts, StreamWriter.ts). */
+import { Duration } from "effect"
+
+export interface WriterOptions {
+  /** Records the in-process buffer holds while the database is unreachable. */
+  readonly bufferMax: number
+  /** Estimated bytes the in-process buffer holds at most (records are up to ~25 KB); records over it are refused and counted. */
+  readonly bufferMaxBytes: number
+  /** Entries the Redis Stream may hold before new records are refused (and counted). */
+  readonly streamMax: number
+  /**
+   * Records appended to the stream that the Redis writer holds in memory until their batch
+   * commits; past it (PostgreSQL down or slow) they wait in the stream for the recovery scan.
+   */
+  readonly streamHeldMax: number
+  /** How long a pending stream entry of another consumer waits before it is claimed. */
+  readonly claimIdle: Duration.Input
+  /** How long closing the scope may spend flushing. */
+  readonly flushTimeout: Duration.Input
+}
+
+export const defaultWriterOptions: WriterOptions = {
+  bufferMax: 100_000,
+  bufferMaxBytes: 64 * 1024 * 1024,
+  streamMax: 1_000_000,
+  streamHeldMax: 5_000,
+  claimIdle: "30 seconds",
+  // CONTRACT §5/§9: exit within 10 s of SIGTERM, flush included: main.ts drains HTTP for 5 s first.
+  flushTimeout: "3500 millis"
+}
+
+/** How long the flush may take from now. */
+export const flushBudgetMs = (options: WriterOptions, deadline: { readonly at: () => number | undefined }) => {
+  const ms = Duration.toMillis(Duration.fromInputUnsafe(options.flushTimeout))
+  const at = deadline.at()
+  return at === undefined ? ms : Math.max(0, Math.min(ms, at - Date.now()))
+}
