@@ -4,19 +4,13 @@
  * outbound queue with one writer, its inbox), is admitted by the `Handshake` (Handshake.ts), and
  * its frames are handled one at a time, in order, by `Dispatch` (Dispatch.ts: rate → schema →
  * permission → handler). Broadcasts and session expiries come from the registry, from every
- * instance; heartbeats drop dead peers; shutdown closes every connection 1001.
- *
- * Before an upgrade completes (review F13), two cheap checks keep a flood of upgrades from costing
- * a socket and a signature check each: the instance holds at most WS_MAX_CONNECTIONS sockets
- * (handshakes included; more get 503), and upgrades are rate limited per client IP like
- * unauthenticated HTTP requests (RATE_LIMIT_PER_MINUTE + RATE_LIMIT_BURST per trailing 60 s, in
- * a bucket of their own; 429 with Retry-After) when RATE_LIMIT_ENABLED. Both are counted in
- * `ws_upgrades_refused_total{reason}`.
+ * instance. What an upgrade passes before its socket exists is UpgradeGate.ts; the sockets held,
+ * their heartbeat and the shutdown that closes them 1001 are Sockets.ts.
  *
  * Transport is `ws` directly (not the platform's Socket) for its frame-size limit (1009), its
  * send buffer figure and one fiber per message instead of per connection.
  */
-import { Effect, FiberSet, Layer, Schedule } from "effect"
+import { Effect, FiberSet, Layer } from "effect"
 import { randomUUID } from "node:crypto"
 import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
@@ -26,28 +20,20 @@ import { hasRoles } from "../Auth/Rbac.ts"
 import { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import { ReadCache } from "../Authors/ReadCache.ts"
 import { AppConfig } from "../Config.ts"
-import { MethodNotAllowed, RateLimited, RouteNotFound, ServiceUnavailable, TooManyConnections, WsStatus } from "../Errors.ts"
+import { WsStatus } from "../Errors.ts"
 import { OperationRoles } from "../Domain/User.ts"
-import { clientIp } from "../Edge/ClientIp.ts"
-import { refuseWithError, Upgrades } from "../Edge/Upgrades.ts"
-import { correlationIdFrom, traceIdFrom } from "../Edge/RequestIds.ts"
-import { wsConnectionsActive, wsMessagesReceived, wsUpgradesRefusedTotal } from "../Observability/Metrics.ts"
-import { makeAdmission } from "../RateLimit/Admission.ts"
-import { RateLimiter, rateLimitHeaders } from "../RateLimit/RateLimiter.ts"
+import { Upgrades } from "../Edge/Upgrades.ts"
+import { traceIdFrom } from "../Edge/RequestIds.ts"
+import { wsConnectionsActive, wsMessagesReceived } from "../Observability/Metrics.ts"
+import { RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { type Connection, makeConnection } from "./Connection.ts"
 import { encodeReply, makeDispatch } from "./Dispatch.ts"
 import { PackageHandlers } from "./Packages.ts"
 import { formatOf, makeHandshake } from "./Handshake.ts"
-import { BROADCAST_REQ_ID, Close, WS_PATH } from "./Protocol.ts"
+import { BROADCAST_REQ_ID, Close } from "./Protocol.ts"
 import { type BroadcastMessage, ConnectionRegistry } from "./Registry.ts"
-
-/** Dead peers (no pong to a ping) are dropped after at most two of these. */
-const HEARTBEAT = "30 seconds"
-/** At shutdown, clients get this long to answer the 1001 close before their sockets are cut. */
-const CLOSE_GRACE_MS = 2_000
-
-const headerText = (value: string | ReadonlyArray<string> | undefined) =>
-  typeof value === "string" || value === undefined ? value : value.join(",")
+import { CLOSE_GRACE_MS, makeSockets } from "./Sockets.ts"
+import { headerText, makeUpgradeGate } from "./UpgradeGate.ts"
 
 export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
   const upgrades = yield* Upgrades
@@ -69,12 +55,8 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     // Pongs are sent by the connection, within its send bound (Connection.ts `answerPing`).
     autoPong: false
   })
-  /** Every socket, from upgrade to end; `open` holds the authenticated ones by id. */
-  const sockets = new Set<Connection>()
-  const open = new Map<string, Connection>()
+  const sockets = makeSockets()
   const correlationIds = new WeakMap<IncomingMessage, string>()
-  let shuttingDown: Promise<void> | undefined
-  let allEnded: (() => void) | undefined
 
   // The 101 response carries the connection's correlation id, like every HTTP response.
   wss.on("headers", (headers, request) => {
@@ -99,7 +81,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     audit,
     fork,
     opened: (conn) => {
-      open.set(conn.id, conn)
+      sockets.opened(conn)
       pump(conn) // frames that arrived during the handshake
     }
   })
@@ -131,7 +113,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     const frame = { status: WsStatus.OK, data: message, meta: null }
     let json: string | Uint8Array | undefined
     let protobuf: string | Uint8Array | undefined
-    for (const conn of open.values()) {
+    for (const conn of sockets.open()) {
       const user = conn.user()
       if (!conn.isOpen() || user === undefined || !hasRoles(user, OperationRoles.listAuthors)) continue
       if (conn.format === "json") conn.send(json ??= encodeReply("json", 0, BROADCAST_REQ_ID, frame))
@@ -139,25 +121,20 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     }
   }
 
-  const onSessionExpired = (connectionId: string) => open.get(connectionId)?.close(Close.SessionExpired)
+  const onSessionExpired = (connectionId: string) => sockets.get(connectionId)?.close(Close.SessionExpired)
 
   const onDropped = (conn: Connection) =>
     fork(conn, Effect.logWarning("WebSocket client dropped: it does not read what it is sent"))
 
   const onEnded = (conn: Connection, code: number) => {
     conn.ended()
-    sockets.delete(conn)
-    open.delete(conn.id)
     if (conn.wasOpen()) {
       wsConnectionsActive.dec()
       fork(conn, Effect.logInfo("WebSocket closed").pipe(Effect.annotateLogs({ code })))
     }
     fork(conn, handshake.end(conn))
-    if (allEnded !== undefined && sockets.size === 0) allEnded()
+    sockets.ended(conn)
   }
-
-  const ipOf = (request: IncomingMessage) =>
-    clientIp(request.socket.remoteAddress, headerText(request.headers["x-forwarded-for"]), config.trustedProxies)
 
   const accept = (ws: WebSocket, request: IncomingMessage, url: URL, correlationId: string, ip: string) => {
     const format = formatOf(url)
@@ -186,74 +163,29 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     handshake.begin(conn, request, url, format)
   }
 
-  /** Upgrades past the checks whose WebSocket does not exist yet (they count toward the cap). */
-  let admitting = 0
-  const upgradeLimit = config.rateLimitPerMinute + config.rateLimitBurst
-  const upgradeAdmission = makeAdmission(limiter, { limitType: "websocket_upgrade", limit: upgradeLimit, failMode: config.rateLimitFailMode })
-
   const complete = (request: IncomingMessage, socket: Duplex, head: Buffer, url: URL, correlationId: string, ip: string) => {
     correlationIds.set(request, correlationId)
     wss.handleUpgrade(request, socket, head, (ws) => accept(ws, request, url, correlationId, ip))
   }
 
-  const upgrade = (request: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const url = new URL(request.url ?? "/", "http://localhost")
-    // CONTRACT §3: every answer carries the caller's correlation id (when valid), refusals included.
-    const correlationId = correlationIdFrom(headerText(request.headers["x-correlation-id"]))
-    if (url.pathname !== WS_PATH) return refuseWithError(socket, RouteNotFound.instance, { correlationId })
-    // As the HTTP route answers a wrong method (Http/ErrorResponse.ts), not ws's text/html 405.
-    if (request.method !== "GET") {
-      return refuseWithError(socket, MethodNotAllowed.of(["GET", "HEAD"]), { correlationId })
-    }
-    if (shuttingDown !== undefined) return refuseWithError(socket, ServiceUnavailable.instance, { correlationId })
-    if (sockets.size + admitting >= config.wsMaxConnections) {
-      wsUpgradesRefusedTotal.inc({ reason: "capacity" })
-      return refuseWithError(socket, TooManyConnections.instance, { correlationId })
-    }
-    const ip = ipOf(request)
-    if (!config.rateLimitEnabled) return complete(request, socket, head, url, correlationId, ip)
-    admitting++
-    run(
-      upgradeAdmission.check(`ws:upgrade:ip:${ip}`).pipe(
-        Effect.map((admission) => {
-          if (admission._tag === "Refused") {
-            wsUpgradesRefusedTotal.inc({ reason: "rate_limit" })
-            return refuseWithError(socket, RateLimited.instance, { correlationId, headers: rateLimitHeaders(admission.decision) })
-          }
-          if (shuttingDown !== undefined) return refuseWithError(socket, ServiceUnavailable.instance, { correlationId })
-          complete(request, socket, head, url, correlationId, ip)
-        }),
-        Effect.ensuring(Effect.sync(() => admitting--)),
-        Effect.catchCause((cause) => Effect.andThen(Effect.logError("WebSocket upgrade failed", cause), Effect.sync(() => socket.destroy())))
-      )
-    )
-  }
-
-  /** CONTRACT §5 Shutdown: every connection closes 1001; sockets that do not answer are cut. */
-  const shutdown = () =>
-    shuttingDown ??= new Promise<void>((resolve) => {
-      if (sockets.size === 0) return resolve()
-      allEnded = resolve
-      for (const conn of sockets) conn.close(Close.ShuttingDown)
-      setTimeout(() => {
-        for (const conn of sockets) conn.terminate()
-      }, CLOSE_GRACE_MS).unref()
-    })
+  const upgrade = makeUpgradeGate({
+    config,
+    limiter,
+    held: sockets.size,
+    shuttingDown: sockets.isShuttingDown,
+    run: (effect) => void run(effect),
+    complete
+  })
 
   yield* registry.listen({ onBroadcast, onSessionExpired })
-  yield* Effect.forkScoped(Effect.repeat(
-    Effect.sync(() => {
-      for (const conn of sockets) if (!conn.ping()) conn.terminate()
-    }),
-    Schedule.spaced(HEARTBEAT)
-  ))
+  yield* Effect.forkScoped(sockets.heartbeat)
   // Runs before the fiber set is interrupted: connections end and their slots are released first.
   yield* Effect.addFinalizer(() =>
-    Effect.promise(shutdown).pipe(
+    Effect.promise(sockets.shutdown).pipe(
       Effect.andThen(FiberSet.awaitEmpty(fibers)),
       Effect.timeoutOption(CLOSE_GRACE_MS * 2),
       Effect.andThen(Effect.sync(() => wss.close()))
     )
   )
-  yield* upgrades.handle({ upgrade, shutdown })
+  yield* upgrades.handle({ upgrade, shutdown: sockets.shutdown })
 }))
