@@ -323,7 +323,7 @@ export class ReadCache extends Context.Service<ReadCache, ReadCacheShape>()("Aut
   /** Generations in Redis, shared by every instance. */
   static readonly layerRedis = Layer.effect(ReadCache, Effect.flatMap(RedisClient, ({ client, prefix }) => fromConfig({ client, prefix })))
   /** A cache that stores nothing and bumps nothing (tests of the transports alone). */
-  static readonly none = Layer.succeed(ReadCache, ReadCache.of({
+  static readonly layerNone = Layer.succeed(ReadCache, ReadCache.of({
     generationKey: () => undefined,
     tag: () => undefined,
     read: (_key, _tag, load) => load,

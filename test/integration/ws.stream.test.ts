@@ -309,7 +309,7 @@ describe("a database failure while the list is read", () => {
       Layer.provide([
         UpgradesHere,
         FailingAuthors,
-        ReadCache.none,
+        ReadCache.layerNone,
         AuditLog.layerNone,
         RateLimiter.layerMemory,
         ConnectionRegistry.layerMemory,

@@ -38,7 +38,7 @@ const Verifier = Layer.succeed(TokenVerifier, {
 /** A fresh, empty directory per test. */
 const Handlers = AuthorsHttpLive.pipe(
   Layer.provide(Authors.layer),
-  Layer.provide([AuthorRepo.layerMemory, AuthorEvents.layerNone, ReadCache.none]),
+  Layer.provide([AuthorRepo.layerMemory, AuthorEvents.layerNone, ReadCache.layerNone]),
   Layer.provideMerge(AuthenticationLive),
   Layer.provideMerge(CommonResponses.layer),
   Layer.provide(Verifier),
