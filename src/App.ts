@@ -29,7 +29,7 @@ import type { NodeServer } from "./Http/NodeServer.ts"
 import { CacheProbe, DatabaseProbe, Health } from "./Observability/Health.ts"
 import { SystemHttpLive } from "./Observability/Http.ts"
 import { setAppInfo } from "./Observability/Metrics.ts"
-import { TracingLive } from "./Observability/Tracing.ts"
+import { layerTracing } from "./Observability/Tracing.ts"
 import { ProfilingHttpLive } from "./Profiling/Http.ts"
 import { Profiler } from "./Profiling/Profiler.ts"
 import { RateLimiter } from "./RateLimit/RateLimiter.ts"
@@ -195,7 +195,7 @@ const PortOpenLog = Layer.effectDiscard(HttpServer.addressFormattedWith((address
  */
 export const layer = <S, E>(
   server: Layer.Layer<S | NodeServer | Upgrades | HttpServer.HttpServer, E, AppConfig>,
-  tracing: Layer.Layer<never, never, AppConfig> = TracingLive
+  tracing: Layer.Layer<never, never, AppConfig> = layerTracing
 ) =>
   ServedLive.pipe(
     Layer.provide(SpanNamesLive),

@@ -5,7 +5,7 @@ import * as App from "./App.ts"
 import { AppConfig } from "./Config.ts"
 import { drainOnShutdown, NodeServer } from "./Http/NodeServer.ts"
 import { ShutdownDeadline } from "./Lifecycle.ts"
-import { LoggerLive } from "./Observability/Logging.ts"
+import { layerLogger } from "./Observability/Logging.ts"
 import { causeText, failureLine } from "./Startup.ts"
 
 const ServerLive = Layer.unwrap(Effect.gen(function*() {
@@ -49,7 +49,7 @@ const ReadyMark = Layer.effectDiscard(Effect.sync(() => {
 const MainLive = Layer.mergeAll(drainOnShutdown(DRAIN_MS), ReadyMark).pipe(
   Layer.provideMerge(App.layer(ServerLive)),
   Layer.provide(ShutdownDeadlineLive),
-  Layer.provide(LoggerLive),
+  Layer.provide(layerLogger),
   Layer.provide(AppConfig.layer)
 )
 

@@ -113,11 +113,11 @@ const stdout = (line: string) => {
 }
 
 /** The logger for a format, writing to stdout (or `write`, for tests); replaces Effect's default logger. */
-export const loggerLayer = (format: "json" | "pretty", write?: (line: string) => void): Layer.Layer<never> =>
+export const layerLoggerTo = (format: "json" | "pretty", write?: (line: string) => void): Layer.Layer<never> =>
   Logger.layer([format === "json" ? jsonLinesLogger(write ?? stdout) : prettyLinesLogger(write ?? stdout)])
 
-export const LoggerLive: Layer.Layer<never, never, AppConfig> = Layer.unwrap(
+export const layerLogger: Layer.Layer<never, never, AppConfig> = Layer.unwrap(
   AppConfig.useSync((config) =>
-    Layer.merge(loggerLayer(config.logFormat), Layer.succeed(References.MinimumLogLevel, levels[config.logLevel]))
+    Layer.merge(layerLoggerTo(config.logFormat), Layer.succeed(References.MinimumLogLevel, levels[config.logLevel]))
   )
 )

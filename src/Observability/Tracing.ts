@@ -47,7 +47,7 @@ export const SafeSpanAttributes: Layer.Layer<never> = Layer.mergeAll(
 )
 
 /** An OTel SDK tracer sending spans to `processor` (tests pass an in-memory exporter's). */
-export const tracingWith = (processor: SpanProcessor): Layer.Layer<never, never, AppConfig> =>
+export const layerTracingTo = (processor: SpanProcessor): Layer.Layer<never, never, AppConfig> =>
   Layer.unwrap(Effect.gen(function*() {
     const config = yield* AppConfig
     const NodeSdk = yield* Effect.promise(() => import("@effect/opentelemetry/NodeSdk"))
@@ -75,20 +75,20 @@ export const tracesUrl = (
   )
 
 /** Spans posted to `url` in batches, flushed at shutdown. */
-export const otlpTracing = (url: string): Layer.Layer<never, never, AppConfig> =>
+export const layerTracingOtlp = (url: string): Layer.Layer<never, never, AppConfig> =>
   Layer.unwrap(Effect.gen(function*() {
     const [{ OTLPTraceExporter }, { BatchSpanProcessor }] = yield* Effect.promise(() =>
       Promise.all([import("@opentelemetry/exporter-trace-otlp-http"), import("@opentelemetry/sdk-trace-base")])
     )
-    return tracingWith(new BatchSpanProcessor(new OTLPTraceExporter({ url })))
+    return layerTracingTo(new BatchSpanProcessor(new OTLPTraceExporter({ url })))
   }))
 
-export const TracingLive: Layer.Layer<never, never, AppConfig> = Layer.unwrap(AppConfig.useSync((config) =>
+export const layerTracing: Layer.Layer<never, never, AppConfig> = Layer.unwrap(AppConfig.useSync((config) =>
   Option.match(tracesUrl(config), {
     // No exporter, no tracing work at all: every span (server, SQL, Redis, WS) is a no-op and the
     // server opens none (log lines take their trace id from the request instead, Logging.ts). The
     // allow-lists still keep secrets out of any URL the platform renders (an HttpServerError in a log line).
     onNone: () => Layer.merge(SafeSpanAttributes, Layer.succeed(References.TracerEnabled, false)),
-    onSome: otlpTracing
+    onSome: layerTracingOtlp
   })
 ))

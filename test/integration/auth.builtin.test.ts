@@ -11,7 +11,7 @@ import { join } from "node:path"
 import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { plainPasswordWarning } from "../../src/Auth/BuiltinProvider.ts"
-import { loggerLayer } from "../../src/Observability/Logging.ts"
+import { layerLoggerTo } from "../../src/Observability/Logging.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const run = promisify(execFile)
@@ -88,7 +88,7 @@ describe("built-in identity provider", () => {
       const lines: Array<string> = []
       const started = await startTestApp({
         config: { host, authUsersFile: "config/dev-users.json" },
-        logger: loggerLayer("json", (line) => lines.push(line))
+        logger: layerLoggerTo("json", (line) => lines.push(line))
       })
       await started.close()
       return lines.map((l) => JSON.parse(l) as { level: string; message: string }).filter((l) => l.level === "WARN")

@@ -6,7 +6,7 @@ import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { loggerLayer, scrub, scrubText } from "../../src/Observability/Logging.ts"
+import { layerLoggerTo, scrub, scrubText } from "../../src/Observability/Logging.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
 
@@ -24,7 +24,7 @@ describe("structured logs", () => {
     app = await startTestApp({
       config: { authUsersFile: usersFile },
       logLevel: "Debug",
-      logger: loggerLayer("json", (line) => lines.push(line))
+      logger: layerLoggerTo("json", (line) => lines.push(line))
     })
   })
   afterAll(() => app?.close())

@@ -12,7 +12,7 @@ import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { OAuth2Server } from "oauth2-mock-server"
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
-import { loggerLayer } from "../../src/Observability/Logging.ts"
+import { layerLoggerTo } from "../../src/Observability/Logging.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const REALM = "/realms/demo"
@@ -108,7 +108,7 @@ beforeAll(async () => {
       oidcClientId: CLIENT_ID,
       oidcAudience: Option.some(AUDIENCE)
     },
-    logger: loggerLayer("json", logSink)
+    logger: layerLoggerTo("json", logSink)
   })
 })
 

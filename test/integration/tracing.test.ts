@@ -9,8 +9,8 @@ import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-tr
 import { Option, Redacted } from "effect"
 import { createServer, type IncomingMessage, type Server } from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { loggerLayer } from "../../src/Observability/Logging.ts"
-import { tracesUrl, tracingWith } from "../../src/Observability/Tracing.ts"
+import { layerLoggerTo } from "../../src/Observability/Logging.ts"
+import { tracesUrl, layerTracingTo } from "../../src/Observability/Tracing.ts"
 import { login, request, startTestApp, type TestApp, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
 
@@ -33,9 +33,9 @@ describe("tracing with an in-memory exporter", () => {
   let app: TestApp
   beforeAll(async () => {
     app = await startTestApp({
-      tracing: tracingWith(new SimpleSpanProcessor(exporter)),
+      tracing: layerTracingTo(new SimpleSpanProcessor(exporter)),
       logLevel: "Info",
-      logger: loggerLayer("json", (line) => logLines.push(JSON.parse(line) as Record<string, unknown>)),
+      logger: layerLoggerTo("json", (line) => logLines.push(JSON.parse(line) as Record<string, unknown>)),
       ...(TEST_REDIS_URL !== undefined
         ? { config: { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL)), redisKeyPrefix: `test:${Math.random().toString(36).slice(2)}:` } }
         : {})

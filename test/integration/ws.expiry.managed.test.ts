@@ -10,7 +10,7 @@
 import { Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { loggerLayer } from "../../src/Observability/Logging.ts"
+import { layerLoggerTo } from "../../src/Observability/Logging.ts"
 import { onPath } from "../support/Binaries.ts"
 import { type RedisServer, startRedisServer } from "../support/RedisServer.ts"
 import { signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
@@ -40,7 +40,7 @@ describe.runIf(onPath("redis-server"))("WebSocket sessions on a Redis that refus
           wsSessionGraceSeconds: GRACE_SECONDS
         },
         logLevel: "Info",
-        logger: loggerLayer("json", (line) => lines.push(line))
+        logger: layerLoggerTo("json", (line) => lines.push(line))
       })
       instances.push({ app, lines })
     }

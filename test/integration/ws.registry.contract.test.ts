@@ -14,7 +14,7 @@ import { registry as metricsRegistry } from "../../src/Observability/Metrics.ts"
 import { RedisClient } from "../../src/Store/Redis.ts"
 import { enableExpiredEvents, hasExpiredEvents, makeRedisRegistry } from "../../src/Ws/RedisRegistry.ts"
 import { type BroadcastMessage, ConnectionRegistry } from "../../src/Ws/Registry.ts"
-import { loggerLayer } from "../../src/Observability/Logging.ts"
+import { layerLoggerTo } from "../../src/Observability/Logging.ts"
 import { onPath } from "../support/Binaries.ts"
 import { readRegistry } from "../support/Metrics.ts"
 import { type RedisServer, startRedisServer } from "../support/RedisServer.ts"
@@ -156,7 +156,7 @@ const redisInstancesAt = (url: () => string, slotTtlMs: number): Instances => (c
 /** The JSON log lines written while `effect` runs (and by the fibers it forks). */
 const capturingLogs = () => {
   const lines: Array<{ level: string; message: string }> = []
-  const layer = loggerLayer("json", (line) => {
+  const layer = layerLoggerTo("json", (line) => {
     const { level, message } = JSON.parse(line) as { level: string; message: unknown }
     // A line logged with its cause has [text, cause] as its message.
     lines.push({ level, message: String(Array.isArray(message) ? message[0] : message) })
