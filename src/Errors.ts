@@ -87,7 +87,11 @@ export class RequestHeaderFieldsTooLarge extends Schema.TaggedError<RequestHeade
 export class RequestTimeout extends Schema.TaggedError<RequestTimeout>()("RequestTimeout", fields) {
   static readonly instance = new RequestTimeout({ detail: "Request timeout" })
 }
-/** The service is shutting down (or not serving yet): a WebSocket upgrade is refused. */
+/** The port is open but the service is not ready yet: every request but the probes (Http/NodeServer.ts). */
+export class ServiceStarting extends Schema.TaggedError<ServiceStarting>()("ServiceStarting", fields) {
+  static readonly instance = new ServiceStarting({ detail: "Service starting" })
+}
+/** The service is shutting down: a request or a WebSocket upgrade is refused. */
 export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()("ServiceUnavailable", fields) {
   static readonly instance = new ServiceUnavailable({ detail: "Service unavailable" })
 }
@@ -121,6 +125,7 @@ export type ClientError =
   | BadRequest
   | RequestHeaderFieldsTooLarge
   | RequestTimeout
+  | ServiceStarting
   | ServiceUnavailable
   | TooManyConnections
   | InternalError
@@ -150,6 +155,7 @@ export const errorStatus: { readonly [K in ClientError["_tag"]]: { readonly http
   BadRequest: { http: 400, ws: WsStatus.INVALID_DATA },
   RequestHeaderFieldsTooLarge: { http: 431, ws: WsStatus.INVALID_DATA },
   RequestTimeout: { http: 408, ws: WsStatus.ERROR },
+  ServiceStarting: { http: 503, ws: WsStatus.ERROR },
   ServiceUnavailable: { http: 503, ws: WsStatus.ERROR },
   TooManyConnections: { http: 503, ws: WsStatus.ERROR },
   InternalError: { http: 500, ws: WsStatus.ERROR }

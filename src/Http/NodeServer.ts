@@ -21,7 +21,8 @@ import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Context, Effect, Layer, type Scope } from "effect"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
-import { refuseOnSocket, type UpgradeHandler, Upgrades } from "../Edge/Upgrades.ts"
+import { refuseWithError, type UpgradeHandler, Upgrades } from "../Edge/Upgrades.ts"
+import { errorStatus, RouteNotFound, ServiceStarting, ServiceUnavailable } from "../Errors.ts"
 import { serveHttp1 } from "./Http1.ts"
 import { STARTING_REPORT } from "../Observability/Api.ts"
 
@@ -57,7 +58,7 @@ const STARTING = JSON.stringify(STARTING_REPORT)
 /** Before the app's handler is first attached, and after it has been detached. */
 type Phase = "starting" | "stopped"
 
-const detailOf = (phase: Phase) => (phase === "starting" ? "Service starting" : "Service unavailable")
+const errorOf = (phase: Phase) => (phase === "starting" ? ServiceStarting.instance : ServiceUnavailable.instance)
 
 /** Without the app: alive (`/livez` 200), not ready — `/health` and `/readyz` 503 in the health report's shape, anything else 503 `{detail}`. */
 const startingAnswer = (url: string | undefined, phase: Phase): readonly [number, string] => {
@@ -66,7 +67,7 @@ const startingAnswer = (url: string | undefined, phase: Phase): readonly [number
     ? [200, LIVE]
     : path === "/health" || path === "/readyz"
     ? [503, STARTING]
-    : [503, JSON.stringify({ detail: detailOf(phase) })]
+    : [errorStatus[errorOf(phase)._tag].http, JSON.stringify({ detail: errorOf(phase).detail })]
 }
 
 /** Requests that came in on the `ADMIN_PORT` listener (the Node request objects; nothing a client can forge). */
@@ -116,7 +117,7 @@ export const makeNodeServer = (): NodeServerShape => {
     if (event !== "upgrade") return Reflect.apply(emit, this, [event, ...args]) as boolean
     const [request, socket, head] = args as [IncomingMessage, Duplex, Buffer]
     socket.on("error", () => {})
-    if (upgrades === undefined) refuseOnSocket(socket, 503, detailOf(phase()))
+    if (upgrades === undefined) refuseWithError(socket, errorOf(phase()))
     else upgrades.upgrade(request, socket, head)
     return true
   } as Server["emit"]
@@ -135,7 +136,7 @@ export const makeNodeServer = (): NodeServerShape => {
     // No WebSocket on the admin port.
     listener.on("upgrade", (_req: IncomingMessage, socket: Duplex) => {
       socket.on("error", () => {})
-      refuseOnSocket(socket, 404, "Not Found")
+      refuseWithError(socket, RouteNotFound.instance)
     })
   }
 
