@@ -20,7 +20,7 @@ const ServerLive = Layer.unwrap(Effect.gen(function*() {
  * - 0–5 s: stop accepting, close the WebSockets (one that does not answer its close is cut), let
  *   the requests in flight finish (a statement waits at most DATABASE_STATEMENT_TIMEOUT_SECONDS,
  *   a Redis command 1–2 s); a response its client does not read ends with the drain;
- * - the audit flush: at most 3.5 s (AuditLogs/Writer.ts) and done by 7.5 s after the signal;
+ * - the audit flush: at most 3.5 s (AuditLogs/WriterOptions.ts) and done by 7.5 s after the signal;
  * - then Redis (QUIT, 300 ms per connection, else dropped) and the pool (statements are never
  *   waited for: Db/Instrumentation.ts `detached`) close at once;
  * - at 9 s the watchdog below ends the process should a step still hang.
