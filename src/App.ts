@@ -1,7 +1,10 @@
 /**
- * The one place where Layers are wired. `main.ts` adds the environment's configuration and the
- * Node server (opened first: it answers the probes while the rest starts); tests add a test
- * server and their own configuration.
+ * The one place where Layers are wired, and where the configuration chooses among a service's
+ * implementations: every service carries its Layers as statics named `layer` (production),
+ * `layerEmbedded` (PGlite, the built-in identity provider), `layerMemory` (in this process),
+ * `layerRedis` and `layerNone`, and only this module picks one. `main.ts` adds the environment's
+ * configuration and the Node server (opened first: it answers the probes while the rest starts);
+ * tests add a test server and their own configuration (`App.layer`).
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Effect, Layer, Option, References } from "effect"
