@@ -109,7 +109,7 @@ const ReadCacheLive = Layer.unwrap(Effect.map(Effect.serviceOption(RedisClient),
 ))
 
 /**
- * The audit writer (CONTRACT §6): none when AUDIT_LOG_ENABLED=false, through a Redis Stream when
+ * The audit writer (docs/audit.md#guarantees): none when AUDIT_LOG_ENABLED=false, through a Redis Stream when
  * Redis is configured, else buffered in this process. It sits here because it needs `SqlClient`
  * (and Redis, when configured) from below.
  */

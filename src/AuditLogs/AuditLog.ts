@@ -1,5 +1,5 @@
 /**
- * The audit trail's write side (CONTRACT §6): `record` never waits for the database.
+ * The audit trail's write side (docs/audit.md#guarantees): `record` never waits for the database.
  */
 import { Context, Effect, Layer } from "effect"
 import type { AuditEntry } from "./Entry.ts"

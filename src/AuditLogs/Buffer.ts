@@ -42,7 +42,7 @@ const sumBytes = (items: ReadonlyArray<Buffered>) => {
 
 /**
  * The in-process buffer and its writer fiber; the Redis writer uses it as its fallback. Bounded
- * in records (`bufferMax`) and in estimated bytes (`bufferMaxBytes`, CONTRACT §6): a record that
+ * in records (`bufferMax`) and in estimated bytes (`bufferMaxBytes`, docs/audit.md#guarantees): a record that
  * would exceed either is refused and counted (`buffer_full`).
  */
 export const makeBuffer = (options: WriterOptions) =>

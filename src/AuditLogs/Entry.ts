@@ -32,6 +32,6 @@ export interface StoredEntry {
 /** Values the database would refuse are reduced when the batch is inserted (Storable.ts), not on the request's path. */
 export const newEntry = (entry: AuditEntry): StoredEntry => ({ entryId: randomUUID(), entry })
 
-/** CONTRACT §6: 403 → permission_denied, other status ≥ 400 → error. */
+/** docs/audit.md#what-is-recorded: 403 → permission_denied, other status ≥ 400 → error. */
 export const outcomeOf = (status: number): AuditOutcome =>
   status === 403 ? "permission_denied" : status >= 400 ? "error" : "success"

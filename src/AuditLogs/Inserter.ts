@@ -39,7 +39,7 @@ export const makeInserter = Effect.gen(function*() {
     )
   /**
    * A batch the database refused for its content is written record by record, so one poison
-   * record never blocks the ones behind it (CONTRACT §6); an outage fails the attempt.
+   * record never blocks the ones behind it (docs/audit.md#guarantees); an outage fails the attempt.
    */
   const attempt = (batch: ReadonlyArray<StoredEntry>) =>
     repo.insertBatch(batch).pipe(

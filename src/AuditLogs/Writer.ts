@@ -1,5 +1,5 @@
 /**
- * The audit writer (CONTRACT §6): `record` never touches the database; a writer fiber inserts
+ * The audit writer (docs/audit.md#guarantees): `record` never touches the database; a writer fiber inserts
  * records in batches, and nothing is lost.
  *
  * - In-process (here): a bounded buffer (Buffer.ts). A failed batch is retried with capped

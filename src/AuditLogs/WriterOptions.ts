@@ -25,7 +25,7 @@ export const defaultWriterOptions: WriterOptions = {
   streamMax: 1_000_000,
   streamHeldMax: 5_000,
   claimIdle: "30 seconds",
-  // CONTRACT §5/§9: exit within 10 s of SIGTERM, flush included: main.ts drains HTTP for 5 s first.
+  // docs/operations.md#shutdown: exit within 10 s of SIGTERM, flush included: main.ts drains HTTP for 5 s first.
   flushTimeout: "3500 millis"
 }
 

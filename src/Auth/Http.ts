@@ -13,7 +13,7 @@ export const LoginHttpLive = HttpApiBuilder.group(
     return handlers
       .handle("login", ({ payload }) =>
         login.login(payload.username, payload.password).pipe(
-          // The declared error (Errors.ts) would be answered without Retry-After (CONTRACT §4).
+          // The declared error (Errors.ts) would be answered without Retry-After (docs/errors-and-limits.md#failed-logins).
           Effect.catchTag("TooManyFailedLogins", (error) => Effect.succeed(clientErrorResponse(error)))
         ))
       .handle("refresh", ({ payload }) => login.refresh(payload.refresh_token))

@@ -1,5 +1,5 @@
 /**
- * Logging in (CONTRACT §4, §6): the failed-login throttle, the identity provider's call, the
+ * Logging in (docs/http-api.md#logging-in): the failed-login throttle, the identity provider's call, the
  * `auth_attempts_total` count and the audit record of every attempt — username as sent, never the
  * password. The HTTP handler (Http.ts) only maps its answer to the transport.
  */
@@ -50,7 +50,7 @@ const make = Effect.gen(function*() {
     failMode: config.rateLimitFailMode
   })
 
-  /** Every login attempt is audited (CONTRACT §6), with the status its answer has. */
+  /** Every login attempt is audited (docs/audit.md#what-is-recorded), with the status its answer has. */
   const recordAttempt = (action: string, username: string, exit: Exit.Exit<TokenResponse, ClientError>) =>
     Effect.gen(function*() {
       const ctx = yield* getRequestContext
@@ -78,7 +78,7 @@ const make = Effect.gen(function*() {
           Effect.sync(() => {
             authAttemptsTotal.inc({ status: Exit.isSuccess(exit) ? "success" : "failed" })
             // A refused attempt is answered 429, and like every HTTP 429 it is a
-            // `rate_limit_hits_total{limit_type="http"}` (CONTRACT §9 "Metrics meaning").
+            // `rate_limit_hits_total{limit_type="http"}` (docs/operations.md#metrics--get-metrics).
             const error = Option.getOrUndefined(Exit.findErrorOption(exit))
             if (error?._tag === "TooManyFailedLogins") rateLimitHitsTotal.inc({ limit_type: "http" })
           }),

@@ -1,5 +1,5 @@
 /**
- * Rate-limit admission, written once for every caller (CONTRACT §4): the HTTP request, the
+ * Rate-limit admission, written once for every caller (docs/errors-and-limits.md#http-rate-limit): the HTTP request, the
  * WebSocket upgrade and message, the failed-login budget. Each asks `check` (or `reserve`, for a
  * budget whose outcome is known only later) and maps the answer to its transport: a 429 with
  * headers, a refused upgrade, an error reply or a close, a refused login.

@@ -43,7 +43,7 @@ export interface RateLimiterShape {
   readonly hit: (key: string, limit: number, windowMs: number, read?: string) => Effect.Effect<RateDecision, RateLimiterUnavailable>
   /**
    * `hit`, with the means to take the admission back: a budget for outcomes known only later
-   * (failed logins, CONTRACT §4) is reserved before the attempt, atomically, and released when the
+   * (failed logins: docs/errors-and-limits.md#failed-logins) is reserved before the attempt, atomically, and released when the
    * outcome does not count — so concurrent attempts can never overrun it.
    */
   readonly reserve: (key: string, limit: number, windowMs: number) => Effect.Effect<Reservation, RateLimiterUnavailable>

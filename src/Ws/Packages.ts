@@ -1,5 +1,5 @@
 /**
- * The WebSocket packages (INTERFACE §WebSocket endpoint, CONTRACT §5): each is one entry of the
+ * The WebSocket packages (docs/websocket.md#messages): each is one entry of the
  * package table — its data schema, roles and handler over the same `Authors` service as HTTP.
  * The table describes the packages (`Packages`, for the AsyncAPI document); `PackageHandlers.layer`
  * binds their handlers to `Authors` and the `ReadCache` once, when it is built.

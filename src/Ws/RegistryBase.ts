@@ -5,7 +5,7 @@
 import { Data, Effect, type Scope } from "effect"
 import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
 
-/** What every instance delivers to its connections (CONTRACT §5 Broadcasts). */
+/** What every instance delivers to its connections (docs/websocket.md#broadcasts). */
 export interface BroadcastMessage {
   readonly event: AuthorEvent["event"]
   readonly timestamp: string

@@ -1,5 +1,5 @@
 /**
- * The connections this instance holds (CONTRACT §5): every socket from upgrade to end, the open
+ * The connections this instance holds (docs/websocket.md#limits): every socket from upgrade to end, the open
  * (authenticated) ones by id, the heartbeat that drops dead peers, and the shutdown that closes
  * every connection 1001 and cuts the sockets that do not answer.
  */
@@ -33,7 +33,7 @@ export const makeSockets = () => {
       if (allEnded !== undefined && sockets.size === 0) allEnded()
     },
     isShuttingDown: () => shuttingDown !== undefined,
-    /** CONTRACT §5 Shutdown: every connection closes 1001; sockets that do not answer are cut. Resolves when all ended. */
+    /** docs/operations.md#shutdown: every connection closes 1001; sockets that do not answer are cut. Resolves when all ended. */
     shutdown: () =>
       shuttingDown ??= new Promise<void>((resolve) => {
         if (sockets.size === 0) return resolve()

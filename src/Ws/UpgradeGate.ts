@@ -1,5 +1,5 @@
 /**
- * What an upgrade passes before its WebSocket exists (review F13), so a flood of upgrades does not
+ * What an upgrade passes before its WebSocket exists (docs/websocket.md#limits), so a flood of upgrades does not
  * cost a socket and a signature check each: the path and method, the service not shutting down,
  * the instance's WS_MAX_CONNECTIONS (handshakes included; 503), and — when RATE_LIMIT_ENABLED —
  * the per-IP upgrade rate (RATE_LIMIT_PER_MINUTE + RATE_LIMIT_BURST per trailing 60 s, in a
@@ -49,7 +49,7 @@ export const makeUpgradeGate = (deps: UpgradeGateDeps) => {
 
   return (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(request.url ?? "/", "http://localhost")
-    // CONTRACT §3: every answer carries the caller's correlation id (when valid), refusals included.
+    // docs/http-api.md#conventions: every answer carries the caller's correlation id (when valid), refusals included.
     const correlationId = correlationIdFrom(headerText(request.headers["x-correlation-id"]))
     if (url.pathname !== WS_PATH) return refuseWithError(socket, RouteNotFound.instance, { correlationId })
     // As the HTTP route answers a wrong method (Http/ErrorResponse.ts), not ws's text/html 405.

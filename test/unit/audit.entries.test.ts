@@ -1,5 +1,5 @@
 /**
- * The audit-entry constructors (AuditLogs/Entries.ts) every transport uses (CONTRACT §6, §9):
+ * The audit-entry constructors (AuditLogs/Entries.ts) every transport uses (docs/audit.md#what-is-recorded):
  * each fills the same fields from what its site knows — an HTTP request's facts, a login's
  * subject, a WebSocket connection and message — and nothing else reaches the record.
  */
