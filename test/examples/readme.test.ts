@@ -812,6 +812,11 @@ describe("README and docs true to the code", () => {
     expect(broken).toEqual([])
   })
 
+  it("the README is a door: one screenful of pages, linking every page of docs/", () => {
+    expect(README.split("\n").length).toBeLessThanOrEqual(250)
+    for (const file of PAGES.keys()) if (file !== "README.md") expect(README, file).toContain(`](${file})`)
+  })
+
   it("no page cites a document outside the repository", () => {
     for (const [file, text] of PAGES) expect(text, file).not.toMatch(/\b(CONTRACT|INTERFACE)(\.md| §)|\.\.\/shared\//)
   })
