@@ -1,7 +1,8 @@
 /**
- * Docs (CONTRACT §7): /openapi.json is a well-formed OpenAPI 3.1 document describing every
- * endpoint's errors and the bearer scheme; /docs (Swagger UI) and /redoc render the operations
- * in a real headless Chromium with no internet access.
+ * Docs (CONTRACT §7): /openapi.json is a valid OpenAPI 3.1 document describing every endpoint's
+ * errors, its parameters as what they decode to, the bearer scheme and the password flow against
+ * /login; /docs (Swagger UI) and /redoc render the operations in a real headless Chromium with no
+ * internet access, and Swagger UI's "Authorize" logs in with a username and password.
  */
 import { createConfig, lintFromString } from "@redocly/openapi-core"
 import { existsSync } from "node:fs"
@@ -327,6 +328,47 @@ describe.runIf(existsSync(chromiumPath))("docs in a real browser (headless Chrom
       const paths = summaries.map((s) => s.replace(/\u200b/g, "").trim())
       expect(paths).toEqual(expect.arrayContaining(["/authors", "/authors/paginated", "/authors/{author_id}", "/login", "/login/refresh"]))
       expect(await page.locator(".opblock-delete").count()).toBeGreaterThan(0)
+      expect(external).toEqual([])
+      expect(violations).toEqual([])
+    } finally {
+      await context.close()
+    }
+  })
+
+  it("/docs logs in through \"Authorize\" with a username and password (the password flow against /login) and then calls with the token", async () => {
+    const { page, context, external, violations } = await open("/docs")
+    try {
+      const logins: Array<{ contentType: string | undefined; body: string | null }> = []
+      const authorizations: Array<string | undefined> = []
+      page.on("request", (req) => {
+        const url = new URL(req.url())
+        if (req.method() === "POST" && url.pathname === "/login") logins.push({ contentType: req.headers()["content-type"], body: req.postData() })
+        if (req.method() === "GET" && url.pathname === "/authors") authorizations.push(req.headers()["authorization"])
+      })
+      await page.locator(".opblock").first().waitFor({ timeout: 20_000 })
+      await page.locator("button.authorize").first().click()
+      const dialog = page.locator(".modal-ux")
+      // The dialog lists both schemes, each in its section: "bearer (http, Bearer)", "oauth2 (OAuth2, password)".
+      const passwordFlow = dialog.locator(".auth-container", { hasText: "OAuth2, password" })
+      await passwordFlow.locator("#oauth_username").fill("reader")
+      await passwordFlow.locator("#oauth_password").fill("reader")
+      await passwordFlow.locator("button.modal-btn.authorize").click()
+      // Swagger UI shows Logout once the token endpoint answered with a token.
+      await passwordFlow.locator("button", { hasText: "Logout" }).waitFor({ timeout: 10_000 })
+      expect(logins).toHaveLength(1)
+      expect(logins[0]!.contentType).toContain("application/x-www-form-urlencoded")
+      expect(Object.fromEntries(new URLSearchParams(logins[0]!.body ?? ""))).toMatchObject({ grant_type: "password", username: "reader", password: "reader" })
+      await dialog.locator("button.btn-done").first().click()
+
+      const list = page.locator(".opblock-get", { has: page.locator(".opblock-summary-path", { hasText: /^\/authors$/ }) }).first()
+      await list.locator(".opblock-summary").click()
+      await list.locator("button.try-out__btn").click()
+      await list.locator("button.execute").click()
+      const status = list.locator(".live-responses-table tr.response .response-col_status")
+      await status.waitFor({ timeout: 10_000 })
+      expect((await status.textContent())?.trim()).toBe("200")
+      expect(authorizations).toHaveLength(1)
+      expect(authorizations[0]).toMatch(/^Bearer [\w-]+\.[\w-]+\.[\w-]+$/)
       expect(external).toEqual([])
       expect(violations).toEqual([])
     } finally {
