@@ -99,14 +99,14 @@ const typedParameters = (byOperation: ReadonlyMap<string, ReadonlyMap<string, Js
   return spec
 }
 
+const PASSWORD_FLOW_SCHEME = "oauth2"
+
 /**
  * Swagger UI's "Authorize" dialog logs in with a username and password when the document offers
  * the OAuth2 password flow: it posts them form-encoded to `/login` (which takes that body as well
  * as JSON) and sends the access token it gets back as `Authorization: Bearer …`. Every operation
  * that takes the bearer scheme takes this one as an alternative: the same token, obtained there.
  */
-export const PASSWORD_FLOW_SCHEME = "oauth2"
-
 function passwordFlow(spec: OpenApiObject): OpenApiObject {
   const components = (spec["components"] ??= {}) as OpenApiObject
   const schemes = (components["securitySchemes"] ??= {}) as OpenApiObject

@@ -105,6 +105,8 @@ describe("/openapi.json", () => {
     expect((await get("/audit-logs?per_page=100")).status).toBe(200)
     refusedOn(await get("/audit-logs?per_page=101"), "per_page")
     refusedOn(await get("/authors?id=abc"), "id")
+    // author_id's minimum is what ids are, not a check: an id below it is an id no author has.
+    expect(await get("/authors/0")).toMatchObject({ status: 404, body: { detail: "Author with ID 0 not found" } })
   })
 
   it("offers the OAuth2 password flow against /login beside the bearer scheme, on every operation that takes a bearer token", () => {
