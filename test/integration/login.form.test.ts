@@ -5,7 +5,8 @@
  */
 import { decodeJwt } from "jose"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
+import { awaitAuditRecord } from "../support/AuditTrail.ts"
+import { login, request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 let app: TestApp
 
@@ -47,6 +48,17 @@ describe("POST /login with a form body", () => {
     const json = await request(app, "POST", "/login", { body: { username: "reader", password: "nope" } })
     expect(form).toMatchObject({ status: 401, body: { detail: "Invalid credentials" } })
     expect(form.body).toEqual(json.body)
+  })
+
+  it("a form login is audited like a JSON one: the username as sent, never the password", async () => {
+    const admin = (await login(app, "admin")).access_token
+    const bad = await postForm({ grant_type: "password", username: "mallory", password: "hunter2" })
+    expect(bad.status).toBe(401)
+    const record = await awaitAuditRecord(app, admin, bad.headers.get("x-request-id")!, "&username=mallory")
+    expect(record).toMatchObject({ user_id: "", username: "mallory", action_type: "POST", resource: "/login", outcome: "error", response_status: 401 })
+    const detail = await request(app, "GET", `/audit-logs/${record.id}`, { token: admin })
+    expect(detail.body).toMatchObject({ request_data: { body: { username: "mallory", password: "[REDACTED]" } } })
+    expect(JSON.stringify(detail.body)).not.toContain("hunter2")
   })
 
   it("a missing field is the JSON body's 422", async () => {
