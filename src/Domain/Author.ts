@@ -8,7 +8,7 @@ import { issue } from "./Params.ts"
  * an instance and validated that again — per author, on every page and list.
  */
 export const Author = Schema.Struct({
-  id: Schema.Int,
+  id: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)),
   name: Schema.String,
   created_at: Schema.String.annotate({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
 }).annotate({ identifier: "Author" })

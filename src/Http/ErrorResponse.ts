@@ -32,6 +32,21 @@ export const validationResponse = (issues: ReadonlyArray<ValidationIssue>) => js
 const isJsonContentType = (contentType: string | undefined) =>
   contentType === undefined || contentType.toLowerCase().includes("application/json")
 
+const FORM_TYPE = "application/x-www-form-urlencoded"
+
+const isFormContentType = (contentType: string | undefined) =>
+  contentType !== undefined && contentType.toLowerCase().split(";")[0]!.trim() === FORM_TYPE
+
+/** A form body's fields as HttpApi decodes them: a repeated name holds every value. */
+const formFields = (text: string): Record<string, string | Array<string>> => {
+  const fields: Record<string, string | Array<string>> = {}
+  for (const [name, value] of new URLSearchParams(text)) {
+    const held = fields[name]
+    fields[name] = held === undefined ? value : Array.isArray(held) ? [...held, value] : [held, value]
+  }
+  return fields
+}
+
 /** The body as JSON text, or "" when it is not a JSON body (or cannot be read); the audit stage records it. */
 export const jsonText = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<string> =>
   HttpMethod.hasBody(request.method) && isJsonContentType(request.headers["content-type"])
@@ -88,7 +103,10 @@ export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
         }
         if (decodeFailed) {
           let body: unknown = null
-          if (schemaError.kind === "Payload") {
+          // A form body reached decoding only where the endpoint takes one (POST /login).
+          if (schemaError.kind === "Payload" && isFormContentType(request.headers["content-type"])) {
+            body = formFields(yield* Effect.orElseSucceed(request.text, () => ""))
+          } else if (schemaError.kind === "Payload") {
             const parsed = parseJson(text)
             if (!parsed.ok) return validationResponse(jsonInvalid(parsed.message))
             body = parsed.value
