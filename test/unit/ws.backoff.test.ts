@@ -10,7 +10,7 @@ import { reconnectDelay } from "../../src/Client/Ws.ts"
 const BOUNDS = { initialDelayMs: 250, maxDelayMs: 10_000 }
 const ATTEMPTS = 10
 const FLEET = 1000
-/** The documented schedule: `initialDelayMs` doubling up to `maxDelayMs` (what every client used to wait, exactly). */
+/** The documented schedule: `initialDelayMs` doubling up to `maxDelayMs` (the ceiling of each delay). */
 const CEILINGS = [250, 500, 1000, 2000, 4000, 8000, 10_000, 10_000, 10_000, 10_000]
 
 /** mulberry32: a small seeded PRNG, values in [0, 1). */
