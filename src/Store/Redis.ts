@@ -114,11 +114,11 @@ export const COMMAND_TIMEOUT_MS = 1000
 
 /**
  * One Redis command (or pipeline) as an Effect, traced as a client span (a span per Redis
- * command: docs/operations.md#tracing). Every module that talks to Redis goes through this. The command fails with
- * `RedisTimeout` when Redis has not answered within `timeoutMs` (COMMAND_TIMEOUT_MS unless given)
- * — a plain timer on the promise, not `Effect.timeout`, which forks two fibers per call: on the
- * hot paths (a rate-limit hit per request and per WebSocket message, and the audit append) those
- * races were about a fifth of a W6 request's CPU.
+ * command: docs/operations.md#tracing). Every module that talks to Redis goes through this. The
+ * command fails with `RedisTimeout` when Redis has not answered within `timeoutMs`
+ * (COMMAND_TIMEOUT_MS unless given) — a plain timer on the promise, not `Effect.timeout`, which
+ * forks two fibers per call: on the hot paths (a rate-limit hit per request and per WebSocket
+ * message, and the audit append) those races would be a large share of a short request's CPU.
  */
 export const redisCommand = <A>(
   command: string,
