@@ -163,7 +163,8 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
 
     // Records wait here for the appender, which sends each batch as one pipeline of XADDs; the
     // request goes on once its record's XADD answered (an answered request has a durable record).
-    // (One XADD per request, each raced against its own timeout, was ~15 % of a W6 request's CPU.)
+    // (One XADD per request, each raced against its own timeout, would cost a short request a
+    // large share of its CPU.)
     // DELETE: committed entries wait for deletion (`deletable`) and no record may come to carry it.
     const appends = yield* Queue.unbounded<PendingAppend | typeof DELETE>()
     /** The deadline the next records join; the appender closes it when it takes them. */
