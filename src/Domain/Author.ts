@@ -4,8 +4,8 @@ import { issue } from "./Params.ts"
 
 /**
  * docs/http-api.md#authors: `{id, name, created_at}` in every response; created_at ISO 8601 UTC without zone.
- * A plain struct, not a `Schema.Class`: encoding a row into a class schema validated it, built
- * an instance and validated that again — per author, on every page and list.
+ * A plain struct, not a `Schema.Class`: encoding a row into a class schema would validate it,
+ * build an instance and validate that again — per author, on every page and list.
  */
 export const Author = Schema.Struct({
   id: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)),
