@@ -62,7 +62,7 @@ describe("reconnection delays", () => {
     }
   })
 
-  it("spread a fleet: each retry brings back at most a bound-sized share of the clients per 100 ms (fixed delays brought all at once)", () => {
+  it("spread a fleet: each retry brings back at most a bound-sized share of the clients per 100 ms (fixed delays would bring them all at once)", () => {
     const delays = fleet()
     for (let n = 0; n < ATTEMPTS; n++) {
       // When each client's attempt n starts, counted from the common drop.
