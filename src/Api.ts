@@ -10,7 +10,7 @@ import { SystemApi } from "./Observability/Api.ts"
 import { ProfilingApi } from "./Profiling/Api.ts"
 
 /**
- * The FastAPI validation body (CONTRACT §3): `422 {detail: [{type, loc, msg, input}]}`. Declared
+ * The FastAPI validation body (docs/errors-and-limits.md#validation-errors-422): `422 {detail: [{type, loc, msg, input}]}`. Declared
  * here, it documents every operation's 422 (Effect 4 documents no decode failure by itself).
  */
 export const ValidationErrorBody = Schema.Struct({

@@ -1,4 +1,4 @@
-/** The audit-log HTTP contract (INTERFACE §Endpoints: audit-logs, §Resources: audit log record; CONTRACT §6, §9). */
+/** The audit-log HTTP contract (docs/audit.md#reading-it, docs/audit.md#what-is-recorded). */
 import { Effect, Schema, SchemaGetter, SchemaIssue } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
@@ -16,7 +16,7 @@ const ISO_8601 = /^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\
 /**
  * An ISO 8601 date or datetime (a datetime without zone is UTC). `endOfDay` makes a bare date
  * mean the last millisecond of that day, so `end_date=2026-01-31` includes all of the 31st
- * (CONTRACT §6: the range is inclusive). Anything else, or an impossible date, is a 422.
+ * (the range is inclusive: docs/audit.md#reading-it). Anything else, or an impossible date, is a 422.
  */
 export const parseIsoDate = (text: string, endOfDay: boolean): Date | undefined => {
   const m = ISO_8601.exec(text.trim())
@@ -64,7 +64,7 @@ const DateParam = (endOfDay: boolean) =>
   }))
 
 const Page = IntParam({ minimum: 1, maximum: MAX_PAGE }, { default: 1 }).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(1)))
-/** INTERFACE §Limits: per_page 1 to 100 for audit logs (refused, not clamped: CONTRACT §3). */
+/** per_page 1 to 100 for audit logs, refused, not clamped (docs/audit.md#reading-it). */
 const AuditPerPage = IntParam({ minimum: 1, maximum: AUDIT_MAX_PER_PAGE }, { default: 20 })
   .pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(20)))
 const DateRange = {
@@ -87,7 +87,7 @@ export const AuditUserParams = Schema.Struct({ page: Page, per_page: AuditPerPag
 
 const Timestamp = Schema.String.annotate({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
 
-/** Items of the per-user list (INTERFACE §Resources). */
+/** Items of the per-user list (docs/audit.md#what-is-recorded). */
 export const AuditLogUserItem = Schema.Struct({
   id: Schema.Int,
   timestamp: Timestamp,
@@ -106,7 +106,7 @@ export const AuditLogListItem = Schema.Struct({
   request_id: Schema.String
 }).annotate({ identifier: "AuditLogListItem" })
 
-/** The detail adds the INTERFACE detail fields and `correlation_id` (CONTRACT §9). */
+/** The detail adds the detail fields and `correlation_id` (docs/audit.md#what-is-recorded). */
 export const AuditLogDetail = Schema.Struct({
   ...AuditLogListItem.fields,
   user_roles: Schema.Array(Schema.String),

@@ -1,5 +1,5 @@
 /**
- * The audit trail's write side (CONTRACT §6): `record` never waits for the database.
+ * The audit trail's write side (docs/audit.md#guarantees): `record` never waits for the database.
  */
 import { Context, Effect, Layer } from "effect"
 import { randomUUID } from "node:crypto"
@@ -43,6 +43,6 @@ export class AuditLog extends Context.Service<AuditLog, {
   static readonly none: Layer.Layer<AuditLog> = Layer.succeed(AuditLog, AuditLog.of({ record: () => Effect.void }))
 }
 
-/** CONTRACT §6: 403 → permission_denied, other status ≥ 400 → error. */
+/** docs/audit.md#what-is-recorded: 403 → permission_denied, other status ≥ 400 → error. */
 export const outcomeOf = (status: number): AuditOutcome =>
   status === 403 ? "permission_denied" : status >= 400 ? "error" : "success"

@@ -1,4 +1,4 @@
-/** Which audit writer runs, from the configuration (CONTRACT §6). */
+/** Which audit writer runs, from the configuration (docs/audit.md#guarantees). */
 import { Effect, Layer, Option } from "effect"
 import { AppConfig } from "../Config.ts"
 import { RedisClient } from "../Store/Redis.ts"

@@ -1,5 +1,5 @@
 /**
- * The audit writer (CONTRACT §6): `record` never touches the database; a writer fiber inserts
+ * The audit writer (docs/audit.md#guarantees): `record` never touches the database; a writer fiber inserts
  * records in batches, and nothing is lost.
  *
  * - In-process: a bounded buffer. A failed batch is retried with capped backoff until
@@ -42,7 +42,7 @@ export const defaultWriterOptions: WriterOptions = {
   streamMax: 1_000_000,
   streamHeldMax: 5_000,
   claimIdle: "30 seconds",
-  // CONTRACT §5/§9: exit within 10 s of SIGTERM, flush included: main.ts drains HTTP for 5 s first.
+  // docs/operations.md#shutdown: exit within 10 s of SIGTERM, flush included: main.ts drains HTTP for 5 s first.
   flushTimeout: "3500 millis"
 }
 
@@ -93,7 +93,7 @@ export const makeInserter = Effect.gen(function*() {
     )
   /**
    * A batch the database refused for its content is written record by record, so one poison
-   * record never blocks the ones behind it (CONTRACT §6); an outage fails the attempt.
+   * record never blocks the ones behind it (docs/audit.md#guarantees); an outage fails the attempt.
    */
   const attempt = (batch: ReadonlyArray<StoredEntry>) =>
     repo.insertBatch(batch).pipe(
@@ -170,7 +170,7 @@ const sumBytes = (items: ReadonlyArray<Buffered>) => {
 
 /**
  * The in-process buffer and its writer fiber; the Redis writer uses it as its fallback. Bounded
- * in records (`bufferMax`) and in estimated bytes (`bufferMaxBytes`, CONTRACT §6): a record that
+ * in records (`bufferMax`) and in estimated bytes (`bufferMaxBytes`, docs/audit.md#guarantees): a record that
  * would exceed either is refused and counted (`buffer_full`).
  */
 export const makeBuffer = (options: WriterOptions) =>

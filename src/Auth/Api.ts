@@ -1,10 +1,10 @@
-/** `POST /login` and `POST /login/refresh` (CONTRACT §3). */
+/** `POST /login` and `POST /login/refresh` (docs/http-api.md#logging-in). */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { issue } from "../Domain/Params.ts"
 import { Wire } from "../Errors.ts"
 
-/** INTERFACE §Login request and token response. */
+/** The token response (docs/http-api.md#logging-in). */
 export const TokenResponse = Schema.Struct({
   access_token: Schema.String,
   expires_in: Schema.Int,
@@ -41,7 +41,7 @@ export class LoginApi extends HttpApiGroup.make("login")
     HttpApiEndpoint.post("login", "/login", {
       payload: [LoginRequest, LoginForm],
       success: TokenResponse,
-      // The 429 of failed-login slowing (CONTRACT §4): the handler answers it itself, to add Retry-After.
+      // The 429 of failed-login slowing (docs/errors-and-limits.md#failed-logins): the handler answers it itself, to add Retry-After.
       error: [Wire.InvalidCredentials, Wire.IdentityProviderUnavailable, Wire.TooManyFailedLogins]
     })
       .annotate(OpenApi.Summary, "Exchange a username and password for tokens")

@@ -44,7 +44,7 @@ export const LoginHttpLive = HttpApiBuilder.group(
       failMode: config.rateLimitFailMode
     })
 
-    /** Every login attempt is audited (CONTRACT §6): username as sent, never the password. */
+    /** Every login attempt is audited (docs/audit.md#what-is-recorded): username as sent, never the password. */
     const recordAttempt = (
       action: string,
       username: string,
@@ -79,9 +79,9 @@ export const LoginHttpLive = HttpApiBuilder.group(
               recordAttempt("/login", payload.username, exit)
             )
           ),
-          // CONTRACT §4: the 429 carries Retry-After, which the declared error (Errors.ts: its status
+          // docs/errors-and-limits.md#failed-logins: the 429 carries Retry-After, which the declared error (Errors.ts: its status
           // and `{detail}` body) does not set; like every HTTP 429 it is a
-          // `rate_limit_hits_total{limit_type="http"}` (CONTRACT §9 "Metrics meaning").
+          // `rate_limit_hits_total{limit_type="http"}` (docs/operations.md#metrics--get-metrics).
           Effect.catchTag("TooManyFailedLogins", (error) =>
             Effect.sync(() => {
               rateLimitHitsTotal.inc({ limit_type: "http" })

@@ -1,4 +1,4 @@
-/** The authors HTTP contract (INTERFACE §Endpoints, CONTRACT §3). */
+/** The authors HTTP contract (docs/http-api.md#authors). */
 import { Effect, Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
@@ -17,7 +17,7 @@ export const AuthorId = IntFromString.annotate(documentedAs({ type: "integer", m
 /** An id filter: one no author has matches nothing. */
 const IdFilter = IntFromString.annotate(documentedAs({ type: "integer" }))
 
-/** `per_page` above 1000 is clamped, not refused (CONTRACT §3). */
+/** `per_page` above 1000 is clamped, not refused (docs/http-api.md#authors). */
 const PerPage = clampPerPage(IntFromString.check(atLeast(1))).annotate(documentedAs({
   type: "integer",
   minimum: 1,

@@ -1,6 +1,6 @@
 /**
  * The authors service: the one implementation behind HTTP and the WebSocket packages. Every
- * change is announced on `AuthorEvents` (broadcast to WebSocket clients, CONTRACT §5). Reads come
+ * change is announced on `AuthorEvents` (broadcast to WebSocket clients, docs/websocket.md#broadcasts). Reads come
  * as the text they are sent as, through the read cache (ReadCache.ts), which every write bumps
  * after its commit and before its response — and before its broadcast, so a client that reads on
  * hearing of a change reads the change.

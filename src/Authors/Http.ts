@@ -50,7 +50,7 @@ const answered = (answer: ReadAnswer, ifNone: string | undefined) =>
     : HttpServerResponse.text(answer.body, { contentType: JSON_TYPE, headers: { etag: answer.etag } })
 
 /**
- * GET /authors (unpaginated, INTERFACE) longer than one batch: a JSON array written batch by batch
+ * GET /authors (unpaginated: docs/http-api.md#authors) longer than one batch: a JSON array written batch by batch
  * (chunked), byte for byte what encoding `Schema.Array(Author)` gives. The first batch was read
  * before the response exists, so a database failure there is the usual JSON error; a failure
  * later aborts the answer.

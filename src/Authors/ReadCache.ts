@@ -1,5 +1,5 @@
 /**
- * The exact read cache of author reads (docs: README "Read cache"): `GET /authors` (one batch),
+ * The exact read cache of author reads (docs/architecture.md#the-read-cache): `GET /authors` (one batch),
  * `GET /authors/paginated` (offset and cursor), `GET /authors/{author_id}` and WebSocket packages
  * 1 and 2 are answered from memory when nothing they depend on changed since the answer was read.
  *

@@ -61,7 +61,7 @@ export const atMost = (max: number): SchemaAST.Filter<number> =>
 
 /**
  * A free-text path or query value: bounded, and without NUL (PostgreSQL cannot compare it;
- * CONTRACT §9 "Control characters" — escapes that are not UTF-8 arrive as NUL: Http/UrlText.ts).
+ * docs/errors-and-limits.md#validation-errors-422 — escapes that are not UTF-8 arrive as NUL: Http/UrlText.ts).
  */
 export const ParamText = Schema.String.check(
   Schema.makeFilter<string>((s) => {

@@ -1,9 +1,9 @@
 /**
- * The audit entries of every transport (CONTRACT §6), built in one place: a site says who did
+ * The audit entries of every transport (docs/audit.md#what-is-recorded), built in one place: a site says who did
  * what and how it ended; the constructor fills in where it came from (IP, user agent, correlation
  * id), the ids, the times and the outcome, the same way for HTTP, login and WebSocket.
  *
- * Times: `timestamp` is when the interaction started (CONTRACT §9 "Audit records"). An HTTP
+ * Times: `timestamp` is when the interaction started. An HTTP
  * request's `duration_ms` runs from its start (`RequestContext.startedAt`) to when its record is
  * built, once the response is known — the one definition the front door's audit stage and the
  * login handler share. A WebSocket message brings its own start and duration (the figure of
@@ -33,7 +33,7 @@ export interface MessageAct extends Act, Pick<AuditEntry, "request_id" | "timest
 /** Whole milliseconds from `startedAt` to `now`; never negative (the wall clock may be set back). */
 export const durationSince = (startedAt: Date, now: number = Date.now()): number => Math.max(0, now - startedAt.getTime())
 
-/** CONTRACT §9: a WebSocket reply's outcome follows its status_code (3 → permission_denied), not its HTTP equivalent. */
+/** docs/audit.md#what-is-recorded: a WebSocket reply's outcome follows its status_code (3 → permission_denied), not its HTTP equivalent. */
 export const wsOutcomeOf = (status: WsStatus): AuditOutcome =>
   status === WsStatus.OK ? "success" : status === WsStatus.PERMISSION_DENIED ? "permission_denied" : "error"
 
@@ -71,7 +71,7 @@ export const requestEntry = (ctx: RequestContext, user: User, act: Act, now: num
   })
 
 /**
- * A login attempt's entry (CONTRACT §6: outcome `success` or `error`, never `permission_denied`);
+ * A login attempt's entry (outcome `success` or `error`, never `permission_denied`);
  * `user` is whom the issued token names, or the username as sent with an empty id.
  */
 export const loginEntry = (ctx: RequestContext, user: User, act: Act, now: number = Date.now()): AuditEntry => {
@@ -79,12 +79,12 @@ export const loginEntry = (ctx: RequestContext, user: User, act: Act, now: numbe
   return request.outcome === "permission_denied" ? { ...request, outcome: "error" } : request
 }
 
-/** A processed WebSocket message's entry: request_id = the envelope's req_id (CONTRACT §6). */
+/** A processed WebSocket message's entry: request_id = the envelope's req_id. */
 export const messageEntry = (peer: Peer, user: User, act: MessageAct): AuditEntry =>
   entry(peer, user, { ...act, outcome: wsOutcomeOf(act.status_code) })
 
 /**
- * A WebSocket connection refused to an authenticated user (CONTRACT §9: `WS:CONNECT`): no request
+ * A WebSocket connection refused to an authenticated user (`WS:CONNECT`): no request
  * of its own, so a fresh request_id, the time of the refusal and duration 0; outcome by status.
  */
 export const connectionEntry = (peer: Peer, user: User, act: Act, now: Date = new Date()): AuditEntry =>

@@ -1,5 +1,5 @@
 /**
- * Front door: the audit record of an authenticated HTTP request (CONTRACT §6), written after the
+ * Front door: the audit record of an authenticated HTTP request (docs/audit.md#what-is-recorded), written after the
  * response is known. Not recorded: the unlimited paths (probes, scrapes, docs) and the login
  * endpoints, whose handlers write their own record (a login is not a bearer-authenticated request).
  */
@@ -20,7 +20,7 @@ const decoder = new TextDecoder()
 const ERROR_MESSAGE_MAX_CHARS = 1000
 
 /**
- * A 422 issue as the audit stores it (CONTRACT §6): the response echoes the client's own input
+ * A 422 issue as the audit stores it (docs/audit.md#what-is-recorded): the response echoes the client's own input
  * back to it, but the stored record obeys the redaction of `request_data` — the input of a
  * parameter named like a secret is `[REDACTED]`, secrets nested in an echoed object are too, and
  * a JSON parse error keeps no excerpt of the text that did not parse (V8 quotes it).

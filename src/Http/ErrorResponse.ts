@@ -1,6 +1,6 @@
 /**
- * Front door: every failure becomes a JSON response (CONTRACT §3 "every error body is JSON with
- * `detail`"): HttpApi's decode failures → the FastAPI 422 (Validation.ts), malformed JSON →
+ * Front door: every failure becomes a JSON response (every error body is JSON with `detail`:
+ * docs/errors-and-limits.md#http-errors): HttpApi's decode failures → the FastAPI 422 (Validation.ts), malformed JSON →
  * `json_invalid`, a wrong content type → 422, an unknown route → 404 `{detail: "Not Found"}`, a
  * method the path does not serve → 405 `{detail: "Method Not Allowed"}` with `Allow`, a
  * failing health check → 503 with the health report, and only true bugs → 500
@@ -114,7 +114,7 @@ export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
           return validationResponse(toValidationIssues(shapes, schemaError, requestView(request, body)))
         }
       }
-      // INTERFACE §GET /health: 503 with the health report's own shape, not `{detail}`.
+      // docs/operations.md#health-and-probes: 503 with the health report's own shape, not `{detail}`.
       if (error instanceof Unhealthy) return json(503, error.report)
       if (isClientError(error)) return clientErrorResponse(error)
       if (typeof error === "object" && error !== null && "_tag" in error && error._tag === "HttpServerError" && "reason" in error) {
@@ -131,7 +131,7 @@ export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
 
   /**
    * HttpApi answers a body in a content type the endpoint does not take with its own 415; every
-   * request body is JSON (CONTRACT §3), so that is the 422 FastAPI gives for a wrong content type.
+   * request body is JSON (docs/http-api.md#conventions), so that is the 422 FastAPI gives for a wrong content type.
    */
   const fromResponse = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
     response.status === 415

@@ -1,6 +1,6 @@
 /**
  * The front door: one global router middleware that every HTTP request passes, in the order of
- * CONTRACT §9 — body size (413, BodyLimit.ts) → rate limit (429, RateLimitStage.ts) →
+ * docs/errors-and-limits.md#check-order — body size (413, BodyLimit.ts) → rate limit (429, RateLimitStage.ts) →
  * [authentication (401) → role (403) → validation (422) → handler, inside HttpApi] — turning
  * every failure into a JSON `{detail}` response (ErrorResponse.ts). On the way out: metrics and
  * the access log (AccessLog.ts), the audit record (AuditStage.ts), then the ids and security
@@ -36,7 +36,7 @@ import { securityHeaders } from "./SecurityHeaders.ts"
 import { markInvalidUtf8 } from "./UrlText.ts"
 import { type EndpointShape, endpointShapes, findShape, routeTemplate } from "./Validation.ts"
 
-/** CONTRACT §4: never rate limited (nor audited). */
+/** Never rate limited (docs/errors-and-limits.md#http-rate-limit), nor audited. */
 export const UNLIMITED_PATHS: ReadonlySet<string> = new Set([
   "/health", "/livez", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json", "/asyncapi.json", "/proto/websocket.proto",
   "/web"
@@ -80,7 +80,7 @@ const JSON_TYPE = "application/json"
 
 /**
  * The request as the app sees it: percent-escapes that are not UTF-8 marked as NUL
- * (Http/UrlText.ts), and any JSON media type (`…application/json…`, as before) presented as
+ * (Http/UrlText.ts), and any JSON media type (`…application/json…`) presented as
  * `application/json`, the one HttpApi decodes. The same request unless something changed, so the
  * body the platform caches per request object is read once.
  */
@@ -147,7 +147,7 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
           const ctx = limited || shape?.secured === true ? yield* facts.authenticate(base, presented) : base
           // From here on, every log line of the request carries its ids — the logger reads them
           // from `currentRequest` (Observability/Logging.ts, with the trace and user ids;
-          // CONTRACT §3/§8) — provided once for the rate check and the app (each provide copies
+          // docs/operations.md#logs) — provided once for the rate check and the app (each provide copies
           // the request's context).
           return yield* Effect.provideService(limitedAndServed(request, presented, ctx, shape, limited, app), currentRequest, ctx)
         })

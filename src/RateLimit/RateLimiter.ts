@@ -1,5 +1,5 @@
 /**
- * Sliding-window rate limiting (CONTRACT §4): a hit is admitted while fewer than `limit` hits
+ * Sliding-window rate limiting (docs/errors-and-limits.md#http-rate-limit): a hit is admitted while fewer than `limit` hits
  * were admitted for the key in the trailing window. Two implementations share this interface
  * and one contract test suite: in-process (here) and Redis (one Lua script per hit).
  */
@@ -26,7 +26,7 @@ export interface RateDecision {
 export const RATE_WINDOW_MS = 60_000
 
 /**
- * The headers of a limited response (CONTRACT §4): X-RateLimit-Limit/Remaining/Reset, and
+ * The headers of a limited response (docs/errors-and-limits.md#http-rate-limit): X-RateLimit-Limit/Remaining/Reset, and
  * Retry-After when the hit was refused.
  */
 export const rateLimitHeaders = (d: RateDecision): Record<string, string> => ({
@@ -63,7 +63,7 @@ export class RateLimiter extends Context.Service<RateLimiter, {
   readonly hit: (key: string, limit: number, windowMs: number, read?: string) => Effect.Effect<RateDecision, RateLimiterUnavailable>
   /**
    * `hit`, with the means to take the admission back: a budget for outcomes known only later
-   * (failed logins, CONTRACT §4) is reserved before the attempt, atomically, and released when the
+   * (failed logins: docs/errors-and-limits.md#failed-logins) is reserved before the attempt, atomically, and released when the
    * outcome does not count — so concurrent attempts can never overrun it.
    */
   readonly reserve: (key: string, limit: number, windowMs: number) => Effect.Effect<Reservation, RateLimiterUnavailable>
@@ -92,7 +92,7 @@ export const decision = (
 export type FailMode = "open" | "closed"
 
 /**
- * CONTRACT §4 store failure, the one rule for HTTP and WebSocket limits: the failure is logged and
+ * A store failure (docs/errors-and-limits.md#http-rate-limit), the one rule for HTTP and WebSocket limits: the failure is logged and
  * counted (`rate_limit_store_errors_total`); `open` admits without a decision (none), `closed`
  * refuses as if the window were full.
  */

@@ -1,7 +1,7 @@
 /**
- * One Redis connection per process (ARCHITECTURE habit 9), present only when `REDIS_URL` is set.
+ * One Redis connection per process, present only when `REDIS_URL` is set.
  * Subscribers need their own connection (a subscribed connection runs no other command):
- * `duplicate()` them from here. Every key and channel carries `REDIS_KEY_PREFIX` (CONTRACT §9).
+ * `duplicate()` them from here. Every key and channel carries `REDIS_KEY_PREFIX` (docs/configuration.md#redis-keys).
  */
 import { Context, Effect, Layer, Redacted, type Scope } from "effect"
 import { Redis } from "ioredis"
@@ -14,7 +14,7 @@ export class RedisClient extends Context.Service<RedisClient, {
 }>()("Store/RedisClient") {}
 
 /**
- * Review F11: a Redis that accepts and never answers (half-open, blackholed) must not hold
+ * A Redis that accepts and never answers (half-open, blackholed) must not hold
  * anything. With commands waiting and no byte back for this long, ioredis destroys the socket,
  * fails what waited and reconnects — and until it is ready again `isDisconnected` makes callers
  * fail at once instead of each waiting for its own deadline. Longer than any command's deadline
@@ -109,16 +109,16 @@ export class RedisTimeout extends Error {
   }
 }
 
-/** The deadline of a command whose caller names none (Review F11: every command has one). */
+/** The deadline of a command whose caller names none (every command has one). */
 export const COMMAND_TIMEOUT_MS = 1000
 
 /**
- * One Redis command (or pipeline) as an Effect, traced as a client span (CONTRACT §8: a span per
- * Redis command). Every module that talks to Redis goes through this. The command fails with
- * `RedisTimeout` when Redis has not answered within `timeoutMs` (COMMAND_TIMEOUT_MS unless given)
- * — a plain timer on the promise, not `Effect.timeout`, which forks two fibers per call: on the
- * hot paths (a rate-limit hit per request and per WebSocket message, and the audit append) those
- * races were about a fifth of a W6 request's CPU.
+ * One Redis command (or pipeline) as an Effect, traced as a client span (a span per Redis
+ * command: docs/operations.md#tracing). Every module that talks to Redis goes through this. The
+ * command fails with `RedisTimeout` when Redis has not answered within `timeoutMs`
+ * (COMMAND_TIMEOUT_MS unless given) — a plain timer on the promise, not `Effect.timeout`, which
+ * forks two fibers per call: on the hot paths (a rate-limit hit per request and per WebSocket
+ * message, and the audit append) those races would be a large share of a short request's CPU.
  */
 export const redisCommand = <A>(
   command: string,

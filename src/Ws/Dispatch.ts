@@ -1,5 +1,5 @@
 /**
- * One frame of an open connection (CONTRACT §5 Message order, Bad frames, Message rate limit):
+ * One frame of an open connection (docs/websocket.md#messages, docs/websocket.md#limits):
  * decode (unusable → 1003) → rate check → envelope and data schema → permission → handler
  * (Packages.ts) → audit record → reply; package 1's list is sent in fragments (Streaming.ts),
  * then audited. An auth frame counts as a message too (rate check), then re-authenticates
@@ -29,7 +29,7 @@ const INTERNAL_ERROR = reply(WsStatus.ERROR, { msg: "Internal server error" })
 export const decodeFrame = (format: Format, frame: InboundFrame): Frame => {
   if (frame.isBinary) return format === "protobuf" ? parseProtobufFrame(frameBytes(frame)) : { _tag: "Invalid" }
   const decoded = parseJsonFrame(frameText(frame))
-  // In protobuf format only auth frames may be text (CONTRACT §9).
+  // In protobuf format only auth frames may be text (docs/websocket.md#protobuf).
   return format === "protobuf" && decoded._tag !== "Auth" ? { _tag: "Invalid" } : decoded
 }
 
@@ -96,7 +96,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
       })
     )
 
-  /** CONTRACT §9: a client refused `WS_MESSAGE_RATE_LIMIT` times in the trailing 60 s is flooding. */
+  /** docs/websocket.md#limits: a client refused `WS_MESSAGE_RATE_LIMIT` times in the trailing 60 s is flooding. */
   const flooding = (conn: Connection) => {
     const now = Date.now()
     let refused = refusals.get(conn)
@@ -188,7 +188,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
     )
 
   /**
-   * A re-auth frame is a message like any other for the rate limit (review F14: each costs a
+   * A re-auth frame is a message like any other for the rate limit (each costs a
    * signature check). Over the limit it is not processed and not answered — it has no req_id to
    * answer with; the session is not extended — and it counts toward flooding (1008).
    */

@@ -1,5 +1,5 @@
 /**
- * The WebSocket packages (INTERFACE §WebSocket endpoint, CONTRACT §5): each is one entry of
+ * The WebSocket packages (docs/websocket.md#messages): each is one entry of
  * `makePackages` — its data schema, roles and handler over the same `Authors` service as HTTP.
  * Processing a package is: data schema → permission → handler (the rate check comes before,
  * in the connection), and every outcome becomes a status_code through the one error table.
@@ -65,7 +65,7 @@ interface PackageSpec<A> {
   readonly summary: string
   readonly request: Schema.Codec<A, unknown>
   readonly response: Schema.Top
-  /** The `msg` of a schema failure, from the first failing field of `data` (CONTRACT §9). */
+  /** The `msg` of a schema failure, from the first failing field of `data` (docs/websocket.md#status-codes). */
   readonly invalidMessage: (field: string | undefined) => string
   readonly handle: (
     data: A,
@@ -106,7 +106,7 @@ const definePackage = <A>(spec: PackageSpec<A>): Package => {
   }
 }
 
-/** Package filters: `name` and its alias `search_term` are case-insensitive substrings (CONTRACT §9). */
+/** Package filters: `name` and its alias `search_term` are case-insensitive substrings (docs/websocket.md#messages). */
 const Filters = Schema.Struct({
   id: Schema.optional(Schema.NullOr(Schema.Int)),
   name: Schema.optional(Schema.NullOr(ParamText)),
@@ -143,7 +143,7 @@ export const Packages: ReadonlyMap<number, Package> = new Map([
       request: GetAuthorsData,
       response: Schema.Array(Author),
       invalidMessage: (field) => (field === "filters" ? "Invalid filter parameters" : "Invalid request data"),
-      // The whole list, unpaginated (INTERFACE), read in keyset batches and sent batch by batch as
+      // The whole list, unpaginated (docs/websocket.md#messages), read in keyset batches and sent batch by batch as
       // one message (Streaming.ts): memory does not grow with the table.
       handle: (data, observed) =>
         Effect.gen(function*() {

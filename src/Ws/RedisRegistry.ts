@@ -1,5 +1,5 @@
 /**
- * The Redis implementation of `ConnectionRegistry` (CONTRACT §5), for many instances. One module
+ * The Redis implementation of `ConnectionRegistry` (docs/websocket.md#many-instances), for many instances. One module
  * on purpose (~300 lines): slots, broadcasts and sessions share the two connections and the
  * recovery on every reconnect, which is only correct when it restores all three together.
  *

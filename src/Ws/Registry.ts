@@ -1,5 +1,5 @@
 /**
- * The connection registry (CONTRACT §5): per-user connection slots, broadcasts and session expiry,
+ * The connection registry (docs/websocket.md#many-instances): per-user connection slots, broadcasts and session expiry,
  * shared by every instance. Two implementations behind this interface pass one contract test
  * suite: in-process (here, one instance) and Redis (RedisRegistry.ts, many instances).
  */
@@ -8,7 +8,7 @@ import { AuthorEvents } from "../Authors/Authors.ts"
 import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
 import { WebSocketProbe } from "../Observability/Health.ts"
 
-/** What every instance delivers to its connections (CONTRACT §5 Broadcasts). */
+/** What every instance delivers to its connections (docs/websocket.md#broadcasts). */
 export interface BroadcastMessage {
   readonly event: AuthorEvent["event"]
   readonly timestamp: string

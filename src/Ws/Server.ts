@@ -1,12 +1,12 @@
 /**
- * The `/web` WebSocket endpoint (INTERFACE §WebSocket endpoint, CONTRACT §5) on the HTTP port: the
+ * The `/web` WebSocket endpoint (docs/websocket.md) on the HTTP port: the
  * wiring of its parts. An upgrade becomes a `Connection` (Connection.ts: its state, its bounded
  * outbound queue with one writer, its inbox), is admitted by the `Handshake` (Handshake.ts), and
  * its frames are handled one at a time, in order, by `Dispatch` (Dispatch.ts: rate → schema →
  * permission → handler). Broadcasts and session expiries come from the registry, from every
  * instance; heartbeats drop dead peers; shutdown closes every connection 1001.
  *
- * Before an upgrade completes (review F13), two cheap checks keep a flood of upgrades from costing
+ * Before an upgrade completes, two cheap checks keep a flood of upgrades from costing
  * a socket and a signature check each: the instance holds at most WS_MAX_CONNECTIONS sockets
  * (handshakes included; more get 503), and upgrades are rate limited per client IP like
  * unauthenticated HTTP requests (RATE_LIMIT_PER_MINUTE + RATE_LIMIT_BURST per trailing 60 s, in
@@ -197,7 +197,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
 
   const upgrade = (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(request.url ?? "/", "http://localhost")
-    // CONTRACT §3: every answer carries the caller's correlation id (when valid), refusals included.
+    // docs/http-api.md#conventions: every answer carries the caller's correlation id (when valid), refusals included.
     const correlationId = correlationIdFrom(headerText(request.headers["x-correlation-id"]))
     if (url.pathname !== WS_PATH) return refuseOnSocket(socket, 404, "Not Found", { correlationId })
     // As the HTTP route answers a wrong method (Http/ErrorResponse.ts), not ws's text/html 405.
@@ -228,7 +228,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     )
   }
 
-  /** CONTRACT §5 Shutdown: every connection closes 1001; sockets that do not answer are cut. */
+  /** docs/operations.md#shutdown: every connection closes 1001; sockets that do not answer are cut. */
   const shutdown = () =>
     shuttingDown ??= new Promise<void>((resolve) => {
       if (sockets.size === 0) return resolve()

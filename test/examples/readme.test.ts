@@ -254,7 +254,7 @@ const commandsOf = (script: string) => {
   return commands
 }
 
-/** The walk-through and the other curl examples need `curl`, which a machine with only Node lacks (CONTRACT §1). */
+/** The walk-through and the other curl examples need `curl`, which a machine with only Node lacks. */
 const HAS_CURL = onPath("curl")
 
 /** `curl -w ' %{http_code}\n'` output: the JSON body, then the status. */

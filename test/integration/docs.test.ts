@@ -1,5 +1,5 @@
 /**
- * Docs (CONTRACT §7): /openapi.json is a valid OpenAPI 3.1 document describing every endpoint's
+ * Docs (docs/operations.md#api-documentation): /openapi.json is a valid OpenAPI 3.1 document describing every endpoint's
  * errors, its parameters as what they decode to, the bearer scheme and the password flow against
  * /login; /docs (Swagger UI) and /redoc render the operations in a real headless Chromium with no
  * internet access, and Swagger UI's "Authorize" logs in with a username and password.
@@ -204,7 +204,7 @@ describe("/openapi.json", () => {
     }
   })
 
-  it("describes the operational endpoints /livez, /readyz, /health and /metrics; /readyz documents its 503 (CONTRACT §7)", () => {
+  it("describes the operational endpoints /livez, /readyz, /health and /metrics; /readyz documents its 503", () => {
     for (const path of ["/livez", "/readyz", "/health", "/metrics"]) expect(Object.keys(doc["paths"] as Json), path).toContain(path)
     // Unauthenticated: no security requirement of their own, and none inherited from the document.
     expect(doc["security"] ?? []).toEqual([])
@@ -259,7 +259,7 @@ describe("/asyncapi.json and /proto/websocket.proto", () => {
     expect(operations["broadcast"]).toMatchObject({ action: "send" })
   })
 
-  it("the schemas are the server's: package 2 requires page and per_page; close and status codes are CONTRACT §5's", () => {
+  it("the schemas are the server's: package 2 requires page and per_page; close and status codes are the documented ones", () => {
     const text = JSON.stringify(asyncApi)
     const request = JSON.stringify(((asyncApi["channels"] as Json)["web"] as Json)["messages"])
     expect(request).toMatch(/"required":\["page","per_page"\]/)

@@ -38,7 +38,7 @@ describe("IntParam", () => {
   })
 })
 
-describe("AuthorName (CONTRACT §9)", () => {
+describe("AuthorName", () => {
   it("trims and keeps 1–255 code points, stored as given", () => {
     expect(decodeName("  Ada  ")).toEqual(Result.succeed("Ada"))
     expect(decodeName("😀".repeat(255))).toEqual(Result.succeed("😀".repeat(255)))
