@@ -5,6 +5,7 @@
  */
 import { Context, Effect, Layer, Redacted, type Scope } from "effect"
 import { Redis } from "ioredis"
+import { withSpanIfTraced } from "../Observability/Spans.ts"
 
 export class RedisClient extends Context.Service<RedisClient, {
   readonly client: Redis
@@ -113,8 +114,8 @@ export class RedisTimeout extends Error {
 export const COMMAND_TIMEOUT_MS = 1000
 
 /**
- * One Redis command (or pipeline) as an Effect, traced as a client span (CONTRACT §8: a span per
- * Redis command). Every module that talks to Redis goes through this. The command fails with
+ * One Redis command (or pipeline) as an Effect, traced as a client span when tracing is on (a
+ * span per Redis command; none at all when it is off, Observability/Spans.ts). Every module that talks to Redis goes through this. The command fails with
  * `RedisTimeout` when Redis has not answered within `timeoutMs` (COMMAND_TIMEOUT_MS unless given)
  * — a plain timer on the promise, not `Effect.timeout`, which forks two fibers per call: on the
  * hot paths (a rate-limit hit per request and per WebSocket message, and the audit append) those
@@ -147,11 +148,11 @@ export const redisCommand = <A>(
       settled = true
       clearTimeout(timer)
     })
-  }).pipe(
-    Effect.withSpan(`redis ${command}`, {
+  }).pipe((effect) =>
+    withSpanIfTraced(effect, `redis ${command}`, () => ({
       kind: "client",
       attributes: { "db.system": "redis", "db.operation.name": command }
-    }, { captureStackTrace: false })
+    }))
   )
 
 /**
