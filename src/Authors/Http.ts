@@ -44,7 +44,8 @@ export const ifNoneMatch = (header: string | undefined, etag: string, star = tru
 
 const notModified = (etag: string) => HttpServerResponse.empty({ status: 304, headers: { etag } })
 
-const answered = (answer: ReadAnswer, ifNone: string | undefined) =>
+/** A read's answer: the stored text with its ETag, or 304 when `If-None-Match` names it (the front door's cached reads too). */
+export const answered = (answer: ReadAnswer, ifNone: string | undefined) =>
   ifNoneMatch(ifNone, answer.etag)
     ? notModified(answer.etag)
     : HttpServerResponse.text(answer.body, { contentType: JSON_TYPE, headers: { etag: answer.etag } })

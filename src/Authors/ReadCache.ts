@@ -195,6 +195,11 @@ export interface ReadCacheShape {
    * fits (concurrent misses of one key and tag share one `load`).
    */
   readonly read: <A, E, R>(key: string, tag: string | undefined, load: Effect.Effect<ReadAnswer | A, E, R>) => Effect.Effect<ReadAnswer | A, E, R>
+  /**
+   * The answer stored under `key` with `tag` (counted as a hit), else undefined and nothing
+   * counted: the caller goes on to `read`, which counts the miss and shares concurrent loads.
+   */
+  readonly peek: (key: string, tag: string) => ReadAnswer | undefined
   /** After the commit of a write of author `id`, before its response. Never fails. */
   readonly written: (id: number) => Effect.Effect<void>
   /** Differs on every process start: weak ETags built from tags carry it. */
@@ -299,6 +304,11 @@ export const makeReadCache = (options: ReadCacheOptions) =>
       generationKey: (scope) => (enabled && redis !== undefined ? generationKeyOf(scope) : undefined),
       tag,
       read,
+      peek: (key, tag) => {
+        const hit = store.get(key, tag)
+        if (hit !== undefined) readCacheHitsTotal.inc()
+        return hit
+      },
       written,
       bootId: randomBytes(6).toString("base64url")
     })
@@ -327,6 +337,7 @@ export class ReadCache extends Context.Service<ReadCache, ReadCacheShape>()("Aut
     generationKey: () => undefined,
     tag: () => undefined,
     read: (_key, _tag, load) => load,
+    peek: () => undefined,
     written: () => Effect.void,
     bootId: "none"
   }))
