@@ -51,7 +51,7 @@ import {
 } from "../Observability/Metrics.ts"
 import { AppConfig } from "../Config.ts"
 import type { Observed } from "../Domain/RequestContext.ts"
-import { clockCounterLua, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { clockCounterLua, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { CHANGES_CHANNEL, type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
 import { ReadAnswer, textBytes } from "./ReadAnswers.ts"
 
@@ -223,7 +223,9 @@ export const makeReadCache = (options: ReadCacheOptions) =>
     const store = new AnswerStore(options.maxBytes)
     const epochs = new LocalEpochs(options.feed === undefined)
     const redis = options.redis
-    const bump = redis === undefined ? undefined : defineScript<number>(redis.client, "adsBumpGenerations", 2, BUMP_LUA)
+    // EVAL, not EVALSHA: after a script flush EVALSHA would be retried as EVAL behind the
+    // broadcast issued with it (Authors.ts `announce`), which must not overtake the bump.
+    const bump = redis === undefined ? undefined : (...keys: ReadonlyArray<string>) => redis.client.eval(BUMP_LUA, keys.length, ...keys)
     const inflight = new Map<string, { readonly tag: string; readonly done: Deferred.Deferred<ReadAnswer | undefined> }>()
 
     if (options.feed !== undefined) {
@@ -294,7 +296,7 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         if (redis === undefined || bump === undefined) return Effect.void
         if (isDisconnected(redis.client)) return bumpFailed(id, new Error(`Redis ${redis.client.status}`))
         const keys = [`${redis.prefix}${generationKeyOf(LIST_SCOPE)}`, `${redis.prefix}${generationKeyOf(scopeOfId(id))}`]
-        return redisCommand("EVALSHA bump_generations", () => bump(...keys)).pipe(
+        return redisCommand("EVAL bump_generations", () => bump(...keys)).pipe(
           Effect.asVoid,
           Effect.catch((error) => bumpFailed(id, error.cause))
         )
