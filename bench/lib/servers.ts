@@ -4,7 +4,7 @@
  * what the runner reads from them (RSS and CPU time from /proc).
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
 import { createServer } from "node:net"
 import { join } from "node:path"
 import { buildIfNeeded, stripTree } from "../../scripts/build.ts"
@@ -71,14 +71,17 @@ export const HEAP_SNAPSHOT_DIR = process.env["BENCH_HEAP_SNAPSHOT_DIR"] || undef
  */
 const nodeArgsOf = (name: ServerName) => [
   ...(process.env[`BENCH_${name.toUpperCase()}_NODE_ARGS`] ?? "").split(" ").filter((arg) => arg !== ""),
-  ...(HEAP_SNAPSHOT_DIR === undefined ? [] : ["--heapsnapshot-signal=SIGUSR2", `--diagnostic-dir=${HEAP_SNAPSHOT_DIR}`])
+  ...(HEAP_SNAPSHOT_DIR === undefined ? [] : ["--heapsnapshot-signal=SIGUSR2"])
 ]
 
-/** Asks a server for a heap snapshot (SIGUSR2) and resolves with its file once it is written. */
+/**
+ * Asks a server for a heap snapshot (SIGUSR2: Node writes it into the server's working directory,
+ * the repository) and resolves with its path in BENCH_HEAP_SNAPSHOT_DIR once it is written.
+ */
 export const heapSnapshot = async (server: Server): Promise<string | undefined> => {
   if (HEAP_SNAPSHOT_DIR === undefined) return undefined
   mkdirSync(HEAP_SNAPSHOT_DIR, { recursive: true })
-  const mine = () => readdirSync(HEAP_SNAPSHOT_DIR).filter((f) => f.endsWith(".heapsnapshot") && f.includes(`.${server.pid}.`))
+  const mine = () => readdirSync(ROOT).filter((f) => f.endsWith(".heapsnapshot") && f.includes(`.${server.pid}.`))
   const before = new Set(mine())
   process.kill(server.pid, "SIGUSR2")
   const deadline = Date.now() + 120_000
@@ -87,8 +90,12 @@ export const heapSnapshot = async (server: Server): Promise<string | undefined> 
     await sleep(1000)
     const file = mine().find((f) => !before.has(f))
     if (file === undefined) continue
-    const size = statSync(join(HEAP_SNAPSHOT_DIR, file)).size
-    if (size > 0 && size === last) return join(HEAP_SNAPSHOT_DIR, file)
+    const size = statSync(join(ROOT, file)).size
+    if (size > 0 && size === last) {
+      copyFileSync(join(ROOT, file), join(HEAP_SNAPSHOT_DIR, file))
+      rmSync(join(ROOT, file))
+      return join(HEAP_SNAPSHOT_DIR, file)
+    }
     last = size
   }
   return undefined
