@@ -136,7 +136,8 @@ const pair = (redis: boolean) => () => {
   })
 
   // Without Redis there is one instance (the other would not hear of this one's writes): the read after a write is pinned in read.cache.test.ts.
-  it.runIf(redis)("a write on one is seen by the next read on both", async () => {
+  if (!redis) return
+  it("a write on one is seen by the next read on both", async () => {
     const [, , c] = ids
     const before = await both(`/authors/${c}`, "admin")
     await both(`/authors/${c}`, "admin")
