@@ -60,19 +60,24 @@ const bodyOf = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<unk
     return parsed.ok ? parsed.value : undefined
   })
 
+/** What the record is made of besides the response (the front door's record of the request). */
+export interface AuditedRequest {
+  readonly request: HttpServerRequest.HttpServerRequest
+  /** The request the app read its body from (Http/BodyLimit.ts may have read it first). */
+  readonly presented: HttpServerRequest.HttpServerRequest
+  readonly pathname: string
+  readonly ctx: RequestContext
+}
+
 export const makeAuditStage = (audit: AuditLog["Service"], unaudited: ReadonlySet<string>) =>
 (
-  request: HttpServerRequest.HttpServerRequest,
-  /** The request the app read its body from (Http/BodyLimit.ts may have read it first). */
-  bodySource: HttpServerRequest.HttpServerRequest,
-  pathname: string,
-  ctx: RequestContext,
+  { ctx, pathname, presented, request }: AuditedRequest,
   response: HttpServerResponse.HttpServerResponse
 ): Effect.Effect<void> => {
   const user = ctx.user
   if (user === undefined || unaudited.has(pathname) || SELF_AUDITED_PATHS.has(pathname)) return Effect.void
   // A 405 was decided on the path alone: its body went to no handler and is not read for the record either.
-  return Effect.flatMap(response.status === 405 ? Effect.undefined : bodyOf(bodySource), (body) => {
+  return Effect.flatMap(response.status === 405 ? Effect.undefined : bodyOf(presented), (body) => {
     const queryStart = request.url.indexOf("?")
     const query = queryStart === -1 ? undefined : Object.fromEntries(new URLSearchParams(request.url.slice(queryStart + 1)))
     const status = response.status

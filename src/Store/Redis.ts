@@ -5,6 +5,7 @@
  */
 import { Context, Effect, Layer, Redacted, type Scope } from "effect"
 import { Redis } from "ioredis"
+import { withSpanIfTraced } from "../Observability/Spans.ts"
 
 export class RedisClient extends Context.Service<RedisClient, {
   readonly client: Redis
@@ -113,12 +114,13 @@ export class RedisTimeout extends Error {
 export const COMMAND_TIMEOUT_MS = 1000
 
 /**
- * One Redis command (or pipeline) as an Effect, traced as a client span (a span per Redis
- * command: docs/operations.md#tracing). Every module that talks to Redis goes through this. The
- * command fails with `RedisTimeout` when Redis has not answered within `timeoutMs`
- * (COMMAND_TIMEOUT_MS unless given) — a plain timer on the promise, not `Effect.timeout`, which
- * forks two fibers per call: on the hot paths (a rate-limit hit per request and per WebSocket
- * message, and the audit append) those races would be a large share of a short request's CPU.
+ * One Redis command (or pipeline) as an Effect, traced as a client span when tracing is on (a
+ * span per Redis command: docs/operations.md#tracing; none at all when it is off,
+ * Observability/Spans.ts). Every module that talks to Redis goes through this. The command fails
+ * with `RedisTimeout` when Redis has not answered within `timeoutMs` (COMMAND_TIMEOUT_MS unless
+ * given) — a plain timer on the promise, not `Effect.timeout`, which forks two fibers per call: on
+ * the hot paths (a rate-limit hit per request and per WebSocket message, and the audit append)
+ * those races would be a large share of a short request's CPU.
  */
 export const redisCommand = <A>(
   command: string,
@@ -147,11 +149,11 @@ export const redisCommand = <A>(
       settled = true
       clearTimeout(timer)
     })
-  }).pipe(
-    Effect.withSpan(`redis ${command}`, {
+  }).pipe((effect) =>
+    withSpanIfTraced(effect, `redis ${command}`, () => ({
       kind: "client",
       attributes: { "db.system": "redis", "db.operation.name": command }
-    }, { captureStackTrace: false })
+    }))
   )
 
 /**

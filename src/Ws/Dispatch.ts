@@ -16,6 +16,7 @@ import type { Principal } from "../Domain/User.ts"
 import { messageEntry } from "../Edge/AuditEntries.ts"
 import { WsStatus } from "../Errors.ts"
 import { rateLimitHitsTotal, wsMessageProcessingDuration } from "../Observability/Metrics.ts"
+import { withSpanIfTraced } from "../Observability/Spans.ts"
 import { RATE_WINDOW_MS, type RateLimiter, withFailMode } from "../RateLimit/RateLimiter.ts"
 import { type Connection, type Format, frameBytes, frameText, type InboundFrame } from "./Connection.ts"
 import { AnswerData, DATABASE_ERROR, type Package, type PackageReply, Packages, reply } from "./Packages.ts"
@@ -139,7 +140,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
     )
 
   const request = (conn: Connection, user: Principal, frame: Extract<Frame, { _tag: "Request" }>) =>
-    Effect.withSpan(
+    withSpanIfTraced(
       Effect.gen(function*() {
         const startedAt = new Date()
         const started = performance.now()
@@ -184,7 +185,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
         }
       }).pipe(Effect.annotateLogs({ request_id: frame.reqId })),
       "ws.message",
-      { kind: "server", captureStackTrace: false, attributes: { pkg_id: frame.pkgId, "ws.req_id": frame.reqId, "user.id": user.id } }
+      () => ({ kind: "server", attributes: { pkg_id: frame.pkgId, "ws.req_id": frame.reqId, "user.id": user.id } })
     )
 
   /**
