@@ -40,11 +40,11 @@ USER node
 EXPOSE 8000
 
 # Liveness with what the image has (no curl): /livez answers 200 while the process can answer at
-# all (CONTRACT §7). Not /health or /readyz: a database outage makes those 503, and must not mark
+# all (docs/operations.md). Not /health or /readyz: a database outage makes those 503, and must not mark
 # the container unhealthy (and get it restarted).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8000)+'/livez').then(r=>process.exit(r.status===200?0:1),()=>process.exit(1))"]
 
 # node itself is PID 1: no npm/sh wrapper, so SIGTERM reaches the service and it drains
-# gracefully (CONTRACT §9 "Signals").
+# gracefully (docs/operations.md, "Shutdown").
 CMD ["node", "dist/main.js"]

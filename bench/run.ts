@@ -21,7 +21,7 @@ import { closeClients, openClients, type RoundResult, runHttp, runWsRoundTrips }
 import { type PgCpu, pgCpu, pgDelta, type RedisCpu, redisCpu } from "./lib/cpu.ts"
 import { checkAnswers, checkWsAnswers, paritySamples } from "./lib/parity.ts"
 import { formatNumber as fmt, formatWorkload, type MeasuredRound, ratio, round2, type ServerSummary, summarize } from "./lib/report.ts"
-import { cpuTicks, ROOT, rssMb, type Server, type ServerName, settle, startBaseline, startService } from "./lib/servers.ts"
+import { cpuTicks, heapSnapshot, HEAP_SNAPSHOT_DIR, ROOT, rssMb, type Server, type ServerName, settle, startBaseline, startService } from "./lib/servers.ts"
 import { makeKey, mintToken, mintTokens } from "./lib/tokens.ts"
 import { type Context, w6Spec, type Workload, WORKLOADS } from "./lib/workloads.ts"
 
@@ -294,6 +294,13 @@ const main = async () => {
         idle[s.name] = { failed: s.alive() ? message(error) : s.exitReason() ?? message(error) }
       }
       await sleep(1000)
+    }
+  }
+
+  if (HEAP_SNAPSHOT_DIR !== undefined) {
+    for (const s of pair) {
+      if (!s.alive()) continue
+      log(`heap snapshot of ${s.name} (RSS ${rssMb(s.pid)} MB): ${(await heapSnapshot(s).catch((error: unknown) => message(error))) ?? "not written in time"}`)
     }
   }
 

@@ -1,4 +1,4 @@
--- Authors. Names are unique in the database itself (CONTRACT §3), so concurrent creates and
+-- Authors. Names are unique in the database itself (docs/http-api.md#authors), so concurrent creates and
 -- renames cannot both win.
 CREATE TABLE authors (
   id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -1,4 +1,4 @@
--- The audit trail (INTERFACE §Resources: audit log record; CONTRACT §6, §9).
+-- The audit trail (docs/audit.md#what-is-recorded).
 CREATE TABLE audit_logs (
   id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   -- Internal: the writer's id for the record, so a redelivered record (Redis Stream claim, a

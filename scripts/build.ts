@@ -3,7 +3,7 @@
  * `src/**\/*.ts` → `dist/**\/*.js` with Node's own type stripping, so production runs plain
  * JavaScript. Running the `.ts` files directly works too (`npm run dev`, the tests), but then every
  * process loads Node's TypeScript stripper (a WebAssembly build of SWC): about 40 MB more resident
- * memory and a slower start (README "Performance").
+ * memory and a slower start (docs/performance.md).
  *
  * Types are replaced by spaces, so every line and column of `dist/` is the line and column of the
  * source: stack traces point at the `.ts` file's lines without source maps. Relative `.ts` import

@@ -1,5 +1,5 @@
 /**
- * Prints a `password_hash` for the built-in provider's users file (CONTRACT §9):
+ * Prints a `password_hash` for the built-in provider's users file (docs/configuration.md):
  *   npm run hash-password -- <password>
  *   printf '%s' "$PASSWORD" | npm run hash-password     (keeps the password out of shell history)
  */

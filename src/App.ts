@@ -161,7 +161,7 @@ const SpanNamesLive = Layer.succeed(HttpMiddleware.SpanNameGenerator, (() => {
 /**
  * Serves the routes and the `/web` WebSocket. A path parameter may be longer than the router's
  * default 100 characters, so a long report name or author id reaches its schema and gets its 400 /
- * 422 (CONTRACT §3, §7) instead of a 404; the line itself stays bounded by Node's 16 KiB header limit.
+ * 422 instead of a 404; the line itself stays bounded by Node's 16 KiB header limit.
  */
 const routes = HttpRouter.toHttpEffect(RoutesLive).pipe(Effect.provideService(HttpRouter.RouterConfig, { maxParamLength: 4096 }))
 
@@ -190,7 +190,7 @@ const PortOpenLog = Layer.effectDiscard(HttpServer.addressFormattedWith((address
 /**
  * The whole service — the HttpApi and the `/web` WebSocket on one port — on `server` (e.g.
  * `NodeServer.layer`, Http/NodeServer.ts), which it opens first: a request during start-up gets
- * the Node server's starting answer (STACK-NOTES pitfall 1) — probes included, for as long as
+ * the Node server's starting answer (docs/operations.md#starting) — probes included, for as long as
  * the database takes — until every service is up, the routes are built and the handler is
  * attached. Its services (`NodeServer`, `Upgrades`, `HttpServer`) are outputs. Needs the
  * `AppConfig`. `tracing` is provided under everything else (server, SQL, Redis), so every span

@@ -1,5 +1,5 @@
 /**
- * Every setting of the service, typed, with the defaults of CONTRACT §2.
+ * Every setting of the service, typed, with the defaults of docs/configuration.md#settings.
  * An invalid value stops startup with a ConfigError that names the variable.
  */
 import { Config, Context, Effect, Layer, Option, Redacted, Result, Schema, SchemaIssue } from "effect"
@@ -24,15 +24,15 @@ export interface AppConfigShape {
   readonly databasePoolMax: number
   /** Parameterised statements as named prepared statements (DATABASE_URL only; never on embedded PGlite). */
   readonly databasePreparedStatements: boolean
-  /** Beyond CONTRACT §2 (Review F12): the longest a statement may wait for a connection and run; then the request gets the database error. */
+  /** The longest a statement may wait for a connection and run; then the request gets the database error. */
   readonly databaseStatementTimeoutSeconds: number
   readonly dataDir: string
   readonly redisUrl: Option.Option<Redacted.Redacted<string>>
   readonly redisKeyPrefix: string
-  /** CONTRACT §1: `https://` with `APP_ENV=production` (unless `oidcAllowHttpIssuer`). */
+  /** docs/configuration.md#production-rules: `https://` with `APP_ENV=production` (unless `oidcAllowHttpIssuer`). */
   readonly oidcIssuerUrl: Option.Option<string>
   /**
-   * Beyond CONTRACT §2: accept an `http://` issuer with `APP_ENV=production` — its keys then come
+   * Accept an `http://` issuer with `APP_ENV=production` — its keys then come
    * over plain HTTP, so only on a network the operator vouches for (a compose network).
    */
   readonly oidcAllowHttpIssuer: boolean
@@ -45,21 +45,21 @@ export interface AppConfigShape {
   readonly rateLimitPerMinute: number
   readonly rateLimitBurst: number
   readonly rateLimitFailMode: "open" | "closed"
-  /** Beyond CONTRACT §2 (§4 "Failed logins"): failures per username in the window before logins are refused; 0 = off. */
+  /** Failures per username (docs/errors-and-limits.md#failed-logins) in the window before logins are refused; 0 = off. */
   readonly loginMaxFailures: number
   readonly loginFailureWindowSeconds: number
   readonly trustedProxies: ReadonlyArray<Cidr>
   readonly wsMaxConnectionsPerUser: number
-  /** Beyond CONTRACT §2: WebSocket connections one instance holds at most (handshakes included); more are refused 503. */
+  /** WebSocket connections one instance holds at most (handshakes included); more are refused 503. */
   readonly wsMaxConnections: number
   readonly wsMessageRateLimit: number
   readonly wsAuthTimeoutSeconds: number
-  /** Beyond CONTRACT §2: how long a connection outlives its token's exp (CONTRACT §5: 10 s). */
+  /** How long a connection outlives its token's exp (docs/websocket.md#sessions; default 10 s). */
   readonly wsSessionGraceSeconds: number
-  /** Beyond CONTRACT §2: how long a crashed instance's connection slots stay counted (Redis). */
+  /** How long a crashed instance's connection slots stay counted (Redis). */
   readonly wsSlotTtlSeconds: number
   readonly allowedWsOrigins: ReadonlyArray<string>
-  /** CONTRACT §9 CORS: browser origins answered with CORS headers (`*` = any); empty = none. */
+  /** docs/http-api.md#conventions (CORS): browser origins answered with CORS headers (`*` = any); empty = none. */
   readonly corsAllowedOrigins: ReadonlyArray<string>
   readonly maxRequestBodyBytes: number
   readonly wsMaxMessageBytes: number
@@ -164,7 +164,7 @@ const fromParser = <A>(name: string, fallback: string, parse: (raw: string) => R
 /**
  * Why `OIDC_ISSUER_URL` cannot be used, if it cannot: it must be an http(s) URL, and `https://`
  * in production — the keys that verify every token are fetched from it, and over plain HTTP
- * anyone on the path could hand the service keys of their own (CONTRACT §1 production, §9).
+ * anyone on the path could hand the service keys of their own (docs/configuration.md#production-rules).
  */
 export const issuerUrlProblem = (url: string, appEnv: AppEnv, allowHttp: boolean): string | undefined => {
   let protocol: string
@@ -181,7 +181,7 @@ export const issuerUrlProblem = (url: string, appEnv: AppEnv, allowHttp: boolean
   return undefined
 }
 
-/** CONTRACT §2 accepts `warn` as well as `warning`; the shape keeps one spelling. */
+/** `LOG_LEVEL` accepts `warn` as well as `warning`; the shape keeps one spelling. */
 const LogLevelSetting = Schema.Literals(["trace", "debug", "info", "warn", "warning", "error", "fatal", "none"])
 
 export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effect.gen(function*() {
@@ -255,7 +255,7 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
 })
 
 /**
- * The audience access tokens must carry (CONTRACT §2, §9): `OIDC_AUDIENCE`; unset, `OIDC_CLIENT_ID`
+ * The audience access tokens must carry (docs/deployment.md#identity-provider): `OIDC_AUDIENCE`; unset, `OIDC_CLIENT_ID`
  * in production and no check in development; `none` (any case) switches the check off.
  */
 export const tokenAudience = (

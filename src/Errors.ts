@@ -1,6 +1,6 @@
 /**
  * Every error a client can see, and the one table that maps each to its HTTP status and
- * WebSocket status_code (CONTRACT §3, §5). The wire body of every HTTP error is `{detail}`.
+ * WebSocket status_code (docs/errors-and-limits.md#http-errors, docs/websocket.md#status-codes). The wire body of every HTTP error is `{detail}`.
  */
 import { Schema, SchemaTransformation } from "effect"
 
@@ -39,7 +39,7 @@ export class InvalidFilename extends Schema.TaggedError<InvalidFilename>()("Inva
 export class ReportNotFound extends Schema.TaggedError<ReportNotFound>()("ReportNotFound", fields) {
   static readonly of = (filename: string) => new ReportNotFound({ detail: `Report ${filename} not found` })
 }
-/** `POST /api/profiling/reports` refused (CONTRACT §9 "Profiling when disabled"). */
+/** `POST /api/profiling/reports` refused (docs/operations.md#profiling). */
 export class CaptureRefused extends Schema.TaggedError<CaptureRefused>()("CaptureRefused", fields) {
   static readonly disabled = new CaptureRefused({ detail: "Profiling is disabled" })
   static readonly running = new CaptureRefused({ detail: "A capture is already running" })
@@ -48,7 +48,7 @@ export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited"
   static readonly instance = new RateLimited({ detail: "Rate limit exceeded" })
 }
 /**
- * Failed-login slowing refused the attempt (CONTRACT §4, Auth/LoginThrottle.ts); the login handler
+ * Failed-login slowing refused the attempt (docs/errors-and-limits.md#failed-logins, Auth/LoginThrottle.ts); the login handler
  * answers it with `Retry-After: retryAfterSeconds`, which the `{detail}` body does not carry.
  */
 export class TooManyFailedLogins extends Schema.TaggedError<TooManyFailedLogins>()("TooManyFailedLogins", {
@@ -130,7 +130,7 @@ export type ClientError =
   | TooManyConnections
   | InternalError
 
-/** WebSocket status codes (INTERFACE §Errors). */
+/** WebSocket status codes (docs/websocket.md#status-codes). */
 export const WsStatus = { OK: 0, ERROR: 1, INVALID_DATA: 2, PERMISSION_DENIED: 3 } as const
 export type WsStatus = (typeof WsStatus)[keyof typeof WsStatus]
 

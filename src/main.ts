@@ -1,4 +1,4 @@
-/** Starts the service with the configuration from the environment (CONTRACT §2). */
+/** Starts the service with the configuration from the environment (docs/configuration.md#settings). */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Effect, Exit, Layer, Option, type Runtime } from "effect"
 import * as App from "./App.ts"
@@ -14,7 +14,7 @@ const ServerLive = Layer.unwrap(Effect.gen(function*() {
 }))
 
 /**
- * The shutdown's budget (CONTRACT §9: exit within 10 s of SIGTERM in every state — database or
+ * The shutdown's budget (docs/operations.md#shutdown: exit within 10 s of SIGTERM in every state — database or
  * Redis down or not answering, records the database refuses, clients that do not read), step by
  * step, each with its own deadline:
  * - 0–5 s: stop accepting, close the WebSockets (one that does not answer its close is cut), let
@@ -66,14 +66,14 @@ const reportFailure = (cause: Cause.Cause<unknown>) =>
     )
 
 /**
- * CONTRACT §5: a signal ends the service by interrupting it; once the drain is done that is a
- * clean exit, 0 (runMain's default teardown would exit 130: STACK-NOTES pitfall 3).
+ * A signal ends the service by interrupting it (docs/operations.md#shutdown); once the drain is done that is
+ * a clean exit, 0 (runMain's default teardown would exit 130).
  */
 const teardown: Runtime.Teardown = (exit, onExit) =>
   onExit(Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause) ? 0 : 1)
 
 /**
- * The backstop of CONTRACT §9: every step of the shutdown has its own deadline (above), and
+ * The backstop of the 10 s exit (docs/operations.md#shutdown): every step of the shutdown has its own deadline (above), and
  * should one of them still hang, the process ends here, saying so.
  */
 for (const signal of ["SIGTERM", "SIGINT"] as const) {

@@ -1,4 +1,4 @@
-/** Summaries of rounds and the printed tables (bench/README.md §Output). */
+/** Summaries of rounds and the printed tables (bench/README.md#reading-the-table). */
 import { percentile, type RoundResult } from "./load.ts"
 
 /** CPU per answered request (µs) in one round: the server process, PostgreSQL, Redis (undefined: not measured or not used). */

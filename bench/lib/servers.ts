@@ -4,7 +4,7 @@
  * what the runner reads from them (RSS and CPU time from /proc).
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { readFileSync, rmSync } from "node:fs"
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
 import { createServer } from "node:net"
 import { join } from "node:path"
 import { buildIfNeeded, stripTree } from "../../scripts/build.ts"
@@ -62,8 +62,47 @@ const launch = async (name: ServerName, script: string, env: Record<string, stri
   }
 }
 
+/** `BENCH_HEAP_SNAPSHOT_DIR`: both servers write a heap snapshot there at the end of the run (`heapSnapshot`). */
+export const HEAP_SNAPSHOT_DIR = process.env["BENCH_HEAP_SNAPSHOT_DIR"] || undefined
+
+/**
+ * Extra Node options for one server's process, e.g. `BENCH_SERVICE_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof"`
+ * (a CPU profile of the run, written when the server stops) or `--heapsnapshot-signal=SIGUSR2`.
+ */
+const nodeArgsOf = (name: ServerName) => [
+  ...(process.env[`BENCH_${name.toUpperCase()}_NODE_ARGS`] ?? "").split(" ").filter((arg) => arg !== ""),
+  ...(HEAP_SNAPSHOT_DIR === undefined ? [] : ["--heapsnapshot-signal=SIGUSR2"])
+]
+
+/**
+ * Asks a server for a heap snapshot (SIGUSR2: Node writes it into the server's working directory,
+ * the repository) and resolves with its path in BENCH_HEAP_SNAPSHOT_DIR once it is written.
+ */
+export const heapSnapshot = async (server: Server): Promise<string | undefined> => {
+  if (HEAP_SNAPSHOT_DIR === undefined) return undefined
+  mkdirSync(HEAP_SNAPSHOT_DIR, { recursive: true })
+  const mine = () => readdirSync(ROOT).filter((f) => f.endsWith(".heapsnapshot") && f.includes(`.${server.pid}.`))
+  const before = new Set(mine())
+  process.kill(server.pid, "SIGUSR2")
+  const deadline = Date.now() + 120_000
+  let last = -1
+  while (Date.now() < deadline) {
+    await sleep(1000)
+    const file = mine().find((f) => !before.has(f))
+    if (file === undefined) continue
+    const size = statSync(join(ROOT, file)).size
+    if (size > 0 && size === last) {
+      copyFileSync(join(ROOT, file), join(HEAP_SNAPSHOT_DIR, file))
+      rmSync(join(ROOT, file))
+      return join(HEAP_SNAPSHOT_DIR, file)
+    }
+    last = size
+  }
+  return undefined
+}
+
 const launchOnce = async (name: ServerName, script: string, env: Record<string, string>, port: number, startTimeoutMs: number): Promise<Server> => {
-  const child: ChildProcess = spawn(process.execPath, [script], {
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgsOf(name), script], {
     cwd: ROOT,
     env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "", ...env, PORT: String(port), HOST: "127.0.0.1" },
     stdio: ["ignore", "pipe", "pipe"]

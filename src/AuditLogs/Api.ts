@@ -1,20 +1,22 @@
-/** The audit-log HTTP contract (INTERFACE §Endpoints: audit-logs, §Resources: audit log record; CONTRACT §6, §9). */
+/** The audit-log HTTP contract (docs/audit.md#reading-it, docs/audit.md#what-is-recorded). */
 import { Effect, Schema, SchemaGetter, SchemaIssue } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
 import { MAX_PAGE, PageMeta } from "../Domain/Pagination.ts"
 import { OperationRoles } from "../Domain/User.ts"
 import { Wire } from "../Errors.ts"
-import { atLeast, atMost, IntFromString, issue, ParamText } from "../Domain/Params.ts"
+import { documentedAs, IntFromString, IntParam, issue, ParamText } from "../Domain/Params.ts"
 
 export const AUDIT_MAX_PER_PAGE = 100
+
+const OUTCOMES = ["success", "error", "permission_denied"] as const
 
 const ISO_8601 = /^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|z|[+-]\d{2}:?\d{2})?)?$/
 
 /**
  * An ISO 8601 date or datetime (a datetime without zone is UTC). `endOfDay` makes a bare date
  * mean the last millisecond of that day, so `end_date=2026-01-31` includes all of the 31st
- * (CONTRACT §6: the range is inclusive). Anything else, or an impossible date, is a 422.
+ * (the range is inclusive: docs/audit.md#reading-it). Anything else, or an impossible date, is a 422.
  */
 export const parseIsoDate = (text: string, endOfDay: boolean): Date | undefined => {
   const m = ISO_8601.exec(text.trim())
@@ -38,7 +40,7 @@ export const parseIsoDate = (text: string, endOfDay: boolean): Date | undefined 
 }
 
 const DateParam = (endOfDay: boolean) =>
-  Schema.String.annotate({ format: "date-time" }).pipe(
+  Schema.String.pipe(
     Schema.decodeTo(Schema.Date, {
       decode: SchemaGetter.transformEffect((text: string, options) => {
         const date = parseIsoDate(text, endOfDay)
@@ -54,11 +56,17 @@ const DateParam = (endOfDay: boolean) =>
       }),
       encode: SchemaGetter.transform((date: Date) => date.toISOString())
     })
-  )
+  ).annotate(documentedAs({
+    type: "string",
+    format: "date-time",
+    description: "ISO 8601 datetime (one without zone is UTC) or date (`YYYY-MM-DD`), inclusive" +
+      (endOfDay ? ": a date includes the whole day." : ": a date starts at midnight UTC.")
+  }))
 
-const Page = IntFromString.check(atLeast(1), atMost(MAX_PAGE)).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(1)))
-/** INTERFACE §Limits: per_page 1 to 100 for audit logs (refused, not clamped: CONTRACT §3). */
-const AuditPerPage = IntFromString.check(atLeast(1), atMost(AUDIT_MAX_PER_PAGE)).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(20)))
+const Page = IntParam({ minimum: 1, maximum: MAX_PAGE }, { default: 1 }).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(1)))
+/** per_page 1 to 100 for audit logs, refused, not clamped (docs/audit.md#reading-it). */
+const AuditPerPage = IntParam({ minimum: 1, maximum: AUDIT_MAX_PER_PAGE }, { default: 20 })
+  .pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(20)))
 const DateRange = {
   start_date: Schema.optional(DateParam(false)),
   end_date: Schema.optional(DateParam(true))
@@ -71,7 +79,7 @@ export const AuditListParams = Schema.Struct({
   username: Schema.optional(ParamText),
   action_type: Schema.optional(ParamText),
   resource: Schema.optional(ParamText),
-  outcome: Schema.optional(ParamText),
+  outcome: Schema.optional(ParamText.annotate(documentedAs({ type: "string", enum: [...OUTCOMES] }))),
   ...DateRange
 })
 
@@ -79,7 +87,7 @@ export const AuditUserParams = Schema.Struct({ page: Page, per_page: AuditPerPag
 
 const Timestamp = Schema.String.annotate({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
 
-/** Items of the per-user list (INTERFACE §Resources). */
+/** Items of the per-user list (docs/audit.md#what-is-recorded). */
 export const AuditLogUserItem = Schema.Struct({
   id: Schema.Int,
   timestamp: Timestamp,
@@ -87,7 +95,7 @@ export const AuditLogUserItem = Schema.Struct({
   username: Schema.String,
   action_type: Schema.String,
   resource: Schema.String,
-  outcome: Schema.Literals(["success", "error", "permission_denied"]),
+  outcome: Schema.Literals(OUTCOMES),
   response_status: Schema.Int,
   duration_ms: Schema.Int
 }).annotate({ identifier: "AuditLogUserItem" })
@@ -98,7 +106,7 @@ export const AuditLogListItem = Schema.Struct({
   request_id: Schema.String
 }).annotate({ identifier: "AuditLogListItem" })
 
-/** The detail adds the INTERFACE detail fields and `correlation_id` (CONTRACT §9). */
+/** The detail adds the detail fields and `correlation_id` (docs/audit.md#what-is-recorded). */
 export const AuditLogDetail = Schema.Struct({
   ...AuditLogListItem.fields,
   user_roles: Schema.Array(Schema.String),
@@ -128,7 +136,7 @@ export class AuditLogsApi extends HttpApiGroup.make("auditLogs")
       .annotate(OpenApi.Summary, "List one user's audit records")
       .annotate(OpenApi.Description, `Newest first; \`user_id\` is the identity provider's user id.\n\n${requires}`),
     HttpApiEndpoint.get("get", "/audit-logs/:log_id", {
-      params: { log_id: IntFromString },
+      params: { log_id: IntFromString.annotate(documentedAs({ type: "integer", minimum: 1 })) },
       success: AuditLogDetail,
       error: Wire.AuditLogNotFound
     })

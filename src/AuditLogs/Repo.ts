@@ -1,6 +1,6 @@
 /**
  * Audit trail SQL: the writer's batch insert (one parameterised INSERT of `unnest`ed column arrays,
- * idempotent on the internal `entry_id`) and the admin queries (CONTRACT §6: exact filters, inclusive date
+ * idempotent on the internal `entry_id`) and the admin queries (docs/audit.md#reading-it: exact filters, inclusive date
  * range, newest first, each served by one index of migrations/0003_audit_logs.sql).
  */
 import * as PgTypes from "@effect/sql-pg/PgTypes"

@@ -1,5 +1,5 @@
 /**
- * `request_data` of an audit record (CONTRACT §6, §9): `{query, body}`, secrets redacted at any
+ * `request_data` of an audit record (docs/audit.md#what-is-recorded): `{query, body}`, secrets redacted at any
  * depth, at most 8 KiB of JSON.
  */
 import { redact } from "../Domain/Secrets.ts"

@@ -1,6 +1,6 @@
 /**
- * An audit record as the database will take it (CONTRACT §6 "A record the database refuses never
- * stops the trail"). Every field can come from a client — a 3 KB username on a failed login, a
+ * An audit record as the database will take it (a record the database refuses never stops the
+ * trail: docs/audit.md#guarantees). Every field can come from a client — a 3 KB username on a failed login, a
  * 3,000-character path, NUL bytes, lone surrogates — and PostgreSQL refuses some of them: text
  * cannot hold NUL, jsonb refuses `\u0000` and unpaired surrogates, and a btree index entry must
  * stay under ~2.7 KB. So text is reduced here, once, at the last step before the INSERT (which

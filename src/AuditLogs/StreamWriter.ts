@@ -1,5 +1,5 @@
 /**
- * The audit writer with Redis (CONTRACT §6). The Redis Stream is the records' journal, read back
+ * The audit writer with Redis (docs/audit.md#guarantees). The Redis Stream is the records' journal, read back
  * only when its writer is gone:
  * - `record` appends to the stream (XADD; a request waits for its record's XADD at most 100 ms,
  *   so an answered request has a durable record; the records of concurrent requests go in one
@@ -8,15 +8,15 @@
  * - The appended records go on, in memory, to the batch inserter of Inserter.ts; each batch's
  *   entries are deleted from the stream (XDEL) once it committed, in the next pipeline of XADDs
  *   (or on their own when none comes). Nothing reads the stream back on
- *   this path (a consumer group did: XREADGROUP, a JSON decode per record, XACK — work for a copy
- *   the process already held). A stream left by an earlier version is read the same way at start:
- *   its entries not yet deleted are written; its consumer group is simply no longer used.
+ *   this path (no consumer group: XREADGROUP, a JSON decode per record and XACK would be work for
+ *   a copy the process already holds). A stream that carries a consumer group is read the same way
+ *   at start: its entries not yet deleted are written; the group is left unused.
  * - Recovery: at start, an instance writes and deletes every entry already in the stream (a
  *   killed instance's, also a restarted one's own); later, every `claimIdle / 2`, the entries
  *   older than `claimIdle`, whose writer is gone or far behind. Entries the memory bound leaves
  *   out (`streamHeldMax`, PostgreSQL down for long) are written that way too. A record written twice
  *   (by its writer and a scan) is stored once: the insert is idempotent by `entry_id`.
- * Every command has a deadline (Review F11): COMMAND_TIMEOUT_MS (Store/Redis.ts), the XADD
+ * Every command has a deadline: COMMAND_TIMEOUT_MS (Store/Redis.ts), the XADD
  * pipeline 2 s.
  */
 import { Duration, Effect, Fiber, Queue } from "effect"
@@ -159,7 +159,8 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
 
     // Records wait here for the appender, which sends each batch as one pipeline of XADDs; the
     // request goes on once its record's XADD answered (an answered request has a durable record).
-    // (One XADD per request, each raced against its own timeout, was ~15 % of a W6 request's CPU.)
+    // (One XADD per request, each raced against its own timeout, would cost a short request a
+    // large share of its CPU.)
     // DELETE: committed entries wait for deletion (`deletable`) and no record may come to carry it.
     const appends = yield* Queue.unbounded<PendingAppend | typeof DELETE>()
     /** The deadline the next records join; the appender closes it when it takes them. */
@@ -288,7 +289,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
         yield* stopAppender
         yield* Fiber.interrupt(scanner)
         yield* Fiber.interrupt(committer)
-        // One deadline for both (CONTRACT §9: exit within 10 s in every state). The in-process
+        // One deadline for both (exit within 10 s in every state: docs/operations.md#shutdown). The in-process
         // buffer first: its records exist nowhere else (what it cannot write is counted, reason
         // `shutdown`). Then the appended records this instance holds (the batch in flight may be
         // written twice: stored once); what does not fit, or finds Redis or PostgreSQL away, stays
@@ -329,7 +330,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
           : Effect.callback<void>((resume) => {
             // The request waits for its XADD (so an answered request has a durable record) but
             // never longer than REQUEST_WAIT_MS from the first record of its batch: a Redis that
-            // accepts and does not answer must not slow requests (CONTRACT §6); the record still
+            // accepts and does not answer must not slow requests (docs/audit.md#guarantees); the record still
             // goes to the stream or the buffer.
             let group = open
             if (group === undefined) {

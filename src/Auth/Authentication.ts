@@ -2,7 +2,7 @@
  * Bearer authentication and RBAC for HttpApi groups: the server's implementation of the
  * `Authentication` middleware (its tag is in Middleware.ts, with the contracts). The role an endpoint
  * needs is an annotation on the endpoint (`RequiredRoles`), checked here — before the request is validated, so the
- * order is 401 → 403 → 422 (CONTRACT §9): HttpApi decodes params, query and payload inside the
+ * order is 401 → 403 → 422 (docs/errors-and-limits.md#check-order): HttpApi decodes params, query and payload inside the
  * effect this middleware wraps (http-api/HttpApiBuilder.ts `applyMiddleware`).
  */
 import { Context, Effect, Layer } from "effect"

@@ -1,7 +1,7 @@
 /**
  * The built-in development identity provider: users from `AUTH_USERS_FILE`, ES256 tokens signed
  * with a key persisted in `DATA_DIR`, Keycloak's lifetimes (300 s / 1800 s) and claim shapes.
- * It refuses to run with `APP_ENV=production` (CONTRACT §1), and says so at startup when users
+ * It refuses to run with `APP_ENV=production` (docs/configuration.md#production-rules), and says so at startup when users
  * with plain-text passwords (the shipped admin/admin…) are reachable beyond this machine.
  */
 import { Data, Effect, Option, Schema } from "effect"
@@ -57,7 +57,7 @@ export const isLoopbackHost = (host: string) =>
   host === "localhost" || host === "::1" || host === "[::1]" || /^127(\.\d{1,3}){3}$/.test(host)
 
 /**
- * The startup warning for plain-text passwords served to the network (CONTRACT §2 keeps
+ * The startup warning for plain-text passwords served to the network (the defaults keep
  * `HOST=0.0.0.0` and the shipped admin/admin for development; this says what that means).
  */
 export const plainPasswordWarning = (users: ReadonlyArray<UserEntry>, host: string, usersFile: string): string | undefined => {
@@ -115,7 +115,7 @@ export const makeBuiltinProvider = Effect.gen(function*() {
   if (warning !== undefined) yield* Effect.logWarning(warning)
   const key = yield* Effect.promise(() => loadOrCreateKey(config.dataDir))
   // Its tokens name OIDC_AUDIENCE (else the client id), and it checks that audience unless
-  // OIDC_AUDIENCE=none (CONTRACT §2).
+  // OIDC_AUDIENCE=none (docs/configuration.md#settings).
   const audience = tokenAudience(config) ?? config.oidcClientId
   const verifier = makeTokenVerifier({
     key: key.publicKey,

@@ -1,5 +1,5 @@
 /**
- * The identity provider's verification keys (CONTRACT §9 "Tokens in production"): fetched from
+ * The identity provider's verification keys (docs/deployment.md#identity-provider): fetched from
  * its JWKS endpoint, each fetch with a deadline, and kept for as long as the provider is
  * unreachable — an outage of the identity provider never turns valid tokens into 401s.
  *

@@ -1,5 +1,5 @@
 /**
- * Failed-login slowing (CONTRACT §4 "Failed logins"): besides the per-IP limit, failures for one
+ * Failed-login slowing (docs/errors-and-limits.md#failed-logins): besides the per-IP limit, failures for one
  * username are counted across all IPs and instances (the RateLimiter store: Redis when configured),
  * and once `LOGIN_MAX_FAILURES` are in the trailing `LOGIN_FAILURE_WINDOW_SECONDS`, further
  * attempts for that username are refused — 429 `Too many failed login attempts` with

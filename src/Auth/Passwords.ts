@@ -1,4 +1,4 @@
-/** `scrypt:<N>:<r>:<p>:<salt base64>:<key base64>` password hashes (CONTRACT §9). */
+/** `scrypt:<N>:<r>:<p>:<salt base64>:<key base64>` password hashes (docs/configuration.md#users-of-the-built-in-provider). */
 import { randomBytes, scrypt, timingSafeEqual } from "node:crypto"
 
 const scryptAsync = (password: string, salt: Buffer, keylen: number, N: number, r: number, p: number) =>

@@ -1,5 +1,5 @@
 /**
- * RBAC: an operation that lists several roles needs all of them (INTERFACE §Authentication 4).
+ * RBAC: an operation that lists several roles needs all of them (docs/http-api.md#conventions).
  * Which roles each operation needs is vocabulary, in Domain/User.ts (`OperationRoles`).
  */
 import { Effect } from "effect"

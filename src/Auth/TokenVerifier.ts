@@ -1,7 +1,7 @@
 /**
  * Bearer-token verification with jose: asymmetric algorithms only, issuer, audience when
  * configured (`aud` must contain it), exp/nbf/iat with a small clock tolerance (the provider's
- * clock and ours may differ by a few seconds); roles as CONTRACT §3 reads them. Verified tokens
+ * clock and ours may differ by a few seconds); roles as docs/http-api.md#conventions reads them. Verified tokens
  * are cached until they expire, so the hot path verifies a token's signature once. The cache holds
  * at most `cacheSize` tokens (10,000): when full, the oldest entry goes (`token_cache_evictions_total`;
  * its token is verified again when next seen); `token_cache_entries` shows how full it is.
@@ -30,7 +30,7 @@ const stringArray = (u: unknown): ReadonlyArray<string> =>
 const record = (u: unknown): Record<string, unknown> =>
   typeof u === "object" && u !== null ? u as Record<string, unknown> : {}
 
-/** CONTRACT §3: union of realm_access.roles, resource_access[client].roles and top-level roles. */
+/** docs/http-api.md#conventions: union of realm_access.roles, resource_access[client].roles and top-level roles. */
 export const rolesOf = (payload: JWTPayload, clientId: string): ReadonlyArray<string> => {
   const realm = stringArray(record(payload["realm_access"])["roles"])
   const client = stringArray(record(record(payload["resource_access"])[clientId])["roles"])

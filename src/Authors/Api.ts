@@ -1,28 +1,40 @@
-/** The authors HTTP contract (INTERFACE §Endpoints, CONTRACT §3). */
+/** The authors HTTP contract (docs/http-api.md#authors). */
 import { Effect, Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
 import { Author, AuthorPage, AuthorPayload } from "../Domain/Author.ts"
-import { clampPerPage, Cursor, MAX_PAGE } from "../Domain/Pagination.ts"
+import { AUTHORS_MAX_PER_PAGE, clampPerPage, Cursor, MAX_PAGE } from "../Domain/Pagination.ts"
 import { OperationRoles } from "../Domain/User.ts"
 import { Wire } from "../Errors.ts"
-import { atLeast, atMost, IntFromString, ParamText } from "../Domain/Params.ts"
+import { atLeast, documentedAs, IntFromString, IntParam, ParamText } from "../Domain/Params.ts"
 
-export const AuthorId = IntFromString
+/**
+ * Ids start at 1; a path id no author has, 0 and ids beyond the 32-bit range included, is a 404,
+ * so the minimum is documented, not checked.
+ */
+export const AuthorId = IntFromString.annotate(documentedAs({ type: "integer", minimum: 1 }))
 
-/** `per_page` above 1000 is clamped, not refused (CONTRACT §3). */
-const PerPage = clampPerPage(IntFromString.check(atLeast(1)))
+/** An id filter: one no author has matches nothing. */
+const IdFilter = IntFromString.annotate(documentedAs({ type: "integer" }))
+
+/** `per_page` above 1000 is clamped, not refused (docs/http-api.md#authors). */
+const PerPage = clampPerPage(IntFromString.check(atLeast(1))).annotate(documentedAs({
+  type: "integer",
+  minimum: 1,
+  default: 20,
+  description: `Values above ${AUTHORS_MAX_PER_PAGE} are read as ${AUTHORS_MAX_PER_PAGE}.`
+}))
 
 export const ListParams = Schema.Struct({
-  id: Schema.optional(IntFromString),
+  id: Schema.optional(IdFilter),
   name: Schema.optional(ParamText),
   search: Schema.optional(ParamText)
 })
 
 export const PageParams = Schema.Struct({
-  page: IntFromString.check(atLeast(1), atMost(MAX_PAGE)).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(1))),
+  page: IntParam({ minimum: 1, maximum: MAX_PAGE }, { default: 1 }).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(1))),
   per_page: PerPage.pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(20))),
-  id: Schema.optional(IntFromString),
+  id: Schema.optional(IdFilter),
   name: Schema.optional(ParamText),
   cursor: Schema.optional(Cursor)
 })

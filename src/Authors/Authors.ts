@@ -1,11 +1,11 @@
 /**
  * The authors service: the one implementation behind HTTP and the WebSocket packages. Every
- * change is announced on `AuthorEvents` (broadcast to WebSocket clients, CONTRACT §5). Reads come
+ * change is announced on `AuthorEvents` (broadcast to WebSocket clients, docs/websocket.md#broadcasts). Reads come
  * as the text they are sent as, through the read cache (ReadCache.ts), which every write bumps
  * after its commit and before its response — and before its broadcast, so a client that reads on
  * hearing of a change reads the change.
  */
-import { Context, Effect, Layer, Option, Stream } from "effect"
+import { Context, Effect, Fiber, Layer, Option, Stream } from "effect"
 import type { AuthorEvent, AuthorFilters, AuthorPage, AuthorRow } from "../Domain/Author.ts"
 import { encodeCursor, pageCount, type PageQuery } from "../Domain/Pagination.ts"
 import { authorAnswer, authorKey, listAnswer, listKey, pageAnswer, pageKey, type ReadAnswer } from "./ReadAnswers.ts"
@@ -30,8 +30,17 @@ const make = Effect.gen(function*() {
   const repo = yield* AuthorRepo
   const events = yield* AuthorEvents
   const cache = yield* ReadCache
+  /**
+   * The bump and the broadcast are issued in the same tick, the bump first, so they leave in one
+   * write to Redis (one connection, auto-pipelined), which runs them in that order: the broadcast
+   * still reaches no one before the bump. The response waits for the bump only.
+   */
   const announce = (event: AuthorEvent["event"]) => (author: AuthorRow) =>
-    Effect.andThen(cache.written(author.id), Effect.forkDetach(events.publish({ event, author })))
+    Effect.flatMap(Effect.forkChild(cache.written(author.id), { startImmediately: true }), (bump) =>
+      Effect.andThen(
+        Effect.forkDetach(events.publish({ event, author }), { startImmediately: true }),
+        Fiber.join(bump)
+      ))
 
   /**
    * The whole list, by id, in keyset batches of LIST_BATCH_SIZE rows, so memory does not grow

@@ -18,7 +18,7 @@ import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { hash } from "node:crypto"
 import { Api } from "../Api.ts"
-import { type AuthorFilters, authorRowsJson } from "../Domain/Author.ts"
+import { type AuthorFilters, type AuthorRow, authorRowsJson } from "../Domain/Author.ts"
 import { getRequestContext } from "../Domain/RequestContext.ts"
 import { AuthorNotFound } from "../Errors.ts"
 import { Authors, type ListBatches } from "./Authors.ts"
@@ -44,13 +44,22 @@ export const ifNoneMatch = (header: string | undefined, etag: string, star = tru
 
 const notModified = (etag: string) => HttpServerResponse.empty({ status: 304, headers: { etag } })
 
-const answered = (answer: ReadAnswer, ifNone: string | undefined) =>
+/** A read's answer: the stored text with its ETag, or 304 when `If-None-Match` names it (the front door's cached reads too). */
+export const answered = (answer: ReadAnswer, ifNone: string | undefined) =>
   ifNoneMatch(ifNone, answer.etag)
     ? notModified(answer.etag)
     : HttpServerResponse.text(answer.body, { contentType: JSON_TYPE, headers: { etag: answer.etag } })
 
 /**
- * GET /authors (unpaginated, INTERFACE) longer than one batch: a JSON array written batch by batch
+ * A created or renamed author: the row as the JSON `Author` encodes it (`authorRowsJson`, byte for
+ * byte), written as is. The row comes from the database with the schema's shape, so HttpApi's
+ * encoding would only check it again.
+ */
+const written = (row: AuthorRow, status: 200 | 201) =>
+  HttpServerResponse.text(authorRowsJson([row]), { status, contentType: JSON_TYPE })
+
+/**
+ * GET /authors (unpaginated: docs/http-api.md#authors) longer than one batch: a JSON array written batch by batch
  * (chunked), byte for byte what encoding `Schema.Array(Author)` gives. The first batch was read
  * before the response exists, so a database failure there is the usual JSON error; a failure
  * later aborts the answer.
@@ -106,8 +115,8 @@ export const AuthorsHttpLive = HttpApiBuilder.group(
           if (!answer.found) return yield* Effect.fail(AuthorNotFound.of(author_id))
           return answered(answer, request.headers["if-none-match"])
         }))
-      .handle("create", ({ payload }) => authors.create(payload.name))
-      .handle("update", ({ params, payload }) => authors.update(params.author_id, payload.name))
+      .handle("create", ({ payload }) => Effect.map(authors.create(payload.name), (row) => written(row, 201)))
+      .handle("update", ({ params, payload }) => Effect.map(authors.update(params.author_id, payload.name), (row) => written(row, 200)))
       .handle("remove", ({ params }) => Effect.asVoid(authors.remove(params.author_id)))
   })
 )

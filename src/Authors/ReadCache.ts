@@ -1,5 +1,5 @@
 /**
- * The exact read cache of author reads (docs: README "Read cache"): `GET /authors` (one batch),
+ * The exact read cache of author reads (docs/architecture.md#the-read-cache): `GET /authors` (one batch),
  * `GET /authors/paginated` (offset and cursor), `GET /authors/{author_id}` and WebSocket packages
  * 1 and 2 are answered from memory when nothing they depend on changed since the answer was read.
  *
@@ -51,7 +51,7 @@ import {
 } from "../Observability/Metrics.ts"
 import { AppConfig } from "../Config.ts"
 import type { Observed } from "../Domain/RequestContext.ts"
-import { clockCounterLua, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { clockCounterLua, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { CHANGES_CHANNEL, type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
 import { ReadAnswer, textBytes } from "./ReadAnswers.ts"
 
@@ -195,6 +195,11 @@ export interface ReadCacheShape {
    * fits (concurrent misses of one key and tag share one `load`).
    */
   readonly read: <A, E, R>(key: string, tag: string | undefined, load: Effect.Effect<ReadAnswer | A, E, R>) => Effect.Effect<ReadAnswer | A, E, R>
+  /**
+   * The answer stored under `key` with `tag` (counted as a hit), else undefined and nothing
+   * counted: the caller goes on to `read`, which counts the miss and shares concurrent loads.
+   */
+  readonly peek: (key: string, tag: string) => ReadAnswer | undefined
   /** After the commit of a write of author `id`, before its response. Never fails. */
   readonly written: (id: number) => Effect.Effect<void>
   /** Differs on every process start: weak ETags built from tags carry it. */
@@ -218,7 +223,9 @@ export const makeReadCache = (options: ReadCacheOptions) =>
     const store = new AnswerStore(options.maxBytes)
     const epochs = new LocalEpochs(options.feed === undefined)
     const redis = options.redis
-    const bump = redis === undefined ? undefined : defineScript<number>(redis.client, "adsBumpGenerations", 2, BUMP_LUA)
+    // EVAL, not EVALSHA: after a script flush EVALSHA would be retried as EVAL behind the
+    // broadcast issued with it (Authors.ts `announce`), which must not overtake the bump.
+    const bump = redis === undefined ? undefined : (...keys: ReadonlyArray<string>) => redis.client.eval(BUMP_LUA, keys.length, ...keys)
     const inflight = new Map<string, { readonly tag: string; readonly done: Deferred.Deferred<ReadAnswer | undefined> }>()
 
     if (options.feed !== undefined) {
@@ -289,7 +296,7 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         if (redis === undefined || bump === undefined) return Effect.void
         if (isDisconnected(redis.client)) return bumpFailed(id, new Error(`Redis ${redis.client.status}`))
         const keys = [`${redis.prefix}${generationKeyOf(LIST_SCOPE)}`, `${redis.prefix}${generationKeyOf(scopeOfId(id))}`]
-        return redisCommand("EVALSHA bump_generations", () => bump(...keys)).pipe(
+        return redisCommand("EVAL bump_generations", () => bump(...keys)).pipe(
           Effect.asVoid,
           Effect.catch((error) => bumpFailed(id, error.cause))
         )
@@ -299,6 +306,11 @@ export const makeReadCache = (options: ReadCacheOptions) =>
       generationKey: (scope) => (enabled && redis !== undefined ? generationKeyOf(scope) : undefined),
       tag,
       read,
+      peek: (key, tag) => {
+        const hit = store.get(key, tag)
+        if (hit !== undefined) readCacheHitsTotal.inc()
+        return hit
+      },
       written,
       bootId: randomBytes(6).toString("base64url")
     })
@@ -327,6 +339,7 @@ export class ReadCache extends Context.Service<ReadCache, ReadCacheShape>()("Aut
     generationKey: () => undefined,
     tag: () => undefined,
     read: (_key, _tag, load) => load,
+    peek: () => undefined,
     written: () => Effect.void,
     bootId: "none"
   }))

@@ -1,7 +1,7 @@
 /**
  * The database: `PgClient` on `DATABASE_URL`, or — with no URL — embedded PostgreSQL (PGlite)
  * persisted in `DATA_DIR`, served over the PostgreSQL wire protocol on loopback so the very same
- * driver, SQL and migrations run in both cases (ARCHITECTURE §The shape).
+ * driver, SQL and migrations run in both cases.
  */
 import { PGlite } from "@electric-sql/pglite"
 import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm"
@@ -62,7 +62,7 @@ export interface ClientOptions {
   readonly prepare?: boolean
   readonly migrationsDir?: string
   /**
-   * DATABASE_STATEMENT_TIMEOUT_SECONDS in ms (Review F12): the service's own deadline for the
+   * DATABASE_STATEMENT_TIMEOUT_SECONDS in ms: the service's own deadline for the
    * wait for a connection plus the statement — it holds when the server never answers — and, on
    * a real server, PostgreSQL's `statement_timeout` for each session, so the server also stops a
    * statement the service gave up on.

@@ -1,5 +1,5 @@
 /**
- * The deadlines of every PostgreSQL call (Review F12), used by Db/Instrumentation.ts: what a call
+ * The deadlines of every PostgreSQL call, used by Db/Instrumentation.ts: what a call
  * that outlived its deadline fails with, a fiber's own deadline (none for the migrations), and how
  * a statement is given up on without waiting for it — which matters when the server accepts and
  * never answers (half-open, blackholed), where no error ever comes.
@@ -14,7 +14,7 @@ import * as SqlError from "effect/sql/SqlError"
 /**
  * The cause of a statement that outlived its deadline, or of a connection not lent in time. It is
  * a `SqlError` with a `ConnectionError` reason, so every caller treats it as the outage it is
- * (the audit writer retries; a request gets the database error, CONTRACT §3).
+ * (the audit writer retries; a request gets the database error, docs/errors-and-limits.md#http-errors).
  */
 export class DatabaseTimeout extends Data.TaggedError("DatabaseTimeout")<{
   readonly phase: "acquire" | "statement"

@@ -1,14 +1,14 @@
 /**
- * Database metrics (INTERFACE §GET /metrics): `db_query_duration_seconds{operation}`,
+ * Database metrics (docs/operations.md#metrics--get-metrics): `db_query_duration_seconds{operation}`,
  * `db_connections_active` and `db_errors_total{operation,error_type}`, recorded at the one place
  * every statement passes — the connections our `PgClient` lends (`makePgClient`) — so the
  * repositories, the migrator, the audit writer and the health probe are all counted without
- * knowing it. Spans for the same statements come from `effect/sql` itself (CONTRACT §8).
+ * knowing it. Spans for the same statements come from `effect/sql` itself (docs/operations.md#tracing).
  *
  * `@effect/sql-pg` 4 speaks the wire protocol itself (no `pg` pool to patch) and offers no hook
  * around a statement, so `makePgClient` is `PgClient.make` (same pool, compiler, transactions,
  * `json`/`listen`/`notify`) with its connections wrapped to measure, and with the prepare policy
- * below — and with the deadlines of Review F12: waiting for a connection and running a statement
+ * below — and with deadlines: waiting for a connection and running a statement
  * are bounded (DATABASE_STATEMENT_TIMEOUT_SECONDS; Db/Deadline.ts), also when the server accepts and
  * never answers. One module on purpose (~310 lines): metrics, prepare policy and deadlines are one
  * wrapper around the driver's connection, which each of them needs whole.
@@ -88,14 +88,14 @@ export const PREPARED_STATEMENTS_MAX = 200
 
 /**
  * Which statements run as named prepared statements (DATABASE_PREPARED_STATEMENTS): PostgreSQL
- * parses and plans each once per connection instead of once per execution (W1's page statement:
- * 344 → 277 µs of backend CPU). Only parameterised ones, and not the long ones, so every backend
+ * parses and plans each once per connection instead of once per execution, which saves backend
+ * CPU on the hot statements. Only parameterised ones, and not the long ones, so every backend
  * holds a bounded set. A plan a schema change invalidated (a migration by another instance,
  * SQLSTATE 0A000) is parsed again by the driver, unnamed, so the caller never sees the error.
  * Not a pattern match (`ILIKE $n`): after five executions PostgreSQL may keep a generic plan,
  * which cannot see the pattern and so never picks the trigram index — `GET /authors?search=`
- * scanned the table by id order (the bench's W5 fell to 0.11× of the baseline; 3.9 → 0.5 ms a
- * statement with the pattern planned each time).
+ * would scan the table by id order, several times slower than a statement with the pattern
+ * planned each time.
  */
 export const preparable = (text: string, params: ReadonlyArray<unknown>): boolean =>
   params.length > 0 && text.length <= PREPARED_TEXT_MAX && !text.includes(" ILIKE ")

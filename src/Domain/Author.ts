@@ -3,12 +3,12 @@ import { PageMeta } from "./Pagination.ts"
 import { issue } from "./Params.ts"
 
 /**
- * CONTRACT §3: `{id, name, created_at}` in every response; created_at ISO 8601 UTC without zone.
- * A plain struct, not a `Schema.Class`: encoding a row into a class schema validated it, built
- * an instance and validated that again — per author, on every page and list.
+ * docs/http-api.md#authors: `{id, name, created_at}` in every response; created_at ISO 8601 UTC without zone.
+ * A plain struct, not a `Schema.Class`: encoding a row into a class schema would validate it,
+ * build an instance and validate that again — per author, on every page and list.
  */
 export const Author = Schema.Struct({
-  id: Schema.Int,
+  id: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)),
   name: Schema.String,
   created_at: Schema.String.annotate({ description: "ISO 8601 UTC datetime without zone", examples: ["2026-01-31T12:00:00.000000"] })
 }).annotate({ identifier: "Author" })
@@ -37,7 +37,7 @@ export const authorRowsJson = (rows: ReadonlyArray<AuthorRow>): string =>
   rows.map((row) => JSON.stringify({ id: row.id, name: row.name, created_at: row.created_at })).join(",")
 
 /**
- * CONTRACT §9: names are trimmed, then 1–255 Unicode code points; stored as given.
+ * docs/http-api.md#authors: names are trimmed, then 1–255 Unicode code points; stored as given.
  * NUL cannot be stored in PostgreSQL text, so it is refused here rather than failing in SQL.
  */
 export const AuthorName = Schema.String.annotate({

@@ -12,7 +12,7 @@ export interface Cidr {
   readonly prefix: number
 }
 
-/** IPv4-mapped IPv6 (`::ffff:1.2.3.4`) is reported as plain IPv4 (CONTRACT §9, audit `ip_address`). */
+/** IPv4-mapped IPv6 (`::ffff:1.2.3.4`) is reported as plain IPv4 (the audit's `ip_address`). */
 export const normalizeIp = (ip: string): string => {
   const trimmed = ip.trim()
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(trimmed)

@@ -1,5 +1,5 @@
 /**
- * Pagination rules (CONTRACT §3, §9): page ≥ 1, per_page ≥ 1 (authors: clamped to 1000),
+ * Pagination rules (docs/http-api.md#authors): page ≥ 1, per_page ≥ 1 (authors: clamped to 1000),
  * `pages = ceil(total / per_page)`, and an opaque keyset cursor that costs the same at any depth.
  */
 import { Effect, Option, Schema, SchemaGetter, SchemaIssue, SchemaTransformation } from "effect"
@@ -32,7 +32,7 @@ export const decodeCursor = (cursor: string): Option.Option<number> => {
   return Number.isSafeInteger(id) ? Option.some(id) : Option.none()
 }
 
-/** Pagination metadata (CONTRACT §3). */
+/** Pagination metadata (docs/http-api.md#authors). */
 export const PageMeta = Schema.Struct({
   page: Schema.Int,
   per_page: Schema.Int,

@@ -5,7 +5,7 @@
  * reads it with `SchemaIssue.makeFormatterStandardSchemaV1()(error.issue).issues` (each
  * `{ path, message }`) and splits it with `splitIssue`.
  */
-import { Effect, Schema, type SchemaAST, SchemaIssue, SchemaTransformation } from "effect"
+import { Effect, type JsonSchema, Schema, SchemaAST, SchemaIssue, SchemaTransformation } from "effect"
 
 export const issue = (type: string, message: string) => `${type}|${message}`
 
@@ -61,7 +61,7 @@ export const atMost = (max: number): SchemaAST.Filter<number> =>
 
 /**
  * A free-text path or query value: bounded, and without NUL (PostgreSQL cannot compare it;
- * CONTRACT §9 "Control characters" — escapes that are not UTF-8 arrive as NUL: Http/UrlText.ts).
+ * docs/errors-and-limits.md#validation-errors-422 — escapes that are not UTF-8 arrive as NUL: Http/UrlText.ts).
  */
 export const ParamText = Schema.String.check(
   Schema.makeFilter<string>((s) => {
@@ -70,3 +70,32 @@ export const ParamText = Schema.String.check(
     return true
   }, { expected: "a string of at most 1000 characters without NUL", toJsonSchema: () => ({ maxLength: 1000 }) })
 )
+
+/**
+ * The annotation that describes a query or path parameter in the OpenAPI document by what it
+ * decodes to (an integer, a date, one of a few words), not by the text it arrives as: HttpApi
+ * documents the encoded side, which for every such parameter is a string. Api.ts puts it in the
+ * document; the decoding, and so every answer, stays the schema's.
+ */
+export const PARAMETER_SCHEMA = "parameterSchema"
+
+export const documentedAs = (schema: JsonSchema.JsonSchema): { readonly [PARAMETER_SCHEMA]: JsonSchema.JsonSchema } => ({
+  [PARAMETER_SCHEMA]: schema
+})
+
+/** The documented schema of a parameter (optional ones included), if it has one. */
+export const parameterSchemaOf = (ast: SchemaAST.AST): JsonSchema.JsonSchema | undefined => {
+  const value = SchemaAST.resolve(meant(ast))?.[PARAMETER_SCHEMA]
+  return typeof value === "object" && value !== null ? value as JsonSchema.JsonSchema : undefined
+}
+
+/** An integer parameter with the bounds it is checked against, documented as such (with its default, if it has one). */
+export const IntParam = (
+  bounds: { readonly minimum: number; readonly maximum?: number },
+  doc: { readonly default?: number; readonly description?: string } = {}
+) => {
+  const checked = bounds.maximum === undefined
+    ? IntFromString.check(atLeast(bounds.minimum))
+    : IntFromString.check(atLeast(bounds.minimum), atMost(bounds.maximum))
+  return checked.annotate(documentedAs({ type: "integer", ...bounds, ...doc }))
+}

@@ -17,11 +17,11 @@ export interface Observed {
 }
 
 export interface RequestContext {
-  /** UUID per request: `X-Request-ID` and the audit record's request_id (CONTRACT §6). */
+  /** UUID per request: `X-Request-ID` and the audit record's request_id (docs/audit.md#what-is-recorded). */
   readonly requestId: string
   readonly correlationId: string
   /**
-   * The trace id log lines carry when no span is open (tracing off, CONTRACT §8): the caller's,
+   * The trace id log lines carry when no span is open (tracing off, docs/operations.md#tracing): the caller's,
    * from a valid W3C `traceparent`, else the request id's 32 hex digits.
    */
   readonly traceId: string

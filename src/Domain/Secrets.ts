@@ -4,7 +4,7 @@
  * read the same list.
  */
 
-/** CONTRACT §6: values of keys matching these names are redacted. */
+/** docs/audit.md#what-is-recorded: values of keys matching these names are redacted. */
 const SECRET_NAMES: ReadonlyArray<string> = [
   "password", "passwd", "secret", "token", "access_token", "refresh_token", "authorization", "api_key",
   "client_secret", "credit_card", "card_number", "cvv", "ssn"
@@ -30,7 +30,7 @@ const wordsOf = (key: string): Array<string> =>
     .filter((word) => word !== "")
 
 /**
- * Whether a key *matches* a secret name (CONTRACT §6: case-insensitive): some run of its words
+ * Whether a key *matches* a secret name (case-insensitive): some run of its words
  * spells the name, in any case and with any separator — `password`, `user_password`,
  * `newPassword`, `X-Api-Key`, `apikey`, `Access-Token`, `creditCardNumber`, `cvv2`, a plural
  * (`tokens`) — but a word that merely contains one does not (`secretary`, `classname`, `tokenizer`).

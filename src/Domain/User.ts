@@ -4,7 +4,7 @@ import { Context } from "effect"
 export const Roles = ["admin", "user", "get-authors", "create-author", "update-author", "delete-author"] as const
 export type Role = (typeof Roles)[number]
 
-/** The role each operation needs (INTERFACE §Authentication 5), shared by the HTTP contracts and the WebSocket packages. */
+/** The role each operation needs (docs/http-api.md#conventions), shared by the HTTP contracts and the WebSocket packages. */
 export const OperationRoles = {
   listAuthors: ["get-authors"],
   getAuthor: ["get-authors"],
@@ -14,7 +14,7 @@ export const OperationRoles = {
   readAuditLogs: ["admin"]
 } as const satisfies Record<string, ReadonlyArray<Role>>
 
-/** The user model built from token claims (INTERFACE §Token claims used by the service). */
+/** The user model built from token claims (docs/http-api.md#conventions). */
 export interface User {
   readonly id: string
   readonly username: string

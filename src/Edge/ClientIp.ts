@@ -1,6 +1,6 @@
 /**
  * Client address resolution: `X-Forwarded-For` is believed only when the direct peer is a
- * trusted proxy (CONTRACT §4, `TRUSTED_PROXIES`).
+ * trusted proxy (`TRUSTED_PROXIES`: docs/errors-and-limits.md#http-rate-limit).
  */
 import { isIP } from "node:net"
 import { type Cidr, cidrContains, normalizeIp } from "../Domain/Cidr.ts"

@@ -6,7 +6,7 @@
 
 const CORRELATION_ID = /^[A-Za-z0-9._-]{1,64}$/
 
-/** CONTRACT §3: accepted when 1–64 of `[A-Za-z0-9._-]`, else replaced by 8 generated hex characters. */
+/** docs/http-api.md#conventions: accepted when 1–64 of `[A-Za-z0-9._-]`, else replaced by 8 generated hex characters. */
 export const correlationIdFrom = (header: string | undefined): string =>
   header !== undefined && CORRELATION_ID.test(header) ? header : randomHex8()
 

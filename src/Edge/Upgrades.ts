@@ -21,7 +21,7 @@ export class Upgrades extends Context.Service<Upgrades, {
 }>()("Edge/Upgrades") {}
 
 /**
- * Answers on the raw socket with a JSON `{detail}` error (CONTRACT §3) and closes it: a refused
+ * Answers on the raw socket with a JSON `{detail}` error (docs/errors-and-limits.md#http-errors) and closes it: a refused
  * upgrade, a request the parser refused. `correlationId` defaults to a generated one; `headers`
  * adds more (a 429's Retry-After and X-RateLimit-*); `head` leaves the body out (the answer to a
  * HEAD request has none: a client would read it as the start of the next response).

@@ -1,6 +1,7 @@
 /**
- * Front door: the request's metrics (CONTRACT §7, labelled by route template, never the raw
- * path) and its access log line (CONTRACT §8: one line per request with its ids). Scrapes and
+ * Front door: the request's metrics (docs/operations.md#metrics--get-metrics, labelled by route
+ * template, never the raw path) and its access log line (docs/operations.md#logs: one line per
+ * request with its ids). Scrapes and
  * probes would drown the rest, so the unlimited paths log at debug; the line is built only when
  * its level is on (it is the only per-request allocation of the logger).
  */

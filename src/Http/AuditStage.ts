@@ -1,5 +1,5 @@
 /**
- * Front door: the audit record of an authenticated HTTP request (CONTRACT §6), written after the
+ * Front door: the audit record of an authenticated HTTP request (docs/audit.md#what-is-recorded), written after the
  * response is known. Not recorded: the unlimited paths (probes, scrapes, docs) and the login
  * endpoints, whose handlers write their own record (a login is not a bearer-authenticated request).
  */
@@ -20,7 +20,7 @@ const decoder = new TextDecoder()
 const ERROR_MESSAGE_MAX_CHARS = 1000
 
 /**
- * A 422 issue as the audit stores it (CONTRACT §6): the response echoes the client's own input
+ * A 422 issue as the audit stores it (docs/audit.md#what-is-recorded): the response echoes the client's own input
  * back to it, but the stored record obeys the redaction of `request_data` — the input of a
  * parameter named like a secret is `[REDACTED]`, secrets nested in an echoed object are too, and
  * a JSON parse error keeps no excerpt of the text that did not parse (V8 quotes it).
@@ -60,19 +60,24 @@ const bodyOf = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<unk
     return parsed.ok ? parsed.value : undefined
   })
 
+/** What the record is made of besides the response (the front door's record of the request). */
+export interface AuditedRequest {
+  readonly request: HttpServerRequest.HttpServerRequest
+  /** The request the app read its body from (Http/BodyLimit.ts may have read it first). */
+  readonly presented: HttpServerRequest.HttpServerRequest
+  readonly pathname: string
+  readonly ctx: RequestContext
+}
+
 export const makeAuditStage = (audit: AuditLog["Service"], unaudited: ReadonlySet<string>) =>
 (
-  request: HttpServerRequest.HttpServerRequest,
-  /** The request the app read its body from (Http/BodyLimit.ts may have read it first). */
-  bodySource: HttpServerRequest.HttpServerRequest,
-  pathname: string,
-  ctx: RequestContext,
+  { ctx, pathname, presented, request }: AuditedRequest,
   response: HttpServerResponse.HttpServerResponse
 ): Effect.Effect<void> => {
   const user = ctx.user
   if (user === undefined || unaudited.has(pathname) || SELF_AUDITED_PATHS.has(pathname)) return Effect.void
   // A 405 was decided on the path alone: its body went to no handler and is not read for the record either.
-  return Effect.flatMap(response.status === 405 ? Effect.undefined : bodyOf(bodySource), (body) => {
+  return Effect.flatMap(response.status === 405 ? Effect.undefined : bodyOf(presented), (body) => {
     const queryStart = request.url.indexOf("?")
     const query = queryStart === -1 ? undefined : Object.fromEntries(new URLSearchParams(request.url.slice(queryStart + 1)))
     const status = response.status

@@ -1,5 +1,5 @@
 /**
- * Front door stage 1 (CONTRACT §9 check order): a body over `MAX_REQUEST_BODY_BYTES` is a 413
+ * Front door stage 1 (docs/errors-and-limits.md#check-order): a body over `MAX_REQUEST_BODY_BYTES` is a 413
  * before anything else — before authentication and the rate limit — including a chunked body,
  * whose size is only known once it is read.
  */

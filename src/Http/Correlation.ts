@@ -1,6 +1,7 @@
 /**
  * Front door: the request's facts, learned once when it arrives — request id, correlation id
- * (CONTRACT §3), trace id for the logs, client IP (CONTRACT §4, trusted proxies) — and, when anything
+ * (docs/http-api.md#conventions), trace id for the logs, client IP (trusted proxies:
+ * docs/errors-and-limits.md#http-rate-limit) — and, when anything
  * will ask for it, its authentication (once per request: the rate limiter keys by it and the
  * security middleware reads it). The result is the one immutable `RequestContext`.
  */
@@ -41,5 +42,5 @@ export const makeCorrelation = (trustedProxies: ReadonlyArray<Cidr>, verifier: T
   return { begin, authenticate } as const
 }
 
-/** Every response carries the ids (CONTRACT §3: errors and 429 included). */
+/** Every response carries the ids (errors and 429 included: docs/http-api.md#conventions). */
 export const idHeaders = (ctx: RequestContext) => ({ "x-correlation-id": ctx.correlationId, "x-request-id": ctx.requestId })

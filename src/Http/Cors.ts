@@ -1,5 +1,5 @@
 /**
- * Front door: CORS for browser clients (CONTRACT §9). `CORS_ALLOWED_ORIGINS` (comma-separated or
+ * Front door: CORS for browser clients (docs/http-api.md#conventions). `CORS_ALLOWED_ORIGINS` (comma-separated or
  * `*`) answers preflights — here, before the rate limit and authentication, so a browser can ask —
  * and adds `Access-Control-Allow-Origin` for the listed origins, exposing the id and rate-limit
  * headers. Empty (the default) adds nothing. Bearer tokens, not cookies: no credentials mode.

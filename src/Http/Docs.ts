@@ -1,7 +1,7 @@
 /**
- * Interactive documentation with no internet access (CONTRACT §7): Swagger UI at /docs (HttpApi
+ * Interactive documentation with no internet access (docs/operations.md#api-documentation): Swagger UI at /docs (HttpApi
  * inlines its bundle, loaded on the first visit), ReDoc at /redoc (the standalone bundle from the installed `redoc` package,
- * inlined with the spec, read when the page is first asked for: STACK-NOTES pitfall 4). The
+ * inlined with the spec, read when the page is first asked for). The
  * OpenAPI document at /openapi.json is served by `HttpApiBuilder.layer` (App.ts).
  */
 import { Effect, Layer } from "effect"

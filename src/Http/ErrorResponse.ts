@@ -1,6 +1,6 @@
 /**
- * Front door: every failure becomes a JSON response (CONTRACT §3 "every error body is JSON with
- * `detail`"): HttpApi's decode failures → the FastAPI 422 (Validation.ts), malformed JSON →
+ * Front door: every failure becomes a JSON response (every error body is JSON with `detail`:
+ * docs/errors-and-limits.md#http-errors): HttpApi's decode failures → the FastAPI 422 (Validation.ts), malformed JSON →
  * `json_invalid`, a wrong content type → 422, an unknown route → 404 `{detail: "Not Found"}`, a
  * method the path does not serve → 405 `{detail: "Method Not Allowed"}` with `Allow`, a
  * failing health check → 503 with the health report, and only true bugs → 500
@@ -31,6 +31,21 @@ export const validationResponse = (issues: ReadonlyArray<ValidationIssue>) => js
 
 const isJsonContentType = (contentType: string | undefined) =>
   contentType === undefined || contentType.toLowerCase().includes("application/json")
+
+const FORM_TYPE = "application/x-www-form-urlencoded"
+
+const isFormContentType = (contentType: string | undefined) =>
+  contentType !== undefined && contentType.toLowerCase().split(";")[0]!.trim() === FORM_TYPE
+
+/** A form body's fields as HttpApi decodes them: a repeated name holds every value. */
+const formFields = (text: string): Record<string, string | Array<string>> => {
+  const fields: Record<string, string | Array<string>> = {}
+  for (const [name, value] of new URLSearchParams(text)) {
+    const held = fields[name]
+    fields[name] = held === undefined ? value : Array.isArray(held) ? [...held, value] : [held, value]
+  }
+  return fields
+}
 
 /** The body as JSON text, or "" when it is not a JSON body (or cannot be read); the audit stage records it. */
 export const jsonText = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<string> =>
@@ -86,7 +101,10 @@ export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
         }
         if (decodeFailed) {
           let body: unknown = null
-          if (schemaError.kind === "Payload") {
+          // A form body reached decoding only where the endpoint takes one (POST /login).
+          if (schemaError.kind === "Payload" && isFormContentType(request.headers["content-type"])) {
+            body = formFields(yield* Effect.orElseSucceed(request.text, () => ""))
+          } else if (schemaError.kind === "Payload") {
             const parsed = parseJson(text)
             if (!parsed.ok) return validationResponse(jsonInvalid(parsed.message))
             body = parsed.value
@@ -94,7 +112,7 @@ export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
           return validationResponse(toValidationIssues(shapes, schemaError, requestView(request, body)))
         }
       }
-      // INTERFACE §GET /health: 503 with the health report's own shape, not `{detail}`.
+      // docs/operations.md#health-and-probes: 503 with the health report's own shape, not `{detail}`.
       if (error instanceof Unhealthy) return json(503, error.report)
       if (isClientError(error)) return clientErrorResponse(error)
       if (typeof error === "object" && error !== null && "_tag" in error && error._tag === "HttpServerError" && "reason" in error) {
@@ -111,7 +129,7 @@ export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
 
   /**
    * HttpApi answers a body in a content type the endpoint does not take with its own 415; every
-   * request body is JSON (CONTRACT §3), so that is the 422 FastAPI gives for a wrong content type.
+   * request body is JSON (docs/http-api.md#conventions), so that is the 422 FastAPI gives for a wrong content type.
    */
   const fromResponse = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
     response.status === 415

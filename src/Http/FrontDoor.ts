@@ -1,6 +1,6 @@
 /**
  * The front door: one global router middleware that every HTTP request passes, in the order of
- * CONTRACT §9 — body size (413, BodyLimit.ts) → rate limit (429, RateLimitStage.ts) →
+ * docs/errors-and-limits.md#check-order — body size (413, BodyLimit.ts) → rate limit (429, RateLimitStage.ts) →
  * [authentication (401) → role (403) → validation (422) → handler, inside HttpApi] — turning
  * every failure into a JSON `{detail}` response (ErrorResponse.ts). On the way out: metrics and
  * the access log (AccessLog.ts), the audit record (AuditStage.ts), then the ids and security
@@ -13,7 +13,7 @@
  * get `/metrics` and `/api/profiling/*`; on `PORT` those paths are unknown routes (404), and the
  * admin port serves nothing but them and the probes.
  */
-import { Cause, Effect, Option } from "effect"
+import { Cause, Effect, Option, References } from "effect"
 import { FindMyWay, Headers, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { HttpApi, HttpApiGroup } from "effect/http-api"
 import { AuditLog } from "../AuditLogs/AuditLog.ts"
@@ -25,6 +25,7 @@ import { type RateDecision, RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { observe } from "./AccessLog.ts"
 import { makeAuditStage } from "./AuditStage.ts"
 import { makeBodyLimit } from "./BodyLimit.ts"
+import { makeCachedReads } from "./CachedReads.ts"
 import { makeCors } from "./Cors.ts"
 import { idHeaders, makeCorrelation } from "./Correlation.ts"
 import { detail, makeErrorResponse } from "./ErrorResponse.ts"
@@ -36,7 +37,7 @@ import { securityHeaders } from "./SecurityHeaders.ts"
 import { markInvalidUtf8 } from "./UrlText.ts"
 import { type EndpointShape, endpointShapes, findShape, routeTemplate } from "./Validation.ts"
 
-/** CONTRACT §4: never rate limited (nor audited). */
+/** Never rate limited (docs/errors-and-limits.md#http-rate-limit), nor audited. */
 export const UNLIMITED_PATHS: ReadonlySet<string> = new Set([
   "/health", "/livez", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json", "/asyncapi.json", "/proto/websocket.proto",
   "/web"
@@ -80,7 +81,7 @@ const JSON_TYPE = "application/json"
 
 /**
  * The request as the app sees it: percent-escapes that are not UTF-8 marked as NUL
- * (Http/UrlText.ts), and any JSON media type (`…application/json…`, as before) presented as
+ * (Http/UrlText.ts), and any JSON media type (`…application/json…`) presented as
  * `application/json`, the one HttpApi decodes. The same request unless something changed, so the
  * body the platform caches per request object is read once.
  */
@@ -96,11 +97,27 @@ const present = (request: HttpServerRequest.HttpServerRequest) => {
   })
 }
 
-interface Admitted {
-  readonly response: HttpServerResponse.HttpServerResponse
-  readonly ctx: RequestContext
-  /** The request whose body the app read (the error mapping and the audit read it there). */
+/**
+ * The request on its way through the front door: one record each stage reads and passes on (a
+ * new one when it learned something), instead of the same values in every stage's parameters.
+ */
+interface Passage {
+  /** The request as it arrived (the audit record's method, path and query). */
+  readonly request: HttpServerRequest.HttpServerRequest
+  /** The request as the app reads it (`present`); its body is where the error mapping and the audit read it. */
   readonly presented: HttpServerRequest.HttpServerRequest
+  readonly pathname: string
+  /** The endpoint the request is routed to, if any. */
+  readonly shape: EndpointShape | undefined
+  /** Whether the rate limit applies. */
+  readonly limited: boolean
+  /** The request's facts, as far as they are known. */
+  readonly ctx: RequestContext
+}
+
+interface Answered {
+  readonly passage: Passage
+  readonly response: HttpServerResponse.HttpServerResponse
 }
 
 export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Constraint>(api: HttpApi.HttpApi<Id, Groups>) =>
@@ -119,7 +136,10 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
       })
       const errors = makeErrorResponse(shapes)
       const recordAudit = makeAuditStage(audit, UNLIMITED_PATHS)
-      const readKeys = makeReadKeys(yield* ReadCache)
+      const cache = yield* ReadCache
+      const readKeys = makeReadKeys(cache)
+      // With tracing on, every read goes through the app, whose spans a trace shows.
+      const cachedRead = (yield* References.TracerEnabled) ? undefined : makeCachedReads(cache)
       const cors = makeCors(config.corsAllowedOrigins)
       // Over the limit, the rest of the body is not read: the connection closes after the 413.
       const tooLarge = HttpServerResponse.setHeader(detail(413, PayloadTooLarge.instance.detail), "connection", "close")
@@ -132,62 +152,61 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
       }
       const notFound = Effect.succeed(detail(404, "Not Found"))
 
-      /** Body size → authentication (once, when anything will ask) → rate limit → the app. */
-      const admit = <E>(
-        request: HttpServerRequest.HttpServerRequest,
-        base: RequestContext,
-        shape: EndpointShape | undefined,
-        limited: boolean,
-        app: Effect.Effect<HttpServerResponse.HttpServerResponse, E>
-      ): Effect.Effect<Admitted, E> =>
+      /** Body size → authentication (once, when anything will ask) → rate limit → the cached reads or the app. */
+      const admit = <E>(arrived: Passage, app: Effect.Effect<HttpServerResponse.HttpServerResponse, E>): Effect.Effect<Answered, E> =>
         Effect.gen(function*() {
-          const checked = yield* bodyLimit(request)
-          if (Option.isNone(checked)) return { response: tooLarge, ctx: base, presented: request }
+          const checked = yield* bodyLimit(arrived.request)
+          if (Option.isNone(checked)) return { passage: arrived, response: tooLarge }
           const presented = present(checked.value)
-          const ctx = limited || shape?.secured === true ? yield* facts.authenticate(base, presented) : base
+          const passage: Passage = {
+            ...arrived,
+            presented,
+            ctx: arrived.limited || arrived.shape?.secured === true ? yield* facts.authenticate(arrived.ctx, presented) : arrived.ctx
+          }
           // From here on, every log line of the request carries its ids — the logger reads them
           // from `currentRequest` (Observability/Logging.ts, with the trace and user ids;
-          // CONTRACT §3/§8) — provided once for the rate check and the app (each provide copies
+          // docs/operations.md#logs) — provided once for the rate check and the app (each provide copies
           // the request's context).
-          return yield* Effect.provideService(limitedAndServed(request, presented, ctx, shape, limited, app), currentRequest, ctx)
+          return yield* Effect.provideService(limitedAndServed(passage, app), currentRequest, passage.ctx)
         })
 
       /**
-       * Rate limit → the app, whose failures become the JSON error responses. The rate check of an
-       * author read also reads the read cache's generation (Http/ReadScope.ts); the request's facts
-       * carry it to the handler.
+       * Rate limit → a cached read (CachedReads.ts) or the app, whose failures become the JSON
+       * error responses. The rate check of an author read also reads the read cache's generation
+       * (Http/ReadScope.ts); the request's facts carry it to the handler.
        */
-      const limitedAndServed = <E>(
-        request: HttpServerRequest.HttpServerRequest,
-        presented: HttpServerRequest.HttpServerRequest,
-        base: RequestContext,
-        shape: EndpointShape | undefined,
-        limited: boolean,
-        app: Effect.Effect<HttpServerResponse.HttpServerResponse, E>
-      ): Effect.Effect<Admitted, E> =>
+      const limitedAndServed = <E>(admitted: Passage, app: Effect.Effect<HttpServerResponse.HttpServerResponse, E>): Effect.Effect<Answered, E> =>
         Effect.gen(function*() {
           let rate: RateDecision | undefined
-          let ctx = base
-          if (limited) {
+          let passage = admitted
+          if (passage.limited) {
+            const { request, shape } = passage
             const read = readKeys(request.method, shape?.template, request.url)
-            const decision = yield* rateLimit.check(ctx, read)
+            const decision = yield* rateLimit.check(passage.ctx, read)
             if (Option.isSome(decision)) {
-              if (!decision.value.allowed) return { response: rateLimit.reject(decision.value), ctx, presented }
+              if (!decision.value.allowed) return { passage, response: rateLimit.reject(decision.value) }
               rate = decision.value
-              if (read !== undefined && rate.observed !== undefined) ctx = { ...ctx, observed: { key: read, value: rate.observed } }
+              if (read !== undefined && rate.observed !== undefined) {
+                passage = { ...passage, ctx: { ...passage.ctx, observed: { key: read, value: rate.observed } } }
+              }
             }
           }
-          // The request (and its facts) are provided again only if they changed (each provide adds to the context).
-          const withFacts = ctx === base ? app : Effect.provideService(app, currentRequest, ctx)
-          const served = presented === request ? withFacts : Effect.provideService(withFacts, HttpServerRequest.HttpServerRequest, presented)
-          const response = yield* served.pipe(
-            Effect.map((response) => errors.fromResponse(presented, response)),
-            Effect.catchCause((cause) =>
-              Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : errors.fromCause(presented, cause)
-            )
-          )
-          return { response: rate === undefined ? response : applyRateHeaders(response, rate), ctx, presented }
+          const { presented, ctx } = passage
+          const cached = cachedRead?.(presented.method, passage.shape?.template, passage.pathname, presented.url, presented.headers["if-none-match"], ctx)
+          const response = cached ?? (yield* served(passage, admitted, app))
+          return { passage, response: rate === undefined ? response : applyRateHeaders(response, rate) }
         })
+
+      /** The app, with the request (and its facts) provided again only if they changed (each provide adds to the context). */
+      const served = <E>(passage: Passage, admitted: Passage, app: Effect.Effect<HttpServerResponse.HttpServerResponse, E>) => {
+        const { request, presented, ctx } = passage
+        const withFacts = ctx === admitted.ctx ? app : Effect.provideService(app, currentRequest, ctx)
+        const withRequest = presented === request ? withFacts : Effect.provideService(withFacts, HttpServerRequest.HttpServerRequest, presented)
+        return withRequest.pipe(
+          Effect.map((response) => errors.fromResponse(presented, response)),
+          Effect.catchCause((cause) => Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : errors.fromCause(presented, cause))
+        )
+      }
 
       return (app) =>
         Effect.gen(function*() {
@@ -196,20 +215,24 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
           // A path this port does not serve is an unknown route here: 404, labelled, limited and logged as one.
           const refused = portRefuses(request)
           const unlimited = !refused && UNLIMITED_PATHS.has(pathname)
-          const shape = refused ? undefined : shapeOf(shapes, request.method, pathname)
           const label = refused ? "unmatched" : labelOf(shapes, request.method, pathname)
           const base = facts.begin(request)
           const preflight = cors?.preflight(request)
           if (preflight !== undefined) return HttpServerResponse.setHeaders(preflight, { ...idHeaders(base), ...securityHeaders(preflight) })
-          const limited = config.rateLimitEnabled && !unlimited
           const observation = observe(request.method, label, unlimited)
+          const arrived: Passage = {
+            request,
+            presented: request,
+            pathname,
+            shape: refused ? undefined : shapeOf(shapes, request.method, pathname),
+            limited: config.rateLimitEnabled && !unlimited,
+            ctx: base
+          }
 
-          const { ctx, presented, response } = yield* admit(request, base, shape, limited, refused ? notFound : app).pipe(
-            Effect.ensuring(observation.leave)
-          )
-          yield* observation.finish(response.status, ctx)
-          yield* recordAudit(request, presented, pathname, ctx, response)
-          return HttpServerResponse.setHeaders(response, { ...idHeaders(ctx), ...securityHeaders(response), ...cors?.headers(request) })
+          const { passage, response } = yield* admit(arrived, refused ? notFound : app).pipe(Effect.ensuring(observation.leave))
+          yield* observation.finish(response.status, passage.ctx)
+          yield* recordAudit(passage, response)
+          return HttpServerResponse.setHeaders(response, { ...idHeaders(passage.ctx), ...securityHeaders(response), ...cors?.headers(request) })
         })
     }),
     { global: true }

@@ -1,7 +1,7 @@
 /**
  * The Node HTTP server under the app, with the edges @effect/platform leaves open:
  * - Before the app's handler is attached and after it is detached at shutdown, a request would
- *   get no answer at all (STACK-NOTES pitfall 1); it gets 503 instead — with the health report's
+ *   get no answer at all; it gets 503 instead — with the health report's
  *   shape on the health endpoints, `/livez` 200. The port opens first (App.ts), so this is what a
  *   probe sees for as long as the service starts (the database may take a while to come up):
  *   `{"detail":"Service starting"}`, and `Service unavailable` once the app has been detached.
@@ -14,7 +14,7 @@
  *   bounded send buffer per connection); the platform's upgrade handler never sees them.
  * - HTTP/1.1 framing and pipelining (Http1.ts): one answer per request, in order, a parser refusal
  *   included; requests behind a write wait for it; ambiguous framing and headers are refused.
- * - Graceful shutdown (CONTRACT §5, §9 Signals): stop accepting, close the WebSockets, let the
+ * - Graceful shutdown (docs/operations.md#shutdown): stop accepting, close the WebSockets, let the
  *   requests in flight finish while every service is still up, then let the layers close.
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"

@@ -1,8 +1,8 @@
 /**
- * Front door stage 2 (CONTRACT §4, §9 check order): after the body size, before authentication's
- * 401. The budget is per user when the request carries a valid token (the facts already hold its
- * verification), else per client IP; rejected requests count too. Every limited response carries
- * the X-RateLimit-* headers.
+ * Front door stage 2 (docs/errors-and-limits.md#http-rate-limit): after the body size, before
+ * authentication's 401 (docs/errors-and-limits.md#check-order). The budget is per user when the
+ * request carries a valid token (the facts already hold its verification), else per client IP;
+ * rejected requests count too. Every limited response carries the X-RateLimit-* headers.
  */
 import { Effect, Option } from "effect"
 import { HttpServerResponse } from "effect/http"

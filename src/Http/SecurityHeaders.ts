@@ -1,5 +1,5 @@
 /**
- * Front door, last stage: the headers every response carries (CONTRACT §3 Security headers), with
+ * Front door, last stage: the headers every response carries (docs/http-api.md#conventions), with
  * a CSP strict enough for JSON and one that still lets the self-contained pages (/docs, /redoc,
  * profiling reports) run their inline script and style.
  */

@@ -1,5 +1,5 @@
 /**
- * CONTRACT §9 "Control characters": a path or query value whose percent-escapes are not UTF-8 is a
+ * Control characters (docs/errors-and-limits.md#validation-errors-422): a path or query value whose percent-escapes are not UTF-8 is a
  * client error, a 422 naming the parameter — never a 404 (the router cannot decode the path) nor
  * a silent U+FFFD (URLSearchParams replaces what it cannot decode). Such a run of escapes is
  * rewritten to `%00` before routing, so the parameter's own schema (Domain/Params.ts `ParamText`,

@@ -1,5 +1,5 @@
 /**
- * FastAPI-shaped validation errors (CONTRACT §3): `422 {detail: [{type, loc, msg, input}]}` for
+ * FastAPI-shaped validation errors (docs/errors-and-limits.md#validation-errors-422): `422 {detail: [{type, loc, msg, input}]}` for
  * every schema failure (HttpApi's own answer is an empty 400 that does not say which part failed),
  * malformed JSON and wrong content types. HttpApi names the part that failed
  * (`HttpApiSchemaError.kind`: Params, Query, Payload); the issue tree of its `SchemaError` gives

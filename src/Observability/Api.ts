@@ -24,7 +24,7 @@ export const UnhealthyBody = HealthReport.pipe(
   )
 ).annotate({ httpApiStatus: 503, identifier: "UnhealthyReport" })
 
-/** The health report of a service that is still starting (CONTRACT §7: the same shape, never a bare `{detail}`). */
+/** The health report of a service that is still starting (the same shape, never a bare `{detail}`: docs/operations.md#starting). */
 export const STARTING_REPORT = {
   status: "unhealthy",
   database: "unhealthy",

@@ -1,5 +1,5 @@
 /**
- * `/health` (INTERFACE §Health report, CONTRACT §7): every check runs in parallel, bounded by 1 s;
+ * `/health` (docs/operations.md#health-and-probes): every check runs in parallel, bounded by 1 s;
  * 503 with the same shape when any dependency is unhealthy.
  */
 import { SqlClient } from "effect/sql"

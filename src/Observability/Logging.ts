@@ -1,5 +1,5 @@
 /**
- * Effect's logger as JSON lines (production) or pretty (development), at `LOG_LEVEL` (CONTRACT §8).
+ * Effect's logger as JSON lines (production) or pretty (development), at `LOG_LEVEL` (docs/operations.md#logs).
  * Every line of a request carries its correlation and request ids (annotated by the front door),
  * the trace and span ids of the current span and, once authenticated, the user id. As a last line
  * of defence, values under sensitive keys and anything shaped like a JWT or a bearer credential are
@@ -20,7 +20,7 @@ const levels: { readonly [K in AppConfigShape["logLevel"]]: LogLevel.LogLevel } 
   none: "None"
 }
 
-/** Broader than the audit's CONTRACT §6 names (which it includes): a log line has no use for either. */
+/** Broader than the audit's secret names (docs/audit.md#what-is-recorded; it includes them): a log line has no use for either. */
 const SENSITIVE_KEY = /pass(word|wd)?|secret|token|authorization|api[_-]?key|cookie|credential/i
 const isSensitiveKey = (key: string) => SENSITIVE_KEY.test(key) || isSecretKey(key)
 const JWT = /eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*/g

@@ -1,6 +1,6 @@
 /**
- * Every metric of the service, in one place, with the exact names and labels of INTERFACE
- * §GET /metrics. Code records where things happen; this module only declares.
+ * Every metric of the service, in one place, with the exact names and labels of
+ * docs/operations.md#metrics--get-metrics. Code records where things happen; this module only declares.
  */
 import { readFileSync } from "node:fs"
 import client from "prom-client"
@@ -118,7 +118,7 @@ export const rateLimitHitsTotal = new client.Counter({
   labelNames: ["limit_type"] as const,
   registers: [registry]
 })
-/** CONTRACT §4: a rate-limit store failure is counted (and logged), whichever fail mode applies. */
+/** docs/errors-and-limits.md#http-rate-limit: a rate-limit store failure is counted (and logged), whichever fail mode applies. */
 export const rateLimitStoreErrorsTotal = new client.Counter({
   name: "rate_limit_store_errors_total",
   help: "Rate-limit checks that could not reach the store (RATE_LIMIT_FAIL_MODE decided)",
@@ -181,7 +181,7 @@ export const wsBroadcastsInvalidTotal = new client.Counter({
   registers: [registry]
 })
 
-/** Why an audit record was not stored (CONTRACT §6). */
+/** Why an audit record was not stored (docs/audit.md#guarantees). */
 export const auditDropReasons = ["buffer_full", "stream_full", "shutdown", "refused"] as const
 export type AuditDropReason = typeof auditDropReasons[number]
 export const auditRecordsDroppedTotal = new client.Counter({
@@ -197,7 +197,7 @@ export const auditBufferBytes = new client.Gauge({
   help: "Estimated bytes of audit records waiting in the in-process buffer (bounded; over it records are dropped as buffer_full)",
   registers: [registry]
 })
-/** Why an on-demand profiling capture was refused (CONTRACT §9: one at a time; none when disabled). */
+/** Why an on-demand profiling capture was refused (one at a time; none when disabled: docs/operations.md#profiling). */
 export const profilingRefusals = ["running", "disabled"] as const
 export const profilingCapturesRefusedTotal = new client.Counter({
   name: "profiling_captures_refused_total",
@@ -249,7 +249,7 @@ export const appInfo = new client.Gauge({
   registers: [registry]
 })
 
-/** CONTRACT §7: `python_version` is kept for dashboards and holds the runtime version. */
+/** docs/operations.md#metrics--get-metrics: `python_version` is kept for dashboards and holds the runtime version. */
 export const setAppInfo = (environment: string) => {
   appInfo.reset()
   appInfo.set({ version: packageVersion, python_version: `node ${process.version}`, environment, runtime: "node" }, 1)

@@ -1,5 +1,5 @@
 /**
- * OpenTelemetry tracing (CONTRACT §8). Effect creates the spans — the HTTP server (one per request,
+ * OpenTelemetry tracing (docs/operations.md#tracing). Effect creates the spans — the HTTP server (one per request,
  * continuing an incoming W3C `traceparent`), the SQL client (one per statement), `redisCommand` (one
  * per Redis command) and the WebSocket route (`ws.message`) — and this layer decides where they go:
  * over OTLP/HTTP when `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set
@@ -27,7 +27,7 @@ export const SPAN_HEADERS = {
 } as const
 
 /**
- * The query parameters of the API (CONTRACT §3, §6: authors, pagination, audit filters, the WS
+ * The query parameters of the API (authors, pagination, audit filters, the WS
  * `format`): only their values reach `url.full` / `url.query`. A parameter added to the API
  * later is redacted until it is listed here — the safe way to be out of date.
  */

@@ -1,6 +1,6 @@
 /**
- * Profiling endpoints (INTERFACE §Endpoints, CONTRACT §7, §9): status, the list of reports, one
- * report as HTML, its deletion, and (beyond INTERFACE) a report taken now (only while enabled, one
+ * Profiling endpoints (docs/operations.md#profiling): status, the list of reports, one
+ * report as HTML, its deletion, and a report taken now (only while enabled, one
  * at a time). No authentication.
  */
 import { Schema } from "effect"
@@ -12,7 +12,7 @@ export const ProfilingStatus = Schema.Struct({
   profiler_installed: Schema.Boolean,
   output_directory: Schema.String,
   interval_seconds: Schema.Int,
-  /** CONTRACT §7: kept for compatibility; holds the runtime version (`node v20.x`). */
+  /** docs/operations.md#profiling: kept for compatibility; holds the runtime version (`node v20.x`). */
   python_version: Schema.String,
   command: Schema.String
 }).annotate({ identifier: "ProfilingStatus" })

@@ -4,7 +4,7 @@ import { HttpApiBuilder } from "effect/http-api"
 import { Api } from "../Api.ts"
 import { Profiler } from "./Profiler.ts"
 
-/** An on-demand capture lasts at most a minute (CONTRACT §9). */
+/** An on-demand capture lasts at most a minute (docs/operations.md#profiling). */
 const MAX_SECONDS = 60
 
 export const ProfilingHttpLive = HttpApiBuilder.group(

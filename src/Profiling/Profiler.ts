@@ -1,6 +1,6 @@
 /**
  * The service profiles its own CPU with the V8 inspector (`node:inspector`, Profiler domain;
- * CONTRACT §7, §9): when `PROFILING_ENABLED`, one report per `PROFILING_INTERVAL_SECONDS`, the newest
+ * docs/operations.md#profiling): when `PROFILING_ENABLED`, one report per `PROFILING_INTERVAL_SECONDS`, the newest
  * 20 kept; on demand (`POST`) only while enabled. One capture samples at a time: an on-demand one
  * waits for the interval capture that is sampling (at most one interval) and is refused with 409
  * while another on-demand one runs or waits. Reports are self-contained HTML files in
@@ -64,7 +64,7 @@ const make = Effect.gen(function*() {
     created_at: Math.floor(info.mtimeMs / 1000)
   })
 
-  /** The checked real path of a report, or the client's error (CONTRACT §7). */
+  /** The checked real path of a report, or the client's error (docs/operations.md#profiling). */
   const locate = (filename: string): Effect.Effect<string, InvalidFilename | ReportNotFound> =>
     Effect.gen(function*() {
       if (filename.length > NAME_MAX || !REPORT_NAME.test(filename)) return yield* Effect.fail(InvalidFilename.instance)
@@ -125,7 +125,7 @@ const make = Effect.gen(function*() {
       return describe(filename, yield* Effect.promise(() => stat(path)))
     }).pipe(Effect.withSpan("Profiler.capture", { attributes: { seconds } }))
 
-  // One capture samples at a time (CONTRACT §9). The endpoint is public (INTERFACE): an on-demand
+  // One capture samples at a time (docs/operations.md#profiling). The endpoint is public: an on-demand
   // capture waits (FIFO) for the interval capture that is sampling, and a second on-demand one
   // while the first runs or waits is refused, so nothing queues without bound.
   const sampling = yield* Semaphore.make(1)

@@ -1,6 +1,6 @@
 /**
  * Renders a V8 CPU profile (`Profiler.stop` of the inspector) as one self-contained HTML page
- * (CONTRACT §7): the hottest functions by self and by total time with file:line, and a flame graph
+ * (docs/operations.md#profiling): the hottest functions by self and by total time with file:line, and a flame graph
  * as inline SVG with a little inline script to zoom. No external assets: it opens offline.
  */
 

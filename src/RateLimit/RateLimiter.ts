@@ -1,5 +1,5 @@
 /**
- * Sliding-window rate limiting (CONTRACT §4): a hit is admitted while fewer than `limit` hits
+ * Sliding-window rate limiting (docs/errors-and-limits.md#http-rate-limit): a hit is admitted while fewer than `limit` hits
  * were admitted for the key in the trailing window. Two implementations share this interface
  * and one contract test suite: in-process (here) and Redis (one Lua script per hit).
  */
@@ -14,7 +14,7 @@ export { decision, type RateDecision, RateLimiterUnavailable, type RateLimiterSh
 export const RATE_WINDOW_MS = 60_000
 
 /**
- * The headers of a limited response (CONTRACT §4): X-RateLimit-Limit/Remaining/Reset, and
+ * The headers of a limited response (docs/errors-and-limits.md#http-rate-limit): X-RateLimit-Limit/Remaining/Reset, and
  * Retry-After when the hit was refused.
  */
 export const rateLimitHeaders = (d: RateDecision): Record<string, string> => ({
@@ -27,7 +27,7 @@ export const rateLimitHeaders = (d: RateDecision): Record<string, string> => ({
 export type FailMode = "open" | "closed"
 
 /**
- * CONTRACT §4 store failure, the one rule for HTTP and WebSocket limits: the failure is logged and
+ * A store failure (docs/errors-and-limits.md#http-rate-limit), the one rule for HTTP and WebSocket limits: the failure is logged and
  * counted (`rate_limit_store_errors_total`); `open` admits without a decision (none), `closed`
  * refuses as if the window were full.
  */

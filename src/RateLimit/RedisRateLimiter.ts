@@ -1,8 +1,8 @@
 /**
- * The Redis implementation of `RateLimiter` (CONTRACT §4): one Lua script per hit, so the check
+ * The Redis implementation of `RateLimiter` (docs/errors-and-limits.md#http-rate-limit): one Lua script per hit, so the check
  * and the admission are one atomic step and one round trip — exact under concurrency and across
  * instances. `now` is Redis's clock (TIME, read inside the script): one clock for every instance,
- * however far their own clocks drift apart (Review F18). When the fiber's Clock is not the live
+ * however far their own clocks drift apart. When the fiber's Clock is not the live
  * one (a TestClock: the contract suite), that clock drives the script instead, as it drives the
  * in-process implementation. Each key is a ZSET of admitted hits only, so its size is bounded by
  * `limit` and it expires with the window. `reserve` is the same script; its release removes that

@@ -1,13 +1,14 @@
 /**
- * One Redis connection per process (ARCHITECTURE habit 9), present only when `REDIS_URL` is set.
+ * One Redis connection per process, present only when `REDIS_URL` is set.
  * Subscribers need their own connection (a subscribed connection runs no other command):
- * `duplicate()` them from here. Every key and channel carries `REDIS_KEY_PREFIX` (CONTRACT §9).
+ * `duplicate()` them from here. Every key and channel carries `REDIS_KEY_PREFIX` (docs/configuration.md#redis-keys).
  */
 import { Context, Data, Effect, Layer, Redacted, type Scope } from "effect"
 import { Redis } from "ioredis"
+import { withSpanIfTraced } from "../Observability/Spans.ts"
 
 /**
- * Review F11: a Redis that accepts and never answers (half-open, blackholed) must not hold
+ * A Redis that accepts and never answers (half-open, blackholed) must not hold
  * anything. With commands waiting and no byte back for this long, ioredis destroys the socket,
  * fails what waited and reconnects — and until it is ready again `isDisconnected` makes callers
  * fail at once instead of each waiting for its own deadline. Longer than any command's deadline
@@ -99,16 +100,17 @@ export class RedisTimeout extends Data.TaggedError("RedisTimeout")<{ readonly ms
   static readonly of = (ms: number) => new RedisTimeout({ ms, message: `Redis did not answer within ${ms} ms` })
 }
 
-/** The deadline of a command whose caller names none (Review F11: every command has one). */
+/** The deadline of a command whose caller names none (every command has one). */
 export const COMMAND_TIMEOUT_MS = 1000
 
 /**
- * One Redis command (or pipeline) as an Effect, traced as a client span (CONTRACT §8: a span per
- * Redis command). Every module that talks to Redis goes through this. The command fails with
- * `RedisTimeout` when Redis has not answered within `timeoutMs` (COMMAND_TIMEOUT_MS unless given)
- * — a plain timer on the promise, not `Effect.timeout`, which forks two fibers per call: on the
- * hot paths (a rate-limit hit per request and per WebSocket message, and the audit append) those
- * races were about a fifth of a W6 request's CPU.
+ * One Redis command (or pipeline) as an Effect, traced as a client span when tracing is on (a
+ * span per Redis command: docs/operations.md#tracing; none at all when it is off,
+ * Observability/Spans.ts). Every module that talks to Redis goes through this. The command fails
+ * with `RedisTimeout` when Redis has not answered within `timeoutMs` (COMMAND_TIMEOUT_MS unless
+ * given) — a plain timer on the promise, not `Effect.timeout`, which forks two fibers per call: on
+ * the hot paths (a rate-limit hit per request and per WebSocket message, and the audit append)
+ * those races would be a large share of a short request's CPU.
  */
 export const redisCommand = <A>(
   command: string,
@@ -137,11 +139,11 @@ export const redisCommand = <A>(
       settled = true
       clearTimeout(timer)
     })
-  }).pipe(
-    Effect.withSpan(`redis ${command}`, {
+  }).pipe((effect) =>
+    withSpanIfTraced(effect, `redis ${command}`, () => ({
       kind: "client",
       attributes: { "db.system": "redis", "db.operation.name": command }
-    }, { captureStackTrace: false })
+    }))
   )
 
 /**

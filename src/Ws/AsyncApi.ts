@@ -1,5 +1,5 @@
 /**
- * `/asyncapi.json` (CONTRACT §7, beyond): an AsyncAPI 3.0 document of the `/web` WebSocket protocol,
+ * `/asyncapi.json` (docs/operations.md#api-documentation): an AsyncAPI 3.0 document of the `/web` WebSocket protocol,
  * generated from the very Effect Schemas the server decodes and encodes with (their JSON Schema, all
  * compiled together so that named schemas become shared `components.schemas`), so the description
  * cannot drift from the implementation. Public, not rate limited, not in OpenAPI.

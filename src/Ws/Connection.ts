@@ -1,12 +1,12 @@
 /**
- * One `/web` socket (CONTRACT §5): who it is, where it stands (handshake → open → closed), its
+ * One `/web` socket (docs/websocket.md): who it is, where it stands (handshake → open → closed), its
  * bounded outbound queue with one writer, and its inbox of frames waiting to be handled.
  *
  * Outbound: every frame of the connection — replies, broadcasts, auth_ok — goes through `send`,
  * which never waits: the frame joins the queue and the one writer hands frames to the socket while
  * the socket keeps up. A client that lets more than `SEND_BUFFER_MAX` bytes pile up (it does not
  * read) is dropped and counted (`ws_send_queue_overflows_total`), so a broadcast never waits on a
- * slow client (ARCHITECTURE habit 7).
+ * slow client.
  *
  * A message too large to hold (package 1's whole table) takes its place in the same queue as a
  * `FragmentedMessage` (`beginMessage`): when its turn comes it writes one WebSocket fragment at a

@@ -1,5 +1,5 @@
 /**
- * One frame of an open connection (CONTRACT §5 Message order, Bad frames, Message rate limit):
+ * One frame of an open connection (docs/websocket.md#messages, docs/websocket.md#limits):
  * decode (unusable → 1003) → rate check → envelope and data schema → permission → handler
  * (Packages.ts) → audit record → reply; package 1's list is sent in fragments (Streaming.ts),
  * then audited. An auth frame counts as a message too (rate check), then re-authenticates
@@ -15,6 +15,7 @@ import type { Principal } from "../Domain/User.ts"
 import { messageEntry } from "../AuditLogs/Entries.ts"
 import { errorStatus, RateLimited, WsStatus } from "../Errors.ts"
 import { rateLimitHitsTotal, wsMessageProcessingDuration } from "../Observability/Metrics.ts"
+import { withSpanIfTraced } from "../Observability/Spans.ts"
 import { makeAdmission } from "../RateLimit/Admission.ts"
 import { RATE_WINDOW_MS, type RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { type Connection, type Format, frameBytes, frameText, type InboundFrame } from "./Connection.ts"
@@ -29,7 +30,7 @@ const INTERNAL_ERROR = reply(WsStatus.ERROR, { msg: "Internal server error" })
 export const decodeFrame = (format: Format, frame: InboundFrame): Frame => {
   if (frame.isBinary) return format === "protobuf" ? parseProtobufFrame(frameBytes(frame)) : { _tag: "Invalid" }
   const decoded = parseJsonFrame(frameText(frame))
-  // In protobuf format only auth frames may be text (CONTRACT §9).
+  // In protobuf format only auth frames may be text (docs/websocket.md#protobuf).
   return format === "protobuf" && decoded._tag !== "Auth" ? { _tag: "Invalid" } : decoded
 }
 
@@ -99,7 +100,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
       return read !== undefined && observed !== undefined ? { observed: { key: read, value: observed } } : {}
     })
 
-  /** CONTRACT §9: a client refused `WS_MESSAGE_RATE_LIMIT` times in the trailing 60 s is flooding. */
+  /** docs/websocket.md#limits: a client refused `WS_MESSAGE_RATE_LIMIT` times in the trailing 60 s is flooding. */
   const flooding = (conn: Connection) => {
     const now = Date.now()
     let refused = refusals.get(conn)
@@ -142,7 +143,7 @@ export const makeDispatch = (deps: DispatchDeps) => {
     )
 
   const request = (conn: Connection, user: Principal, frame: Extract<Frame, { _tag: "Request" }>) =>
-    Effect.withSpan(
+    withSpanIfTraced(
       Effect.gen(function*() {
         const startedAt = new Date()
         const started = performance.now()
@@ -187,11 +188,11 @@ export const makeDispatch = (deps: DispatchDeps) => {
         }
       }).pipe(Effect.annotateLogs({ request_id: frame.reqId })),
       "ws.message",
-      { kind: "server", captureStackTrace: false, attributes: { pkg_id: frame.pkgId, "ws.req_id": frame.reqId, "user.id": user.id } }
+      () => ({ kind: "server", attributes: { pkg_id: frame.pkgId, "ws.req_id": frame.reqId, "user.id": user.id } })
     )
 
   /**
-   * A re-auth frame is a message like any other for the rate limit (review F14: each costs a
+   * A re-auth frame is a message like any other for the rate limit (each costs a
    * signature check). Over the limit it is not processed and not answered — it has no req_id to
    * answer with; the session is not extended — and it counts toward flooding (1008).
    */

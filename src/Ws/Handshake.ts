@@ -1,5 +1,5 @@
 /**
- * Admission to `/web` (CONTRACT §5 Token, Handshake failures, Per-user limit, Session expiry).
+ * Admission to `/web` (docs/websocket.md#connecting, docs/websocket.md#close-codes, docs/websocket.md#sessions).
  *
  * The upgrade always completes; then: format (1003) → origin (1008) → token from the query, the
  * `Authorization` header or a first `{"type":"auth"}` frame within WS_AUTH_TIMEOUT_SECONDS (4001 /
@@ -22,7 +22,7 @@ import type { ConnectionRegistry } from "./Registry.ts"
 
 const bearer = (token: string) => (/^bearer\s/i.test(token) ? token : `Bearer ${token}`)
 
-/** CONTRACT §5: `Authorization` (URL-encoded `Bearer <jwt>`), `token` or `access_token` in the query. */
+/** docs/websocket.md#connecting: `Authorization` (URL-encoded `Bearer <jwt>`), `token` or `access_token` in the query. */
 const queryToken = (url: URL): string | undefined => {
   for (const name of ["Authorization", "authorization", "token", "access_token"]) {
     const value = url.searchParams.get(name)
@@ -31,7 +31,7 @@ const queryToken = (url: URL): string | undefined => {
   return undefined
 }
 
-/** INTERFACE §Authentication 7. */
+/** The Origin check of docs/websocket.md#connecting. */
 const originAllowed = (allowed: ReadonlyArray<string>, origin: string | undefined) =>
   allowed.includes("*") || origin === undefined || allowed.includes(origin)
 
@@ -67,7 +67,7 @@ export const makeHandshake = (deps: HandshakeDeps): Handshake => {
 
   const sessionEnd = (user: Principal) => (user.expiresAt + config.wsSessionGraceSeconds) * 1000
 
-  /** An authenticated user's connection refused (CONTRACT §6): 403 → permission_denied, 429 → error. */
+  /** An authenticated user's connection refused (docs/audit.md#what-is-recorded): 403 → permission_denied, 429 → error. */
   const recordRefusal = (conn: Connection, user: Principal, status: number, reason: string) =>
     audit.record(connectionEntry(conn, user, {
       action_type: "WS:CONNECT",
@@ -106,7 +106,7 @@ export const makeHandshake = (deps: HandshakeDeps): Handshake => {
       return "admitted"
     })
 
-  /** Token check, then the user's slot; opens the connection or closes it with the CONTRACT code. */
+  /** Token check, then the user's slot; opens the connection or closes it with the documented code (docs/websocket.md#close-codes). */
   const authenticate = (conn: Connection, token: string, viaFrame: boolean) =>
     Effect.gen(function*() {
       const verified = yield* Effect.result(authenticateHeader(verifier, bearer(token)))

@@ -1,5 +1,5 @@
 /**
- * The WebSocket's HTTP companions (CONTRACT §7, §9 Public extras): `/proto/websocket.proto`, the
+ * The WebSocket's HTTP companions (docs/websocket.md, docs/http-api.md#endpoints): `/proto/websocket.proto`, the
  * schema of `?format=protobuf`; `/asyncapi.json`, the protocol generated from the schemas and the
  * package table the server runs; and `GET /web` without an upgrade, which answers 426. Public, not
  * rate limited, not in OpenAPI.

@@ -76,7 +76,7 @@ interface PackageSpec<A> {
   readonly summary: string
   readonly request: Schema.Codec<A, unknown>
   readonly response: Schema.Top
-  /** The `msg` of a schema failure, from the first failing field of `data` (CONTRACT §9). */
+  /** The `msg` of a schema failure, from the first failing field of `data` (docs/websocket.md#status-codes). */
   readonly invalidMessage: (field: string | undefined) => string
   readonly handle: (
     services: HandlerServices,
@@ -127,7 +127,7 @@ const definePackage = <A>(spec: PackageSpec<A>): PackageDefinition => {
   }) }
 }
 
-/** Package filters: `name` and its alias `search_term` are case-insensitive substrings (CONTRACT §9). */
+/** Package filters: `name` and its alias `search_term` are case-insensitive substrings (docs/websocket.md#messages). */
 const Filters = Schema.Struct({
   id: Schema.optional(Schema.NullOr(Schema.Int)),
   name: Schema.optional(Schema.NullOr(ParamText)),
@@ -164,7 +164,7 @@ const definitions: ReadonlyArray<PackageDefinition> = [
       request: GetAuthorsData,
       response: Schema.Array(Author),
       invalidMessage: (field) => (field === "filters" ? "Invalid filter parameters" : "Invalid request data"),
-      // The whole list, unpaginated (INTERFACE), read in keyset batches and sent batch by batch as
+      // The whole list, unpaginated (docs/websocket.md#messages), read in keyset batches and sent batch by batch as
       // one message (Streaming.ts): memory does not grow with the table.
       handle: ({ authors, cache }, data, observed) => {
         const filters = toFilters(data.filters)

@@ -1,5 +1,5 @@
 /**
- * `?format=protobuf` (CONTRACT §5, §9): the messages of `proto/websocket.proto`, the very file
+ * `?format=protobuf` (docs/websocket.md#protobuf): the messages of `proto/websocket.proto`, the very file
  * served at `GET /proto/websocket.proto`, compiled once by protobufjs.
  */
 import { readFileSync } from "node:fs"

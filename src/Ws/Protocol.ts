@@ -1,5 +1,5 @@
 /**
- * The `/web` package protocol (INTERFACE §WebSocket endpoint, CONTRACT §5, §9): envelopes, status
+ * The `/web` package protocol (docs/websocket.md): envelopes, status
  * codes, close codes and the framing rules that decide between a `status_code 2` answer and a
  * 1003 close. These schemas are what the server checks and what `/asyncapi.json` publishes.
  * One module on purpose (~310 lines): the protocol's whole vocabulary, read by the server, the
@@ -15,7 +15,7 @@ import { annotatedMessage, issue, meant, splitIssue } from "../Domain/Params.ts"
 /** The endpoint's path on the HTTP port. */
 export const WS_PATH = "/web"
 
-/** A broadcast answers no request: its req_id is all zeros (INTERFACE §Events). */
+/** A broadcast answers no request: its req_id is all zeros (docs/websocket.md#broadcasts). */
 export const BROADCAST_REQ_ID = "00000000-0000-0000-0000-000000000000"
 
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/
@@ -91,7 +91,7 @@ export interface CloseCode {
   readonly when: string
 }
 
-/** Every close the server initiates (CONTRACT §5, §9). */
+/** Every close the server initiates (docs/websocket.md#close-codes). */
 export const Close = {
   ShuttingDown: { code: 1001, reason: "Server shutting down", when: "the instance is stopping (SIGTERM)" },
   InvalidFormat: {
@@ -145,7 +145,7 @@ export const StatusCodes = [
   { code: WsStatus.PERMISSION_DENIED, name: "PERMISSION_DENIED", meaning: "the caller lacks a required role" }
 ] as const
 
-/** The HTTP equivalent of a status_code (INTERFACE §WebSocket status_code), for audit records. */
+/** The HTTP equivalent of a status_code (docs/websocket.md#status-codes), for audit records. */
 export const httpEquivalent: Readonly<Record<WsStatus, number>> = { 0: 200, 1: 500, 2: 400, 3: 403 }
 
 export interface ErrorItem {
@@ -160,7 +160,7 @@ const fromMessage = (loc: ReadonlyArray<string | number>, message: string): Erro
   return split === undefined ? { loc, msg: message, type: "value_error" } : { loc, msg: split.msg, type: split.type }
 }
 
-/** A value of the wrong type, named as FastAPI names it (CONTRACT §5 `errors`). */
+/** A value of the wrong type, named as FastAPI names it (`errors`: docs/websocket.md#status-codes). */
 const wrongType = (loc: ReadonlyArray<string | number>, ast: SchemaAST.AST, fallback: string): ErrorItem => {
   const message = annotatedMessage(ast.annotations)
   if (message !== undefined) return fromMessage(loc, message)
@@ -296,7 +296,7 @@ export interface Envelope {
   readonly data: Readonly<Record<string, unknown>>
 }
 
-/** The `data` of a request frame (`method` is validated, not used), or the `errors` of CONTRACT §5 for `status_code 2`. */
+/** The `data` of a request frame (`method` is validated, not used), or the `errors` of `status_code 2` (docs/websocket.md#status-codes). */
 export const checkEnvelope = (fields: Readonly<Record<string, unknown>>): Result.Result<Envelope, ReadonlyArray<ErrorItem>> => {
   if (fields["data"] instanceof InvalidJson) {
     return Result.fail([{ loc: ["data"], msg: "data_json is not valid JSON", type: "json_invalid" }])

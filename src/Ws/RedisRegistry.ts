@@ -1,5 +1,5 @@
 /**
- * The Redis implementation of `ConnectionRegistry` (CONTRACT §5), for many instances. One module
+ * The Redis implementation of `ConnectionRegistry` (docs/websocket.md#many-instances), for many instances. One module
  * on purpose (~300 lines): slots, broadcasts and sessions share the two connections and the
  * recovery on every reconnect, which is only correct when it restores all three together.
  *
@@ -45,6 +45,7 @@ import { wsBroadcastsInvalidTotal } from "../Observability/Metrics.ts"
 import { COMMAND_TIMEOUT_MS, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { ACQUIRE_SLOT_LUA, parseBroadcast, RENEW_SLOTS_LUA } from "./RedisWire.ts"
 import {
+  type BroadcastMessage,
   type ConnectionRegistryShape,
   makeListeners,
   makeSessionTimers,
@@ -64,6 +65,9 @@ export const hasExpiredEvents = (flags: string) => flags.includes("E") && (flags
  * not closed the connection (the events come from Redis's expiry cycle, ten times a second).
  */
 export const SESSION_BACKSTOP_MS = 250
+
+/** Own broadcasts remembered until their echo (see `ownEchoes`). */
+const OWN_ECHOES_MAX = 1024
 
 /**
  * Whether Redis sends this instance expired-key events: "on" (they were: left as they are),
@@ -150,9 +154,20 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
       }))
     const timers = makeSessionTimers(backstop)
 
+    /**
+     * Broadcasts this instance published, by their text, until their echo arrives: the echo is
+     * delivered as the message it was made from, not decoded again. Bounded: an echo that never
+     * comes (the subscriber was reconnecting) is forgotten after OWN_ECHOES_MAX newer ones.
+     */
+    const ownEchoes = new Map<string, BroadcastMessage>()
     const subscriber = yield* duplicate
     subscriber.on("message", (channel: string, message: string) => {
       if (channel === broadcastChannel) {
+        const own = ownEchoes.get(message)
+        if (own !== undefined) {
+          ownEchoes.delete(message)
+          return listeners.broadcast(own)
+        }
         // The channel is prefixed, but anyone who can reach Redis may publish on it.
         const broadcast = parseBroadcast(message)
         if (typeof broadcast !== "string") return listeners.broadcast(broadcast)
@@ -332,7 +347,14 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           return redisCommand("DEL (session)", () => client.del(sessionKey(connectionId))).pipe(Effect.ignore)
         }),
       broadcast: (message) =>
-        redisCommand("PUBLISH", () => client.publish(broadcastChannel, JSON.stringify(message))).pipe(
+        Effect.suspend(() => {
+          const text = JSON.stringify(message)
+          if (ownEchoes.size >= OWN_ECHOES_MAX) ownEchoes.delete(ownEchoes.keys().next().value!)
+          ownEchoes.set(text, message)
+          return redisCommand("PUBLISH", () => client.publish(broadcastChannel, text)).pipe(
+            Effect.tapError(() => Effect.sync(() => ownEchoes.delete(text)))
+          )
+        }).pipe(
           Effect.asVoid,
           // Redis unreachable: this instance's clients still hear of the change.
           Effect.catch((error) =>

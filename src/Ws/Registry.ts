@@ -1,5 +1,5 @@
 /**
- * The connection registry (CONTRACT §5): per-user connection slots, broadcasts and session expiry,
+ * The connection registry (docs/websocket.md#many-instances): per-user connection slots, broadcasts and session expiry,
  * shared by every instance. Two implementations behind this interface pass one contract test
  * suite: in-process (here, one instance) and Redis (RedisRegistry.ts, many instances).
  */

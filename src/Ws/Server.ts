@@ -1,5 +1,5 @@
 /**
- * The `/web` WebSocket endpoint (INTERFACE §WebSocket endpoint, CONTRACT §5) on the HTTP port: the
+ * The `/web` WebSocket endpoint (docs/websocket.md) on the HTTP port: the
  * wiring of its parts. An upgrade becomes a `Connection` (Connection.ts: its state, its bounded
  * outbound queue with one writer, its inbox), is admitted by the `Handshake` (Handshake.ts), and
  * its frames are handled one at a time, in order, by `Dispatch` (Dispatch.ts: rate → schema →

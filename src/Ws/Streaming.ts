@@ -1,5 +1,5 @@
 /**
- * Package 1's answer (INTERFACE: the whole list, unpaginated) without holding the list: the
+ * Package 1's answer (the whole list, unpaginated: docs/websocket.md#messages) without holding the list: the
  * `Authors` service reads it in keyset batches of 1,000 (as for `GET /authors`) and the answer is
  * written as ONE WebSocket message in fragments, each only once the connection's socket has room
  * (Connection.ts `FragmentedMessage`), so memory does not grow with the table. The client's
@@ -20,7 +20,7 @@
  * At most SPOOLS_MAX answers are spooled at once in the process (the others wait their turn), so
  * the disk holds at most that many copies of the table however many clients ask.
  *
- * A list of one batch is sent as one plain frame, as before. A batch is written only once the
+ * A list of one batch is sent as one plain frame. A batch is written only once the
  * next one has arrived, so a database failure on the second batch is still answered with
  * `status_code 1` (`Database error occurred`); a failure after a fragment went out closes the
  * connection 1011 `Internal error` — the client never sees a half message (it discards the

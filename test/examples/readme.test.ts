@@ -1,9 +1,11 @@
 /**
- * The README's examples, run as written, and the README's tables checked against the code.
+ * The examples of the README and of the docs pages, run as written, and their tables checked
+ * against the code.
  *
- * Every fenced block of README.md except a JSON sample carries `example=<name>` in its info string
- * (```` ```sh example=walkthrough ````); `COVERAGE` below says how each is checked, and the first
- * test fails when a block is added, renamed or removed without saying so here. The service is the
+ * Every fenced block of README.md and docs/*.md except a JSON sample carries `example=<name>` in
+ * its info string (```` ```sh example=walkthrough ````), each name once across the pages;
+ * `COVERAGE` below says how each is checked, and the first test fails when a block is added,
+ * renamed or removed without saying so here. The service is the
  * one the README's quick start starts (`npm start`: embedded PostgreSQL, in-process stores, the
  * built-in identity provider) on a free port; the only change made to an example before it runs is
  * its address (`localhost:8000` → that port; for the tracing command, the collector's).
@@ -21,16 +23,31 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import { parse as parseYaml } from "yaml"
 import { Api } from "../../src/Api.ts"
 import { appConfig } from "../../src/Config.ts"
+import { errorStatus } from "../../src/Errors.ts"
+import { Packages } from "../../src/Ws/Packages.ts"
+import { Close } from "../../src/Ws/Protocol.ts"
 import { onPath } from "../support/Binaries.ts"
 import { freePort } from "../support/Spawn.ts"
 import { login, seedEmbeddedDatabase } from "../support/TestApp.ts"
 
 const ROOT = process.cwd()
-const README = readFileSync(join(ROOT, "README.md"), "utf8")
 
-// --- the README's blocks ---------------------------------------------------------------------
+/** The pages whose examples run and whose tables are checked: the README and every page of docs/. */
+const PAGES: ReadonlyMap<string, string> = new Map(
+  ["README.md", ...readdirSync(join(ROOT, "docs")).filter((f) => f.endsWith(".md")).sort().map((f) => `docs/${f}`)]
+    .map((file) => [file, readFileSync(join(ROOT, file), "utf8")] as const)
+)
+const page = (file: string): string => {
+  const text = PAGES.get(file)
+  if (text === undefined) throw new Error(`no page ${file}`)
+  return text
+}
+const README = page("README.md")
+
+// --- the pages' blocks -----------------------------------------------------------------------
 
 interface Block {
+  readonly file: string
   readonly lang: string
   readonly name: string | undefined
   readonly body: string
@@ -38,7 +55,7 @@ interface Block {
 }
 
 /** Fenced blocks, de-indented (a block inside a list item is indented with it). */
-const parseBlocks = (markdown: string): Array<Block> => {
+const parseBlocks = (file: string, markdown: string): Array<Block> => {
   const lines = markdown.split("\n")
   const blocks: Array<Block> = []
   for (let i = 0; i < lines.length; i++) {
@@ -46,40 +63,53 @@ const parseBlocks = (markdown: string): Array<Block> => {
     if (open === null) continue
     const [, indent = "", lang = "", info = ""] = open
     const end = lines.findIndex((l, j) => j > i && l.trim() === "```")
-    if (end < 0) throw new Error(`README.md:${i + 1}: unclosed code block`)
+    if (end < 0) throw new Error(`${file}:${i + 1}: unclosed code block`)
     const body = lines.slice(i + 1, end).map((l) => (l.startsWith(indent) ? l.slice(indent.length) : l)).join("\n")
-    blocks.push({ lang, name: /(?:^|\s)example=(\S+)/.exec(info)?.[1], body, line: i + 1 })
+    blocks.push({ file, lang, name: /(?:^|\s)example=(\S+)/.exec(info)?.[1], body, line: i + 1 })
     i = end
   }
   return blocks
 }
 
-const BLOCKS = parseBlocks(README)
+const BLOCKS = [...PAGES].flatMap(([file, text]) => parseBlocks(file, text))
 
 const example = (name: string): string => {
   const found = BLOCKS.filter((b) => b.name === name)
-  if (found.length !== 1) throw new Error(`README.md has ${found.length} blocks example=${name}`)
+  if (found.length !== 1) throw new Error(`the pages have ${found.length} blocks example=${name}`)
   return found[0]!.body
 }
 
 /** How each example is checked: by this file unless it says otherwise. */
 const COVERAGE: Record<string, string> = {
+  // README.md
   "quick-start": "`npm start` starts the service every example here runs against; `npm ci` is .ci/run's install step (not repeated here: it would replace the node_modules every running test shares)",
   "npm-scripts": "`npm run migrate` is run; every other line is checked to be a package.json script (`npm test` and `npm run check` are what .ci/run runs, `npm run build` what `npm start` runs first)",
+  curl: "run command by command in one shell (after the walk-through), every step's output asserted",
+  "ws-door": "run with node",
+  "client-kit": "typechecked and run (after the walk-through, which leaves the name free)",
+  // docs/http-api.md
   walkthrough: "run command by command in one shell, every step's output asserted",
-  "validation-error": "the request it describes is made and the body compared",
-  "ws-json": "run with node",
-  "ws-protobuf": "run with node",
   "client-http": "typechecked and run (with client-paging and client-ws: one program)",
   "client-paging": "typechecked and run after client-http",
   "client-ws": "typechecked and run after client-paging",
   "openapi-generator": "the download is run; the generator is not (it needs Java and downloads itself) — test/integration/docs.test.ts checks the document it reads (OpenAPI 3.1, every $ref resolving, every endpoint with its errors)",
+  // docs/errors-and-limits.md
+  "validation-error": "the request it describes is made and the body compared",
+  // docs/websocket.md
+  "ws-json": "run with node",
+  "ws-protobuf": "run with node",
+  // docs/audit.md
   "audit-explain": "not run (it seeds 1,000,000 rows into PostgreSQL: a benchmark, minutes); the script is checked to exist",
+  // docs/operations.md
   otel: "run with the endpoint pointed at a stand-in collector, which must receive the service's spans",
   profiling: "run",
+  // docs/deployment.md
   "compose-up": "not run (no container runtime in the test environment): test/unit/deploy.test.ts runs `docker compose config` when a client is installed and checks the services, replicas, ports and health checks; the README's table of addresses and logins is checked against docker-compose.yml below, and the app's environment there to be a configuration the service accepts",
   "compose-token": "run against the embedded service (the same /login and /authors; in the stack Keycloak answers behind /login)",
   production: "not run (it names your PostgreSQL, Redis and Keycloak); every variable it sets is checked to be a setting in .env.example",
+  // docs/performance.md
+  bench: "not run (a full run takes tens of minutes): every command is checked to be `npm run bench` with options bench/README.md documents",
+  // docs/architecture.md
   layout: "every path it names is checked to exist and every module of src/ to be listed",
   "swapped-layer": "run by test/examples/swapped-layer.test.ts; each of its lines is checked to be that test's"
 }
@@ -224,7 +254,7 @@ const commandsOf = (script: string) => {
   return commands
 }
 
-/** The walk-through and the other curl examples need `curl`, which a machine with only Node lacks (CONTRACT §1). */
+/** The walk-through and the other curl examples need `curl`, which a machine with only Node lacks. */
 const HAS_CURL = onPath("curl")
 
 /** `curl -w ' %{http_code}\n'` output: the JSON body, then the status. */
@@ -254,11 +284,12 @@ const typecheck = (path: string, source: string): string => {
   return ts.formatDiagnostics(ts.getPreEmitDiagnostics(program, program.getSourceFile(path)), host)
 }
 
-/** The rows of the first Markdown table after `heading`, as arrays of cells. */
-const tableAfter = (heading: string): Array<Array<string>> => {
-  const at = README.indexOf(`\n${heading}\n`)
-  if (at < 0) throw new Error(`README.md has no heading ${heading}`)
-  const lines = README.slice(at).split("\n")
+/** The rows of the first Markdown table after `heading` in `file`, as arrays of cells. */
+const tableAfter = (file: string, heading: string): Array<Array<string>> => {
+  const text = page(file)
+  const at = text.indexOf(`\n${heading}\n`)
+  if (at < 0) throw new Error(`${file} has no heading ${heading}`)
+  const lines = text.slice(at).split("\n")
   const first = lines.findIndex((l) => l.startsWith("|"))
   const rows: Array<Array<string>> = []
   for (const line of lines.slice(first)) {
@@ -276,9 +307,13 @@ const envExampleSettings = () =>
 
 // --- the tests ---------------------------------------------------------------------------------
 
-describe("README examples", () => {
+describe("README and docs examples", () => {
   it("every example is labelled and accounted for, and only JSON samples go unlabelled", () => {
-    const unlabelled = BLOCKS.filter((b) => b.name === undefined && b.lang !== "json").map((b) => `README.md:${b.line} (${b.lang || "no language"})`)
+    expect([...PAGES.keys()]).toEqual(expect.arrayContaining([
+      "README.md", "docs/architecture.md", "docs/audit.md", "docs/configuration.md", "docs/deployment.md",
+      "docs/errors-and-limits.md", "docs/http-api.md", "docs/operations.md", "docs/performance.md", "docs/websocket.md"
+    ]))
+    const unlabelled = BLOCKS.filter((b) => b.name === undefined && b.lang !== "json").map((b) => `${b.file}:${b.line} (${b.lang || "no language"})`)
     expect(unlabelled).toEqual([])
     const names = BLOCKS.flatMap((b) => (b.name === undefined ? [] : [b.name]))
     expect(new Set(names).size).toBe(names.length)
@@ -427,10 +462,55 @@ describe("README examples", () => {
       for (const [prefix, check] of expectations) check(outputs(prefix))
     }, 60_000)
 
+    it.runIf(HAS_CURL)("the README's curl example: log in, create, list", async () => {
+      const shell = startShell(root)
+      const steps: Array<Step> = []
+      try {
+        for (const { label, text } of commandsOf(local(example("curl")))) steps.push(await shell.run(label, text))
+        const kept = await shell.run("", `printf '%s' "$TOKEN"`)
+        expect(jwtPayload(kept.output)).toMatchObject({ preferred_username: "admin" })
+      } finally {
+        shell.close()
+      }
+      for (const step of steps) {
+        expect({ command: step.command, status: step.status, stderr: step.stderr }).toEqual({ command: step.command, status: 0, stderr: "" })
+      }
+      expect(steps.map((s) => s.label)).toEqual([
+        expect.stringMatching(/^A helper/),
+        expect.stringMatching(/^Log in/),
+        expect.stringMatching(/^Create an author → .* 201$/),
+        expect.stringMatching(/^List, .* 200$/)
+      ])
+      expect(steps[0]!.output).toBe("")
+      expect(steps[1]!.output).toBe("")
+      const created = answer(steps[2]!.output)
+      expect(created).toEqual({ status: 201, body: { id: expect.any(Number), name: "Octavia Butler", created_at: expect.any(String) } })
+      expect(answer(steps[3]!.output)).toEqual({ status: 200, body: [created.body] })
+    }, 60_000)
+
+    it("the README's WebSocket example prints the page it asked for", async () => {
+      const run = await runToEnd(process.execPath, ["--input-type=module"], { input: local(example("ws-door")) })
+      expect({ status: run.status, stderr: run.stderr }).toEqual({ status: 0, stderr: "" })
+      const frames = run.stdout.trim().split("\n").map((l) => JSON.parse(l) as { pkg_id: number; status_code: number; data: Array<unknown>; meta: { page: number; per_page: number; total: number } })
+      expect(frames).toHaveLength(1)
+      expect(frames[0]).toMatchObject({ pkg_id: 2, status_code: 0, meta: { page: 1, per_page: 5 } })
+      expect(frames[0]!.data.length).toBe(Math.min(5, frames[0]!.meta.total))
+    })
+
+    it("the README's client kit lines typecheck and run: log in, create, connect", async () => {
+      const program = example("client-kit")
+      expect(typecheck(join(ROOT, "readme-client-kit.ts"), program)).toBe("")
+      const run = await runToEnd(process.execPath, ["--input-type=module-typescript"], { input: local(program) })
+      expect({ status: run.status, stderr: run.stderr.replace(/^.*ExperimentalWarning.*\n(.*--trace-warnings.*\n)?/m, "") }).toEqual({ status: 0, stderr: "" })
+      const { access_token } = await login({ url: `http://${baseUrlHost}` }, "admin")
+      const res = await fetch(`http://${baseUrlHost}/authors?name=Ada%20Lovelace`, { headers: { authorization: `Bearer ${access_token}` } })
+      expect(await res.json()).toEqual([{ id: expect.any(Number), name: "Ada Lovelace", created_at: expect.any(String) }])
+    }, 60_000)
+
     it("the 422 sample is what the request it names answers", async () => {
       const { access_token } = await login({ url: `http://${baseUrlHost}` }, "admin")
       const res = await fetch(`http://${baseUrlHost}/authors/paginated?per_page=abc`, { headers: { authorization: `Bearer ${access_token}` } })
-      expect(README).toContain("(`GET /authors/paginated?per_page=abc`)")
+      expect(page("docs/errors-and-limits.md")).toContain("(`GET /authors/paginated?per_page=abc`)")
       expect({ status: res.status, body: await res.json() }).toEqual({ status: 422, body: JSON.parse(example("validation-error")) })
     })
 
@@ -569,7 +649,7 @@ describe("README examples", () => {
   }, 120_000)
 })
 
-describe("README true to the code", () => {
+describe("README and docs true to the code", () => {
   it("layout: every path it names exists, and every module of src/ is listed", () => {
     const lines = example("layout").split("\n")
     const topLevel = lines.flatMap((l) => /^(\S+)\s/.exec(l)?.[1] ?? [])
@@ -588,7 +668,7 @@ describe("README true to the code", () => {
   it("configuration: the table lists exactly the variables src/Config.ts reads and .env.example shows, with its defaults", () => {
     const settings = envExampleSettings()
     const read = new Set([...readFileSync(join(ROOT, "src/Config.ts"), "utf8").matchAll(/[(,]\s*"([A-Z][A-Z0-9_]{2,})"/g)].map((m) => m[1]!))
-    const rows = tableAfter("## Configuration")
+    const rows = tableAfter("docs/configuration.md", "## Settings")
     const documented = new Map(rows.flatMap((r) => [...r[0]!.matchAll(/`([A-Z][A-Z0-9_]+)`/g)].map((m) => [m[1]!, r[1]!] as const)))
     expect([...documented.keys()].sort()).toEqual([...read].sort())
     expect([...documented.keys()].sort()).toEqual([...settings.keys()].sort())
@@ -600,13 +680,13 @@ describe("README true to the code", () => {
 
   it("metrics: the table names exactly the metrics the service registers", () => {
     const registered = [...readFileSync(join(ROOT, "src/Observability/Metrics.ts"), "utf8").matchAll(/\bname: "([a-z_]+)"/g)].map((m) => m[1]!)
-    const rows = tableAfter("### Metrics — `GET /metrics`")
+    const rows = tableAfter("docs/operations.md", "## Metrics — `GET /metrics`")
     const documented = rows.flatMap((r) => [...r[0]!.matchAll(/`([a-z_]+)`/g)].map((m) => m[1]!))
     expect([...documented].sort()).toEqual([...registered].sort())
   })
 
   it("endpoints: every operation of the OpenAPI document is in the table, with its method", () => {
-    const rows = tableAfter("## Endpoints").map((r) => r[0]!)
+    const rows = tableAfter("docs/http-api.md", "## Endpoints").map((r) => r[0]!)
     const paths = (OpenApi.fromApi(Api) as { paths: Record<string, Record<string, unknown>> }).paths
     for (const [path, operations] of Object.entries(paths)) {
       const pattern = new RegExp(`(?<![\\w/{}-])${path.replace(/[{}]/g, "\\$&")}(?![\\w/{}-])`)
@@ -624,7 +704,7 @@ describe("README true to the code", () => {
     }
     // `[host address:]host port:container port`: the host port is the one a browser opens.
     const published = Object.values(compose.services).flatMap((s) => (s.ports ?? []).map((p) => Number(p.split(":").at(-2))))
-    const rows = tableAfter("## Running the compose stack")
+    const rows = tableAfter("docs/deployment.md", "## The compose stack")
     for (const row of rows) {
       for (const m of row[1]!.matchAll(/localhost:(\d+)/g)) expect(published, row[0]).toContain(Number(m[1]))
     }
@@ -634,7 +714,8 @@ describe("README true to the code", () => {
     const grafana = compose.services["grafana"]!.environment!
     expect(login("Grafana")).toContain(`\`${grafana["GF_SECURITY_ADMIN_USER"]}\` / \`${grafana["GF_SECURITY_ADMIN_PASSWORD"]}\``)
     // The service names the section's commands use.
-    const section = README.slice(README.indexOf("## Running the compose stack"), README.indexOf("## Production checklist"))
+    const deployment = page("docs/deployment.md")
+    const section = deployment.slice(deployment.indexOf("## The compose stack"), deployment.indexOf("## Kubernetes"))
     for (const m of section.matchAll(/docker compose (?:exec|up --scale) (\w+)/g)) expect(Object.keys(compose.services)).toContain(m[1])
     expect(section).toContain(`psql -U ${compose.services["postgres"]!.environment!["POSTGRES_USER"]}`)
   })
@@ -665,5 +746,78 @@ describe("README true to the code", () => {
   it("the audit-explain command names a script that exists", () => {
     const script = /node (\S+\.ts)$/.exec(example("audit-explain").trim())?.[1]
     expect(script !== undefined && existsSync(join(ROOT, script))).toBe(true)
+  })
+
+  it("errors: every client-visible error of src/Errors.ts is in the table, with its HTTP status and detail", () => {
+    const rows = tableAfter("docs/errors-and-limits.md", "## HTTP errors")
+    for (const [tag, { http }] of Object.entries(errorStatus)) {
+      const row = rows.find((r) => r[2] === `\`${tag}\``)
+      expect(row, tag).toBeDefined()
+      expect(`${tag} ${row![0]}`).toBe(`${tag} ${http}`)
+    }
+    // Each row's detail is one the code answers (placeholders such as <id> stand for any text).
+    const source = readFileSync(join(ROOT, "src/Errors.ts"), "utf8") + readFileSync(join(ROOT, "src/Http/Http1.ts"), "utf8") +
+      readFileSync(join(ROOT, "src/Http/NodeServer.ts"), "utf8")
+    for (const row of rows) {
+      for (const m of row[1]!.matchAll(/`([^`]+)`/g)) {
+        const literal = m[1]!.split(/<[^>]+>/).map((part) => part.trim()).filter((part) => part !== "")
+        for (const part of literal) expect(source, `${row[0]} ${m[1]}`).toContain(part)
+      }
+    }
+  })
+
+  it("WebSocket: the close-code table is every close the server initiates", () => {
+    const rows = tableAfter("docs/websocket.md", "## Close codes")
+    const documented = rows.map((r) => `${r[0]} ${/^`([^`]*)`$/.exec(r[1]!)?.[1] ?? ""}`)
+    for (const close of Object.values(Close)) expect(documented, `${close.code} ${close.reason}`).toContain(`${close.code} ${close.reason}`)
+    // The one close the server does not initiate itself: the WebSocket library's, for invalid UTF-8.
+    const initiated = new Set(Object.values(Close).map((c) => `${c.code} ${c.reason}`))
+    expect(documented.filter((d) => !initiated.has(d))).toEqual(["1007 "])
+  })
+
+  it("WebSocket: the package table is the server's", () => {
+    const rows = tableAfter("docs/websocket.md", "## Messages")
+    expect(rows.map((r) => `${r[0]} ${r[1]} ${r[2]}`)).toEqual(
+      [...Packages.values()].map((p) => `${p.pkgId} \`${p.name}\` ${p.roles.map((role) => `\`${role}\``).join(", ")}`)
+    )
+  })
+
+  it("bench: every command is `npm run bench` with options bench/README.md documents", () => {
+    const documented = readFileSync(join(ROOT, "bench/README.md"), "utf8")
+    const commands = example("bench").split("\n").filter((l) => l.trim() !== "" && !l.startsWith("#")).join("\n").replace(/\\\n\s*/g, " ").split("\n")
+    expect(commands.length).toBeGreaterThan(0)
+    for (const command of commands) {
+      expect(command).toMatch(/(^|\s)npm run bench( -- |$)/)
+      for (const m of command.matchAll(/\s(--[a-z-]+)/g)) expect(documented, m[1]).toContain(`\`${m[1]}`)
+      for (const m of command.matchAll(/\b(BENCH_[A-Z_]+)=/g)) expect(documented, m[1]).toContain(m[1])
+    }
+  })
+
+  it("links: every relative link of the README and the docs names a file that exists, and an anchor its page has", () => {
+    const slug = (heading: string) =>
+      heading.trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-")
+    const anchors = (file: string) =>
+      new Set([...readFileSync(join(ROOT, file), "utf8").matchAll(/^#{1,6} (.+)$/gm)].map((m) => slug(m[1]!)))
+    const broken: Array<string> = []
+    for (const [file, text] of PAGES) {
+      for (const m of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        const target = m[1]!
+        if (/^[a-z]+:/.test(target)) continue
+        const [path = "", anchor] = target.split("#")
+        const resolved = path === "" ? file : join(file, "..", path)
+        if (!existsSync(join(ROOT, resolved))) broken.push(`${file}: ${target}`)
+        else if (anchor !== undefined && resolved.endsWith(".md") && !anchors(resolved).has(anchor)) broken.push(`${file}: ${target}`)
+      }
+    }
+    expect(broken).toEqual([])
+  })
+
+  it("the README is a door: one screenful of pages, linking every page of docs/", () => {
+    expect(README.split("\n").length).toBeLessThanOrEqual(250)
+    for (const file of PAGES.keys()) if (file !== "README.md") expect(README, file).toContain(`](${file})`)
+  })
+
+  it("no page cites a document outside the repository", () => {
+    for (const [file, text] of PAGES) expect(text, file).not.toMatch(/\b(CONTRACT|INTERFACE)(\.md| §)|\.\.\/shared\//)
   })
 })

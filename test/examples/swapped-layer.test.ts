@@ -1,5 +1,5 @@
 /**
- * The README's "Testing with a swapped Layer" example, run by the suite so it stays true: the real
+ * The example of docs/architecture.md#testing-with-a-swapped-layer, run by the suite so it stays true: the real
  * `Authors` service on the embedded database, with its `AuthorEvents` dependency replaced by one
  * that records what would have been broadcast.
  */

@@ -1,5 +1,5 @@
 /**
- * Every PostgreSQL call has a deadline (Review F12; Db/Instrumentation.ts, DATABASE_STATEMENT_TIMEOUT_SECONDS):
+ * Every PostgreSQL call has a deadline (Db/Instrumentation.ts, DATABASE_STATEMENT_TIMEOUT_SECONDS):
  * the service's client on a real server behind a TCP proxy. Blackholed (the server accepts and
  * never answers: no error reveals it), a statement, a wait for a connection and a transaction
  * each fail with the database's ordinary error — a `SqlError` (ConnectionError) the HTTP layer

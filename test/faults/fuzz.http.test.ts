@@ -1,5 +1,5 @@
 /**
- * Reliability faults, property-based, HTTP (CONTRACT §3, §6, §9): more than 10,000 generated
+ * Reliability faults, property-based, HTTP (docs/http-api.md, docs/errors-and-limits.md): more than 10,000 generated
  * requests per run over every endpoint — authors, audit logs, login, profiling, probes, metrics,
  * docs and unknown paths — with valid and hostile path segments, query keys and values, headers
  * (Authorization variants, X-Correlation-ID, X-Forwarded-For, Content-Type, User-Agent) and bodies

@@ -1,5 +1,5 @@
 /**
- * Reliability faults, property-based, WebSocket `/web` (CONTRACT §5, §6, §9): more than 10,000
+ * Reliability faults, property-based, WebSocket `/web` (docs/websocket.md): more than 10,000
  * generated frames per run over eight connections — JSON and protobuf formats, tokens in the query,
  * in a header or in a first auth frame, users with and without the packages' roles. Frames: valid
  * packages 1/2/3 with hostile data (NUL, unpaired surrogates, control characters, huge numbers,
@@ -10,7 +10,7 @@
  * Each frame is followed by a probe (package 1 with `filters.id = -1`); a connection handles its
  * frames in order, so the frame's own outcome arrives first. Properties: a frame with an integer
  * pkg_id and a UUID req_id is answered with a valid Response carrying them; every other frame
- * closes the connection with its CONTRACT code (1003 unusable, 1009 too big, 4001 bad re-auth;
+ * closes the connection with its documented code (1003 unusable, 1009 too big, 4001 bad re-auth;
  * 1007 for text that is not UTF-8, RFC 6455 §8.1); no reply is `status_code 1` (in particular
  * never "Database error occurred" for a client mistake); the server never closes 1011; every
  * server frame is a valid Response, a broadcast or `auth_ok`. A closed connection is replaced.
@@ -89,7 +89,7 @@ const frame = (kind: string, payload: string | Uint8Array, binary = typeof paylo
 
 const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
-/** CONTRACT §5 "Bad frames" and §9 "Protobuf", "WS auth frames", applied to one frame of a lane. */
+/** The frame rules of docs/websocket.md (messages, protobuf, auth frames), applied to one frame of a lane. */
 const expectationOf = (f: Frame, format: Format, laneToken: string): Expect => {
   const bytes = typeof f.payload === "string" ? Buffer.from(f.payload, "utf8") : Buffer.from(f.payload)
   if (bytes.length > WS_MAX) return { _tag: "close", code: 1009 }
@@ -219,7 +219,7 @@ const connect = (spec: LaneSpec, token: string): Conn => {
       }
     }
     if (event._tag === "reply" && event.reqId === ZERO_REQ_ID) {
-      // A broadcast (CONTRACT §5, §9): pkg_id 0, status 0, an author event.
+      // A broadcast (docs/websocket.md#broadcasts): pkg_id 0, status 0, an author event.
       const d = event.data
       if (event.pkgId === 0 && event.status === 0 && isRecord(d) && typeof d["event"] === "string" && isRecord(d["author"])) figures.broadcasts++
       else events.put({ _tag: "malformed", what: `a malformed broadcast: ${clip(JSON.stringify(d))}` })

@@ -1,6 +1,6 @@
 /**
- * PostgreSQL outages under load, against the real service process (CONTRACT §6 "nothing is lost",
- * §7 /health; Review F12): a restart of a private cluster the test owns (`pg_ctl stop -m fast`,
+ * PostgreSQL outages under load, against the real service process (docs/audit.md#guarantees: nothing
+ * is lost; docs/operations.md#health-and-probes): a restart of a private cluster the test owns (`pg_ctl stop -m fast`,
  * then `-m immediate`, i.e. a crash, each followed by `pg_ctl start`) and a cut of the shared
  * server behind a TCP proxy (open connections dropped, new ones refused), and the same proxy
  * blackholed (connections accepted, nothing ever answered: the half-open server no error reveals,
@@ -33,7 +33,7 @@ import { waitFor } from "../support/Spawn.ts"
 import { viaProxy } from "../support/TcpProxy.ts"
 import { login, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
 
-/** /health runs its checks with a 1 s timeout (CONTRACT §7); the rest is margin for a loaded machine. */
+/** /health runs its checks with a 1 s timeout (docs/operations.md#health-and-probes); the rest is margin for a loaded machine. */
 const HEALTH_BOUND_MS = 1_000 + 3_000
 /** Outage kept this long after /health reported it, so requests meet it. */
 const OUTAGE_MS = 2_000
@@ -156,7 +156,7 @@ const underLoad = async (running: Running, outage: Outage, audit: string) => {
     const unanswered: ReadonlyArray<Answer> = answers.filter((a) => a.status === 0)
     expect(unanswered, "requests not answered").toEqual([])
     expect(answers.every((a) => a.requestId !== null)).toBe(true)
-    // While the database is away a request gets the database error (CONTRACT §3), never a hang.
+    // While the database is away a request gets the database error (docs/errors-and-limits.md#http-errors), never a hang.
     const failed = answers.filter((a) => a.status >= 300)
     expect(failed.length).toBeGreaterThan(0)
     for (const a of failed) expect({ status: a.status, body: a.body }).toEqual({ status: 500, body: { detail: "Internal server error" } })

@@ -1,6 +1,5 @@
 /**
- * WebSocket sessions, broadcasts and connection slots across a Redis restart (CONTRACT §5 Session
- * expiry, Broadcasts, Per-user limit). A private, non-persistent `redis-server` forgets every key
+ * WebSocket sessions, broadcasts and connection slots across a Redis restart (docs/websocket.md#many-instances). A private, non-persistent `redis-server` forgets every key
  * and the `notify-keyspace-events` setting when it restarts: the instance must put them back on
  * reconnection, and whatever Redis does — restarted, down over a session's end, restarted where
  * CONFIG is not permitted so the expiry events stay off — no connection outlives its session
@@ -20,7 +19,7 @@ const GRACE_SECONDS = 1
 /** Printed, not tuned against: only a bound far beyond the backstop's slack. */
 const LATE_BOUND_MS = 5_000
 
-// A private `redis-server` is started: on a machine with only Node (CONTRACT §1) there is none.
+// A private `redis-server` is started: on a machine with only Node there is none.
 describe.runIf(onPath("redis-server"))("WebSocket across a Redis restart", () => {
   let redis: RedisServer
   let app: TestApp

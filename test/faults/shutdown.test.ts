@@ -1,6 +1,6 @@
 /**
  * SIGTERM ends the real service process cleanly — exit code 0, not the 9 s watchdog's 1 — within
- * 10 s in every state (CONTRACT §9 "Signals"), flushing what can be flushed and counting what
+ * 10 s in every state (docs/operations.md#shutdown), flushing what can be flushed and counting what
  * cannot: PostgreSQL cut (refused) or blackholed (accepts, never answers) behind a TCP proxy with
  * audit records waiting and requests in flight, a record the database refuses, Redis blackholed or
  * down (RATE_LIMIT_FAIL_MODE=open: requests still answered), and clients that do not read their

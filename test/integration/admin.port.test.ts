@@ -2,7 +2,7 @@
  * ADMIN_PORT at the HTTP boundary of the real process: set, `/metrics` and `/api/profiling/*` are
  * served on that port only — on PORT they are unknown routes (404 `{"detail":"Not Found"}`), however
  * the path is spelt — and the admin port serves nothing else but the probes; both listeners bind
- * HOST. Unset, everything is on PORT, as before.
+ * HOST. Unset, everything is on PORT.
  */
 import { mkdtempSync, rmSync } from "node:fs"
 import { connect } from "node:net"
@@ -126,7 +126,7 @@ describe("ADMIN_PORT unset", () => {
   })
   afterAll(() => app?.close())
 
-  it("/metrics and /api/profiling/* are served on PORT, as INTERFACE shows", async () => {
+  it("/metrics and /api/profiling/* are served on PORT, as the docs show", async () => {
     const metrics = await request(app, "GET", "/metrics")
     expect(metrics.status).toBe(200)
     expect(String(metrics.body)).toContain("# TYPE http_requests_total counter")

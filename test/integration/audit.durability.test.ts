@@ -1,5 +1,5 @@
 /**
- * "Nothing is lost" (CONTRACT §6), against real PostgreSQL and Redis: PostgreSQL cut for a while
+ * "Nothing is lost" (docs/audit.md#guarantees), against real PostgreSQL and Redis: PostgreSQL cut for a while
  * under load (a TCP proxy in front of it), the scope closed (SIGTERM) while records wait, and a
  * `kill -9` of the real process with the Redis Stream buffer. Each counts answered requests
  * against stored records.

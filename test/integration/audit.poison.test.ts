@@ -1,6 +1,6 @@
 /**
- * Values PostgreSQL would refuse never stop the audit trail, and never answer 500 (CONTRACT §6,
- * §9 "Control characters"): a 3 KB username on a failed login, a 3,000-character path, NUL bytes
+ * Values PostgreSQL would refuse never stop the audit trail, and never answer 500 (docs/audit.md#guarantees,
+ * docs/errors-and-limits.md#validation-errors-422): a 3 KB username on a failed login, a 3,000-character path, NUL bytes
  * and escapes that are not UTF-8 — on the embedded database, real PostgreSQL and the Redis Stream.
  */
 import { Option, Redacted } from "effect"
@@ -93,7 +93,7 @@ describe.each(setups)("poison input ($name)", (setup) => {
       const anonymous = await request(app, "GET", path)
       expect({ path, status: anonymous.status, body: anonymous.body }).toEqual({ path, status: 401, body: { detail: "Not authenticated" } })
     }
-    // A profiling report name is the exception: INTERFACE's 400 for an invalid filename wins
+    // A profiling report name is the exception: the documented 400 for an invalid filename wins
     // (profiling.test.ts pins it on GET and DELETE).
     for (const name of ["a%00.html", "a%FF.html"]) {
       const report = await request(app, "GET", `/api/profiling/reports/${name}`)

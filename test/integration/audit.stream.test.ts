@@ -1,7 +1,7 @@
 /**
  * The Redis Stream audit journal (AuditLogs/StreamWriter.ts):
- * - it keeps its cap while PostgreSQL is down (CONTRACT §6 "the Redis Stream buffer keeps its cap
- *   during a database outage"): with nothing committed, the stream's length still comes back with
+ * - it keeps its cap while PostgreSQL is down (docs/audit.md#guarantees: the Redis Stream buffer keeps its cap
+ *   during a database outage): with nothing committed, the stream's length still comes back with
  *   every append, and records past the cap are counted, not appended;
  * - appended records are written from memory and deleted from the stream after their commit;
  * - entries nobody writes (a killed instance's) are written by the recovery scan: at start all of

@@ -1,5 +1,5 @@
 /**
- * The audit trail at the boundary a user sees (CONTRACT §6, §9): what each request records, and
+ * The audit trail at the boundary a user sees (docs/audit.md): what each request records, and
  * the `GET /audit-logs…` endpoints — on the embedded database, real PostgreSQL and (when set)
  * with the Redis Stream buffer.
  */
@@ -135,7 +135,7 @@ describe.each(setups)("audit trail ($name)", (setup) => {
     expect(invalidRecord).toMatchObject({ outcome: "error", response_status: 422, request_data: { body: { name: "" } } })
   })
 
-  it("timestamp is when the request started, not when it ended (CONTRACT §9 Audit records)", async () => {
+  it("timestamp is when the request started, not when it ended", async () => {
     // The request starts, is seen in flight, and only then (a clock tick later) gets the rest of
     // its body: its start is at or before `inFlightAt`, its end after it.
     const sentAt = Date.now()
@@ -191,7 +191,7 @@ describe.each(setups)("audit trail ($name)", (setup) => {
     })
     for (const secret of ["k1", "p1", "t1", "4111", "shape"]) expect(JSON.stringify(record)).not.toContain(`"${secret}"`)
 
-    // "Matching" (CONTRACT §6): a key naming a secret among other words, in any case and spelling,
+    // "Matching" (docs/audit.md#what-is-recorded): a key naming a secret among other words, in any case and spelling,
     // is redacted too; a word that merely contains a secret's name is not.
     const matching = await request(app, "POST", "/authors?X-Api-Key=k2&sessionToken=t2&tokenizer=kept", {
       token: admin,
@@ -319,7 +319,7 @@ describe.each(setups)("audit trail ($name)", (setup) => {
     }
   })
 
-  it("per-user list: INTERFACE's reduced item fields, date range", async () => {
+  it("per-user list: the documented reduced item fields, date range", async () => {
     const res = await request(app, "GET", `/audit-logs/user/${READER_ID}?per_page=5`, { token: admin })
     expect(res.status).toBe(200)
     const page = res.body as Page
@@ -374,7 +374,7 @@ describe("AUDIT_LOG_ENABLED=false", () => {
   })
 })
 
-describe("ip_address of an IPv4-mapped IPv6 peer (CONTRACT §9 Audit records)", () => {
+describe("ip_address of an IPv4-mapped IPv6 peer", () => {
   let app: TestApp
   beforeAll(async () => {
     // Listening on "::" (dual stack), the server sees the test's IPv4 connections as ::ffff:127.0.0.1.

@@ -93,7 +93,7 @@ describe("built-in identity provider", () => {
       await started.close()
       return lines.map((l) => JSON.parse(l) as { level: string; message: string }).filter((l) => l.level === "WARN")
     }
-    // CONTRACT §2's defaults: HOST=0.0.0.0 with the shipped users.
+    // The defaults (docs/configuration.md#settings): HOST=0.0.0.0 with the shipped users.
     const exposed = await startupWarnings("0.0.0.0")
     expect(exposed.map((l) => l.message)).toContainEqual(
       expect.stringMatching(/^Built-in identity provider: config\/dev-users\.json has plain-text passwords \(admin, editor, reader\) and HOST=0\.0\.0\.0 serves them/)

@@ -1,7 +1,7 @@
 /**
  * Bad input, generated: every malformed request to the authors endpoints, /login and
- * /login/refresh gets a 4xx JSON error with `detail`, never a 500 (CONTRACT §3 "Never 500 for
- * client mistakes").
+ * /login/refresh gets a 4xx JSON error with `detail`, never a 500
+ * (docs/errors-and-limits.md#http-errors).
  */
 import fc from "fast-check"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"

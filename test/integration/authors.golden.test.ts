@@ -1,5 +1,5 @@
 /**
- * Golden tests: every HTTP status and body of CONTRACT §3 and the HTTP rows of §9, against the
+ * Golden tests: every HTTP status and body of docs/http-api.md and docs/errors-and-limits.md, against the
  * embedded database and (when TEST_DATABASE_URL is set) real PostgreSQL.
  */
 import pg from "pg"
@@ -544,7 +544,7 @@ describe("check order with the rate limiter on: 413 → 429 → 401", () => {
     expect(Number(limited.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
   })
 
-  it("413 and 429 carry the security headers and their own X-Request-ID (CONTRACT §3: every response, errors and 429 included)", async () => {
+  it("413 and 429 carry the security headers and their own X-Request-ID (every response, errors and 429 included)", async () => {
     const big = await request(app, "POST", "/authors", { body: { name: "y".repeat(200) } })
     expect(big).toMatchObject({ status: 413, body: { detail: "Request body too large" } })
     // A budget of 1: the second of these is refused whatever came before.

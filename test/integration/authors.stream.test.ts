@@ -1,5 +1,5 @@
 /**
- * GET /authors (unpaginated, INTERFACE) is streamed: keyset batches of LIST_BATCH_SIZE rows written
+ * GET /authors (unpaginated: docs/http-api.md#authors) is streamed: keyset batches of LIST_BATCH_SIZE rows written
  * as one JSON array in chunks (no Content-Length), byte for byte what the paginated endpoint's
  * items give together. Against the embedded database and (when TEST_DATABASE_URL is set) PostgreSQL.
  */

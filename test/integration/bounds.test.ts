@@ -64,7 +64,7 @@ describe("in-process rate limiter", () => {
   })
 })
 
-describe("/web upgrades: per-IP rate limit and instance-wide connection cap (review F13)", () => {
+describe("/web upgrades: per-IP rate limit and instance-wide connection cap", () => {
   let app: TestApp
   const clients: Array<WsClient> = []
   const scrape = () => scrapeMetrics(app.url)

@@ -1,5 +1,5 @@
 /**
- * Conditional reads (CONTRACT §3): every 200 of `GET /authors`, `GET /authors/paginated` and
+ * Conditional reads (docs/http-api.md#conditional-reads): every 200 of `GET /authors`, `GET /authors/paginated` and
  * `GET /authors/{author_id}` carries an `ETag`; a matching `If-None-Match` gets 304 without a body,
  * still rate limited and audited (`response_status` 304). The ETag of an answer sent whole is
  * strong and comes from its body (the same on every instance); a list streamed in batches has a

@@ -1,5 +1,5 @@
 /**
- * CONTRACT §2: an invalid value stops startup with a message naming the variable — one log line
+ * docs/configuration.md#settings: an invalid value stops startup with a message naming the variable — one log line
  * (JSON with LOG_FORMAT=json) and exit code 1. The real entry point is spawned with one bad
  * variable at a time. And the settings whose defaults or rules depend on others (OIDC_AUDIENCE, an
  * https:// OIDC_ISSUER_URL and a DATABASE_URL in production, ADMIN_PORT beside PORT).
@@ -46,7 +46,7 @@ const failureOf = (service: Spawned) => {
   return String(line["message"])
 }
 
-describe("LOG_LEVEL (CONTRACT §2)", () => {
+describe("LOG_LEVEL", () => {
   it("takes warn as well as warning; anything else stops startup", async () => {
     const level = (value: string) =>
       Effect.runPromise(Effect.result(appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: { LOG_LEVEL: value } })))))
@@ -58,7 +58,7 @@ describe("LOG_LEVEL (CONTRACT §2)", () => {
   })
 })
 
-describe("npm start reads .env when present (CONTRACT §1, .env.example)", () => {
+describe("npm start reads .env when present (.env.example)", () => {
   it("the start script's own node arguments, with the .env file pointed elsewhere, set PORT from it", async () => {
     const script = (JSON.parse(readFileSync("package.json", "utf8")) as { scripts: Record<string, string> }).scripts["start"]!
     expect(script).toMatch(/^exec node --env-file-if-exists=\.env dist\/main\.js$/)
@@ -110,7 +110,7 @@ describe("invalid configuration stops startup", () => {
   }, 60_000)
 })
 
-describe("PROFILING_ENABLED (CONTRACT §2: true in development, false in production)", () => {
+describe("PROFILING_ENABLED (true in development, false in production)", () => {
   const profilingOf = async (env: Record<string, string>) =>
     (await Effect.runPromise(
       appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })))
@@ -167,7 +167,7 @@ describe("PROFILING_ENABLED (CONTRACT §2: true in development, false in product
   }, 90_000)
 })
 
-describe("OIDC_ISSUER_URL: https:// in production (CONTRACT §1)", () => {
+describe("OIDC_ISSUER_URL: https:// in production", () => {
   const issuerOf = async (env: Record<string, string>) => {
     const result = await Effect.runPromise(Effect.result(
       appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })))
@@ -191,7 +191,7 @@ describe("OIDC_ISSUER_URL: https:// in production (CONTRACT §1)", () => {
   })
 })
 
-describe("OIDC_AUDIENCE (CONTRACT §2)", () => {
+describe("OIDC_AUDIENCE", () => {
   const audienceOf = (env: Record<string, string>) =>
     Effect.runPromise(
       appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })), Effect.map(tokenAudience))

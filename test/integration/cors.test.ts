@@ -1,5 +1,5 @@
 /**
- * CORS for browser clients (CONTRACT §9): `CORS_ALLOWED_ORIGINS` answers preflights and adds
+ * CORS for browser clients (docs/http-api.md#conventions): `CORS_ALLOWED_ORIGINS` answers preflights and adds
  * `Access-Control-Allow-Origin` for the listed origins, exposing the id and rate-limit headers;
  * empty (the default) adds nothing.
  */
@@ -68,7 +68,7 @@ describe("CORS_ALLOWED_ORIGINS set", () => {
     }
   })
 
-  it("a preflight carries the security headers and its own X-Request-ID (CONTRACT §3: every response)", async () => {
+  it("a preflight carries the security headers and its own X-Request-ID (every response)", async () => {
     const first = await preflight(app, ALLOWED)
     const second = await preflight(app, ALLOWED)
     expect([first.status, second.status]).toEqual([204, 204])

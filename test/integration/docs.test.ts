@@ -1,13 +1,16 @@
 /**
- * Docs (CONTRACT §7): /openapi.json is a well-formed OpenAPI 3.1 document describing every
- * endpoint's errors and the bearer scheme; /docs (Swagger UI) and /redoc render the operations
- * in a real headless Chromium with no internet access.
+ * Docs (docs/operations.md#api-documentation): /openapi.json is a valid OpenAPI 3.1 document describing every endpoint's
+ * errors, its parameters as what they decode to, the bearer scheme and the password flow against
+ * /login; /docs (Swagger UI) and /redoc render the operations in a real headless Chromium with no
+ * internet access, and Swagger UI's "Authorize" logs in with a username and password.
  */
+import { createConfig, lintFromString } from "@redocly/openapi-core"
 import { existsSync } from "node:fs"
 import { chromium, type Browser } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { AUTHORS_MAX_PER_PAGE, MAX_PAGE } from "../../src/Domain/Pagination.ts"
 import { Packages } from "../../src/Ws/Packages.ts"
-import { startTestApp, type TestApp } from "../support/TestApp.ts"
+import { login, request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 type Json = Record<string, unknown>
 
@@ -39,6 +42,92 @@ describe("/openapi.json", () => {
     const schemes = (doc["components"] as Json)["securitySchemes"] as Json
     const bearer = Object.values(schemes).find((s) => (s as Json)["type"] === "http" && (s as Json)["scheme"] === "bearer")
     expect(bearer).toBeDefined()
+  })
+
+  it("validates as OpenAPI 3.1 (Redocly's structural rules: every object, field and $ref of the 3.1 specification)", async () => {
+    expect(doc["openapi"]).toMatch(/^3\.1\./)
+    const config = await createConfig({
+      rules: {
+        struct: "error",
+        "no-unresolved-refs": "error",
+        "security-defined": "error",
+        "path-parameters-defined": "error",
+        "operation-operationId-unique": "error",
+        "no-invalid-media-type-examples": "error",
+        "no-invalid-parameter-examples": "error"
+      }
+    })
+    const problems = await lintFromString({ source: JSON.stringify(doc), absoluteRef: "openapi.json", config })
+    expect(problems.map((p) => `${p.ruleId}: ${p.message} at ${p.location[0]?.pointer ?? "?"}`)).toEqual([])
+  })
+
+  it("types every query and path parameter as what it decodes to, with the bounds the server checks", () => {
+    const parameter = (method: string, path: string, name: string) => {
+      const found = ((op(method, path)["parameters"] ?? []) as Array<Json>).find((p) => p["name"] === name)
+      if (found === undefined) throw new Error(`no parameter ${name} on ${method} ${path}`)
+      return found["schema"] as Json
+    }
+    expect(parameter("get", "/authors/paginated", "page")).toEqual({ type: "integer", minimum: 1, maximum: MAX_PAGE, default: 1 })
+    expect(parameter("get", "/authors/paginated", "per_page")).toMatchObject({ type: "integer", minimum: 1, default: 20 })
+    expect(parameter("get", "/authors/paginated", "per_page")).not.toHaveProperty("maximum")
+    expect(parameter("get", "/authors/paginated", "id")).toEqual({ type: "integer" })
+    expect(parameter("get", "/authors/paginated", "cursor")).toEqual({ type: "string" })
+    expect(parameter("get", "/authors", "id")).toEqual({ type: "integer" })
+    expect(parameter("get", "/authors", "name")).toMatchObject({ type: "string", maxLength: 1000 })
+    for (const method of ["get", "put", "delete"]) {
+      expect(parameter(method, "/authors/{author_id}", "author_id"), method).toEqual({ type: "integer", minimum: 1 })
+    }
+    for (const path of ["/audit-logs", "/audit-logs/user/{user_id}"]) {
+      expect(parameter("get", path, "page"), path).toEqual({ type: "integer", minimum: 1, maximum: MAX_PAGE, default: 1 })
+      expect(parameter("get", path, "per_page"), path).toEqual({ type: "integer", minimum: 1, maximum: 100, default: 20 })
+      for (const name of ["start_date", "end_date"]) {
+        expect(parameter("get", path, name), `${path} ${name}`).toMatchObject({ type: "string", format: "date-time" })
+      }
+    }
+    expect(parameter("get", "/audit-logs", "outcome")).toEqual({ type: "string", enum: ["success", "error", "permission_denied"] })
+    expect(parameter("get", "/audit-logs/{log_id}", "log_id")).toEqual({ type: "integer", minimum: 1 })
+    const author = ((doc["components"] as Json)["schemas"] as Json)["Author"] as Json
+    expect((author["properties"] as Json)["id"]).toMatchObject({ type: "integer", minimum: 1 })
+  })
+
+  it("the documented bounds are the server's: inside them a 200, outside a 422 on that parameter (per_page of authors is clamped)", async () => {
+    const admin = (await login(app, "admin")).access_token
+    const get = (path: string) => request(app, "GET", path, { token: admin })
+    const refusedOn = (res: { status: number; body: unknown }, name: string) => {
+      expect(res.status).toBe(422)
+      expect(res.body).toMatchObject({ detail: [expect.objectContaining({ loc: ["query", name] })] })
+    }
+    expect((await get(`/authors/paginated?page=1&per_page=${AUTHORS_MAX_PER_PAGE + 1}`)).body).toMatchObject({ meta: { per_page: AUTHORS_MAX_PER_PAGE } })
+    expect((await get(`/authors/paginated?page=${MAX_PAGE}`)).status).toBe(200)
+    refusedOn(await get(`/authors/paginated?page=${MAX_PAGE + 1}`), "page")
+    refusedOn(await get("/authors/paginated?page=0"), "page")
+    refusedOn(await get("/authors/paginated?per_page=0"), "per_page")
+    expect((await get("/audit-logs?per_page=100")).status).toBe(200)
+    refusedOn(await get("/audit-logs?per_page=101"), "per_page")
+    refusedOn(await get("/authors?id=abc"), "id")
+    // author_id's minimum is what ids are, not a check: an id below it is an id no author has.
+    expect(await get("/authors/0")).toMatchObject({ status: 404, body: { detail: "Author with ID 0 not found" } })
+  })
+
+  it("offers the OAuth2 password flow against /login beside the bearer scheme, on every operation that takes a bearer token", () => {
+    const schemes = (doc["components"] as Json)["securitySchemes"] as Json
+    expect(schemes["oauth2"]).toMatchObject({ type: "oauth2", flows: { password: { tokenUrl: "/login", scopes: {} } } })
+    expect(schemes["bearer"]).toEqual({ type: "http", scheme: "bearer" })
+    let withBearer = 0
+    for (const { path, method, op: o } of operations()) {
+      const security = (o["security"] ?? []) as Array<Json>
+      if (!security.some((r) => "bearer" in r)) continue
+      withBearer++
+      expect(security, `${method} ${path}`).toEqual([{ bearer: [] }, { oauth2: [] }])
+    }
+    expect(withBearer).toBeGreaterThanOrEqual(9)
+    // The token URL takes what the password flow posts.
+    const content = ((op("post", "/login")["requestBody"] as Json)["content"]) as Json
+    expect(Object.keys(content).sort()).toEqual(["application/json", "application/x-www-form-urlencoded"])
+    expect((content["application/x-www-form-urlencoded"] as Json)["schema"]).toMatchObject({
+      properties: { grant_type: { enum: ["password"] }, username: { type: "string" }, password: { type: "string" } },
+      required: ["username", "password"]
+    })
   })
 
   it("is well formed: every $ref resolves, responses have descriptions, path parameters are declared, ids unique", () => {
@@ -115,7 +204,7 @@ describe("/openapi.json", () => {
     }
   })
 
-  it("describes the operational endpoints /livez, /readyz, /health and /metrics; /readyz documents its 503 (CONTRACT §7)", () => {
+  it("describes the operational endpoints /livez, /readyz, /health and /metrics; /readyz documents its 503", () => {
     for (const path of ["/livez", "/readyz", "/health", "/metrics"]) expect(Object.keys(doc["paths"] as Json), path).toContain(path)
     // Unauthenticated: no security requirement of their own, and none inherited from the document.
     expect(doc["security"] ?? []).toEqual([])
@@ -170,7 +259,7 @@ describe("/asyncapi.json and /proto/websocket.proto", () => {
     expect(operations["broadcast"]).toMatchObject({ action: "send" })
   })
 
-  it("the schemas are the server's: package 2 requires page and per_page; close and status codes are CONTRACT §5's", () => {
+  it("the schemas are the server's: package 2 requires page and per_page; close and status codes are the documented ones", () => {
     const text = JSON.stringify(asyncApi)
     const request = JSON.stringify(((asyncApi["channels"] as Json)["web"] as Json)["messages"])
     expect(request).toMatch(/"required":\["page","per_page"\]/)
@@ -241,6 +330,47 @@ describe.runIf(existsSync(chromiumPath))("docs in a real browser (headless Chrom
       const paths = summaries.map((s) => s.replace(/\u200b/g, "").trim())
       expect(paths).toEqual(expect.arrayContaining(["/authors", "/authors/paginated", "/authors/{author_id}", "/login", "/login/refresh"]))
       expect(await page.locator(".opblock-delete").count()).toBeGreaterThan(0)
+      expect(external).toEqual([])
+      expect(violations).toEqual([])
+    } finally {
+      await context.close()
+    }
+  })
+
+  it("/docs logs in through \"Authorize\" with a username and password (the password flow against /login) and then calls with the token", async () => {
+    const { page, context, external, violations } = await open("/docs")
+    try {
+      const logins: Array<{ contentType: string | undefined; body: string | null }> = []
+      const authorizations: Array<string | undefined> = []
+      page.on("request", (req) => {
+        const url = new URL(req.url())
+        if (req.method() === "POST" && url.pathname === "/login") logins.push({ contentType: req.headers()["content-type"], body: req.postData() })
+        if (req.method() === "GET" && url.pathname === "/authors") authorizations.push(req.headers()["authorization"])
+      })
+      await page.locator(".opblock").first().waitFor({ timeout: 20_000 })
+      await page.locator("button.authorize").first().click()
+      const dialog = page.locator(".modal-ux")
+      // The dialog lists both schemes, each in its section: "bearer (http, Bearer)", "oauth2 (OAuth2, password)".
+      const passwordFlow = dialog.locator(".auth-container", { hasText: "OAuth2, password" })
+      await passwordFlow.locator("#oauth_username").fill("reader")
+      await passwordFlow.locator("#oauth_password").fill("reader")
+      await passwordFlow.locator("button.modal-btn.authorize").click()
+      // Swagger UI shows Logout once the token endpoint answered with a token.
+      await passwordFlow.locator("button", { hasText: "Logout" }).waitFor({ timeout: 10_000 })
+      expect(logins).toHaveLength(1)
+      expect(logins[0]!.contentType).toContain("application/x-www-form-urlencoded")
+      expect(Object.fromEntries(new URLSearchParams(logins[0]!.body ?? ""))).toMatchObject({ grant_type: "password", username: "reader", password: "reader" })
+      await dialog.locator("button.btn-done").first().click()
+
+      const list = page.locator(".opblock-get", { has: page.locator(".opblock-summary-path", { hasText: /^\/authors$/ }) }).first()
+      await list.locator(".opblock-summary").click()
+      await list.locator("button.try-out__btn").click()
+      await list.locator("button.execute").click()
+      const status = list.locator(".live-responses-table tr.response .response-col_status")
+      await status.waitFor({ timeout: 10_000 })
+      expect((await status.textContent())?.trim()).toBe("200")
+      expect(authorizations).toHaveLength(1)
+      expect(authorizations[0]).toMatch(/^Bearer [\w-]+\.[\w-]+\.[\w-]+$/)
       expect(external).toEqual([])
       expect(violations).toEqual([])
     } finally {

@@ -1,5 +1,5 @@
 /**
- * CONTRACT §7: `/health` checks database, cache store and WebSocket subsystem in parallel, each
+ * docs/operations.md#health-and-probes: `/health` checks database, cache store and WebSocket subsystem in parallel, each
  * bounded by 1 s; 200 when all are healthy, 503 with the same shape when any is not.
  */
 import { Option, Redacted } from "effect"
@@ -44,7 +44,7 @@ describe("health with embedded dependencies", () => {
     expect(res.headers.get("x-ratelimit-limit")).toBeNull()
   })
 
-  it("/livez is 200 {status: ok} and /readyz 200 with the health report; neither limited nor audited (CONTRACT §7)", async () => {
+  it("/livez is 200 {status: ok} and /readyz 200 with the health report; neither limited nor audited", async () => {
     const live = await request(app, "GET", "/livez")
     expect({ status: live.status, body: live.body }).toEqual({ status: 200, body: { status: "ok" } })
     const ready = await request(app, "GET", "/readyz")
@@ -52,7 +52,7 @@ describe("health with embedded dependencies", () => {
     for (const res of [live, ready]) expect(res.headers.get("x-ratelimit-limit")).toBeNull()
   })
 
-  it("/livez and /readyz are not audited, even with a token: the trail moves past them without a record (CONTRACT §7)", async () => {
+  it("/livez and /readyz are not audited, even with a token: the trail moves past them without a record", async () => {
     const admin = (await login(app, "admin")).access_token
     const probes = [await request(app, "GET", "/livez", { token: admin }), await request(app, "GET", "/readyz", { token: admin })]
     expect(probes.map((p) => p.status)).toEqual([200, 200])
@@ -81,7 +81,7 @@ describe("health with Redis unreachable", () => {
   it("is 503 with the same shape, naming the cache store", async () => {
     const res = await request(app, "GET", "/health")
     expect(res.status).toBe(503)
-    // CONTRACT §9 Health: the connection registry's store (Redis) is unreachable too.
+    // docs/operations.md#health-and-probes: the connection registry's store (Redis) is unreachable too.
     expect(res.body).toEqual({ status: "unhealthy", database: "healthy", redis: "unhealthy", websocket: { status: "unhealthy", active_connections: 0 } })
   })
 

@@ -1,6 +1,6 @@
 /**
- * The wire, read byte for byte from raw sockets (RFC 9112; CONTRACT §3 "HTTP/1.1 framing", §5
- * "Control frames"): every request on a connection gets exactly one answer, in order — a request
+ * The wire, read byte for byte from raw sockets (RFC 9112; docs/http-api.md#http11-on-the-wire,
+ * docs/websocket.md#close-codes): every request on a connection gets exactly one answer, in order — a request
  * the parser refuses included, after the answers before it, then the close; requests pipelined
  * behind a write see it; ambiguous framing (HTTP/1.0 with Transfer-Encoding) and ambiguous headers
  * (two Host or two Authorization lines) are refused, and nothing after them runs; parser refusals

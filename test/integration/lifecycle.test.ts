@@ -1,5 +1,5 @@
 /**
- * Lifecycle (CONTRACT §5 Shutdown, §9 Signals): on SIGTERM/SIGINT the real service stops
+ * Lifecycle (docs/operations.md#shutdown): on SIGTERM/SIGINT the real service stops
  * accepting connections, finishes the request in flight, closes its pools and exits 0.
  */
 import { mkdtempSync, rmSync } from "node:fs"
@@ -39,7 +39,7 @@ const start = async (name: string) => {
   children.push(service)
   // While it starts, the port either refuses (before it opened) or answers — never hangs: /health
   // and /readyz 503 with the health report's shape, /livez 200, anything else 503
-  // `Service starting` (CONTRACT §7). The port opens before the embedded database starts.
+  // `Service starting` (docs/operations.md#starting). The port opens before the embedded database starts.
   const early: Array<{ path: string; status: number; body: string }> = []
   await waitFor(async () => {
     for (const path of ["/livez", "/readyz", "/authors"]) {

@@ -1,5 +1,5 @@
 /**
- * CONTRACT §8: one JSON line per event with level, message, correlation id and trace id (and the
+ * docs/operations.md#logs: one JSON line per event with level, message, correlation id and trace id (and the
  * user id once known); no password or token ever appears in a log line.
  */
 import { mkdtempSync, writeFileSync } from "node:fs"
@@ -128,7 +128,7 @@ describe("scrubbing (a last line of defence)", () => {
       password: "[REDACTED]",
       nested: { client_secret: "[REDACTED]", list: ["[REDACTED]"] }
     })
-    // Every name CONTRACT §6 redacts from audit data is redacted from logs too, in any spelling.
+    // Every name the audit redacts from its data is redacted from logs too, in any spelling.
     expect(scrub({ cvv2: "123", creditCardNumber: "4111", SSN: "078-05-1120", "X-Api-Key": "k", endpoint: "/authors" })).toEqual({
       cvv2: "[REDACTED]",
       creditCardNumber: "[REDACTED]",

@@ -1,9 +1,9 @@
 /**
- * CONTRACT §4 "Failed logins": repeated failures for one username slow further attempts for it
+ * docs/errors-and-limits.md#failed-logins: repeated failures for one username slow further attempts for it
  * from any IP and on any instance — 429 `Too many failed login attempts` with `Retry-After`,
  * without the password being checked — and the owner can log in again once the window has
  * passed. The attempts are audited (outcome error, 429) and counted like every HTTP 429
- * (`rate_limit_hits_total{limit_type="http"}`, CONTRACT §9). On the in-process store, and on Redis
+ * (`rate_limit_hits_total{limit_type="http"}`, docs/operations.md#metrics--get-metrics). On the in-process store, and on Redis
  * with two instances sharing it.
  *
  * The window is 5 s here, so "after the window" is reached by polling (bounded), not by sleeping
@@ -149,7 +149,7 @@ const suite = (name: string, config: () => Partial<AppConfigShape>, instances: 1
       expect(await httpRateLimitHits(one)).toBe(hitsBefore + refused.length)
     })
 
-    // CONTRACT §4 counts failures in the window, not failures since the last success: were a
+    // Failures are counted in the window, not failures since the last success: were a
     // success to wipe them, an account that logs in often (a script, a service account) would hand
     // a guesser a fresh budget after each of its logins.
     it("a successful login does not wipe the failures before it", async () => {

@@ -1,6 +1,6 @@
 /**
- * Golden test of `/metrics` (INTERFACE §GET /metrics, CONTRACT §7): after a scripted session, every
- * series exists with exactly the INTERFACE labels, and the counts match the requests made.
+ * Golden test of `/metrics` (docs/operations.md#metrics--get-metrics): after a scripted session, every
+ * series exists with exactly the documented labels, and the counts match the requests made.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { appVersion } from "../../src/Observability/Metrics.ts"
@@ -67,7 +67,7 @@ describe("GET /metrics after a scripted HTTP and WebSocket session", () => {
     expect(text).not.toContain("_total_total")
   })
 
-  it("declares every INTERFACE metric with its kind and exactly its labels", () => {
+  it("declares every documented metric with its kind and exactly its labels", () => {
     const expected: Array<[string, string, Array<string>]> = [
       ["http_requests_total", "counter", ["method", "endpoint", "status_code"]],
       ["http_request_duration_seconds", "histogram", ["method", "endpoint"]],
@@ -88,7 +88,7 @@ describe("GET /metrics after a scripted HTTP and WebSocket session", () => {
     for (const [name, kind, labels] of expected) {
       expect(metrics.types.get(name), name).toBe(kind)
       // The session above records every one of them, so each has series; every series carries
-      // exactly the INTERFACE labels — none missing, none extra (`le` is the histogram's own).
+      // exactly the documented labels — none missing, none extra (`le` is the histogram's own).
       const series = metrics.find(kind === "histogram" ? `${name}_count` : name)
       expect(series.length, `${name} series`).toBeGreaterThan(0)
       for (const sample of series) {
@@ -149,7 +149,7 @@ describe("GET /metrics after a scripted HTTP and WebSocket session", () => {
     // The duplicate name was refused by the unique constraint.
     expect(metrics.value("db_errors_total", { operation: "insert", error_type: "unique_violation" })).toBe(1)
     // Nothing is checked out between requests — once the audit writer's batch of the last records
-    // (written in the background, CONTRACT §6) has committed.
+    // (written in the background, docs/audit.md#guarantees) has committed.
     await waitFor(async () => (await scrapeMetrics(app.url)).value("db_connections_active") === 0, "no connection checked out", 5_000)
   })
 

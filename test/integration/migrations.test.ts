@@ -1,5 +1,5 @@
 /**
- * Migrations (CONTRACT §1): several instances starting together against one fresh PostgreSQL
+ * Migrations (docs/deployment.md#upgrading): several instances starting together against one fresh PostgreSQL
  * database must not race. Each migrator below has its own connection pool, as separate
  * instances would.
  */

@@ -1,6 +1,6 @@
 /**
  * The OIDC identity path against oauth2-mock-server playing a Keycloak realm on loopback
- * (STACK-NOTES §h): password and refresh grants through /login, role claims, issuer/audience/
+ * (docs/deployment.md#identity-provider): password and refresh grants through /login, role claims, issuer/audience/
  * exp/nbf checks (with clock tolerance), asymmetric algorithms only, key rotation, an unreachable
  * provider (keys kept), and the audience checked per APP_ENV / OIDC_AUDIENCE.
  */
@@ -303,7 +303,7 @@ describe("OIDC provider (oauth2-mock-server as a Keycloak realm)", () => {
   })
 })
 
-/** CONTRACT §2, §9: the audience checked, per APP_ENV and OIDC_AUDIENCE. */
+/** docs/deployment.md#identity-provider: the audience checked, per APP_ENV and OIDC_AUDIENCE. */
 describe("token audience", () => {
   const apps: Array<TestApp> = []
   const start = async (appEnv: "development" | "production", audience: Option.Option<string>) => {

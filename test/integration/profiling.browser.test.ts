@@ -1,7 +1,8 @@
 /**
  * A generated report opens in headless Chromium, offline (no request leaves the page's own URL),
  * shows the busy function on top and draws its flame graph. Runs only where Chromium is installed
- * (`/usr/bin/chromium` or `CHROMIUM_PATH`); `UPDATE_SCREENSHOTS=1` saves the README's screenshot.
+ * (`/usr/bin/chromium` or `CHROMIUM_PATH`); `UPDATE_SCREENSHOTS=1` saves the screenshot of
+ * docs/operations.md#profiling.
  */
 import { existsSync, mkdirSync, mkdtempSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -58,7 +59,7 @@ describe.runIf(existsSync(CHROMIUM))("a profiling report in headless Chromium", 
     expect(await page.locator("#flame g.f", { hasText: "(root)" }).count()).toBe(1)
     expect(await page.locator("#flame g.f", { hasText: "burnCpuForProfilerTest" }).count()).toBeGreaterThan(0)
 
-    // `UPDATE_SCREENSHOTS=1` refreshes the README's picture; otherwise it goes to a temporary file.
+    // `UPDATE_SCREENSHOTS=1` refreshes docs/profiling-report.png; otherwise it goes to a temporary file.
     const shot = process.env["UPDATE_SCREENSHOTS"] === "1" ? "docs/profiling-report.png" : join(mkdtempSync(join(tmpdir(), "ads-shot-")), "report.png")
     mkdirSync(dirname(shot), { recursive: true })
     await page.screenshot({ path: shot, fullPage: false })

@@ -1,5 +1,5 @@
 /**
- * Profiling (INTERFACE §Endpoints, CONTRACT §7, §9): status, on-demand and continuous reports,
+ * Profiling (docs/operations.md#profiling): status, on-demand and continuous reports,
  * listing, serving and deleting with strict filename checks (traversal, encoded or raw, names over
  * 255 bytes, and symlinks escaping the directory); captures refused while disabled, and one capture
  * sampling at a time (a second on-demand one is refused, the interval one is waited for).

@@ -1,5 +1,5 @@
 /**
- * One contract suite for both `RateLimiter` implementations (ARCHITECTURE habit 15): the
+ * One contract suite for both `RateLimiter` implementations (docs/architecture.md#testing): the
  * in-process sliding window and the Redis Lua script, driven by the same TestClock.
  */
 import { describe, expect, it } from "@effect/vitest"
@@ -19,7 +19,7 @@ const hits = (key: string, n: number, limit: number, windowMs = 60_000) =>
 
 const contract = (name: string, layer: () => Layer.Layer<RateLimiter>) =>
   describe(`RateLimiter contract: ${name}`, () => {
-    it.effect("admits exactly limit + burst in the window, with CONTRACT §9 headers values", () =>
+    it.effect("admits exactly limit + burst in the window, with the documented header values", () =>
       Effect.gen(function*() {
         // 5 per minute + 2 burst: the headers go 6…0 and the 8th is refused.
         const decisions = yield* hits("k1", 8, 7)

@@ -1,5 +1,5 @@
 /**
- * The HTTP rate limit at the boundary (CONTRACT §4, §9): headers, 429 + Retry-After, keys (user
+ * The HTTP rate limit at the boundary (docs/errors-and-limits.md#http-rate-limit): headers, 429 + Retry-After, keys (user
  * with a valid token, else IP; X-Forwarded-For only from TRUSTED_PROXIES), unlimited paths, the
  * metric — in process and on Redis — plus Redis concurrency, two instances sharing one budget,
  * and a Redis outage in each RATE_LIMIT_FAIL_MODE (a TCP proxy in front of the shared Redis).
@@ -174,7 +174,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("HTTP rate limit on Redis, across i
         const res = await request(app, "GET", "/authors", { token })
         expect(res.status).toBe(mode === "open" ? 403 : 429)
         if (mode === "closed") {
-          // Refused as if the window were full: the 429 of CONTRACT §4, with its headers.
+          // Refused as if the window were full: the 429 of docs/errors-and-limits.md#http-rate-limit, with its headers.
           expect(res.body).toEqual({ detail: "Rate limit exceeded" })
           expect(res.headers.get("x-ratelimit-limit")).toBe("7")
           expect(res.headers.get("x-ratelimit-remaining")).toBe("0")

@@ -1,5 +1,5 @@
 /**
- * The read cache's memory bound (CONTRACT §3 "Read after write", READ_CACHE_MAX_BYTES) on a table of
+ * The read cache's memory bound (docs/architecture.md#the-read-cache, READ_CACHE_MAX_BYTES) on a table of
  * 1,000,000 authors: pages of 1,000 rows (tens of KB each) fill it far past the bound, and lists of
  * megabytes stream through it, while `read_cache_bytes` never exceeds the bound. One app in this
  * file, so the gauge is its own.

@@ -1,5 +1,5 @@
 /**
- * The read cache at the boundary (CONTRACT §3 "Read after write"): a read (HTTP or WebSocket) that
+ * The read cache at the boundary (docs/http-api.md#read-after-write): a read (HTTP or WebSocket) that
  * starts after a write's response was sent reflects the write, on every instance; a write made
  * directly in the database is reflected within 1 s; READ_CACHE_MAX_BYTES=0 switches the cache off;
  * Redis down in open mode still gives correct answers. Every read below is first made once before

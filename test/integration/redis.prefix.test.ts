@@ -1,5 +1,5 @@
 /**
- * CONTRACT §9 "Redis sharing": every key and channel the service uses in Redis carries
+ * docs/configuration.md#redis-keys: every key and channel the service uses in Redis carries
  * `REDIS_KEY_PREFIX`, so several deployments can share one Redis. The service runs with a unique
  * prefix against TEST_REDIS_URL and does what touches Redis — logins (one failed), requests keyed
  * by IP and by user, a WebSocket connection and message, a broadcast, an audit record through the
@@ -137,7 +137,7 @@ const clientList = (text: string) =>
 const SUBSCRIBING = new Set(["subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe"])
 const PUBLISHING = new Set(["publish", "spublish"])
 
-describe.runIf(TEST_REDIS_URL !== undefined)("REDIS_KEY_PREFIX on every key and channel (CONTRACT §9 Redis sharing)", () => {
+describe.runIf(TEST_REDIS_URL !== undefined)("REDIS_KEY_PREFIX on every key and channel", () => {
   it("HTTP requests, logins, a WebSocket, a broadcast and the audit stream use only prefixed keys and channels", async () => {
     const run = randomUUID()
     const prefix = `test-prefix-${run}:`

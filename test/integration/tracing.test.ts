@@ -1,5 +1,5 @@
 /**
- * CONTRACT §8: a span per HTTP request (named by route template), SQL statement and Redis command,
+ * docs/operations.md#tracing: a span per HTTP request (named by route template), SQL statement and Redis command,
  * one trace per request, an incoming W3C `traceparent` continued; OTLP/HTTP export when
  * `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the URL as is) or `OTEL_EXPORTER_OTLP_ENDPOINT` (+ `/v1/traces`)
  * is set, as the OpenTelemetry specification reads them; a server span says only what an
@@ -107,7 +107,7 @@ describe("tracing with an in-memory exporter", () => {
     ])
     expect(headers.filter((k) => !allowed.has(k))).toEqual([])
 
-    // A WebSocket URL carries its token in the query (CONTRACT §5); answered over plain HTTP, it is traced too.
+    // A WebSocket URL carries its token in the query (docs/websocket.md#connecting); answered over plain HTTP, it is traced too.
     const web = await request(app, "GET", `/web?Authorization=${encodeURIComponent(`Bearer ${access_token}`)}&token=${access_token}&format=json`, {
       headers: { "x-correlation-id": "corr-span-2" }
     })

@@ -1,7 +1,7 @@
 /**
  * Bad input on `/web`, generated: random JSON, envelopes with wrong types, huge numbers, deep
  * nesting, random bytes, truncated protobuf, invalid UTF-8. Every frame is answered with a
- * status_code or closes the connection with a CONTRACT code (1003, 1007, 1009); the server never
+ * status_code or closes the connection with a documented code (1003, 1007, 1009); the server never
  * crashes, never leaks a connection slot, and other connections are unaffected.
  */
 import fc from "fast-check"
@@ -76,7 +76,7 @@ const session = (format: "json" | "protobuf") => {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
-/** CONTRACT §5: a JSON object with an integer pkg_id and a UUID req_id must be answered. */
+/** docs/websocket.md#messages: a JSON object with an integer pkg_id and a UUID req_id must be answered. */
 const usableReqId = (frame: string | Uint8Array): string | undefined => {
   if (typeof frame !== "string") return undefined
   try {

@@ -1,5 +1,5 @@
 /**
- * Two real service processes sharing PostgreSQL and Redis, the way users scale out (CONTRACT §5):
+ * Two real service processes sharing PostgreSQL and Redis, the way users scale out (docs/websocket.md#many-instances):
  * the per-user connection limit spans both, a broadcast started on one reaches the clients of the
  * other, a session expiry closes the connection where it lives, and a killed instance's slots free
  * themselves.

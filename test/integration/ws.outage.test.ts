@@ -1,5 +1,6 @@
 /**
- * The WebSocket when Redis goes away (CONTRACT §4 fail modes applied to §5): RATE_LIMIT_FAIL_MODE
+ * The WebSocket when Redis goes away (the fail modes of docs/errors-and-limits.md#http-rate-limit applied to
+ * docs/websocket.md#limits): RATE_LIMIT_FAIL_MODE
  * decides both the handshake's connection slot and each message's rate check; failures are
  * counted; nothing is a crash, and Redis coming back restores the shared limits.
  */

@@ -1,5 +1,5 @@
 /**
- * One contract suite for both `ConnectionRegistry` implementations (ARCHITECTURE habit 15): the
+ * One contract suite for both `ConnectionRegistry` implementations (docs/architecture.md#testing): the
  * in-process maps and timers, and Redis (two registries on one prefix stand for two instances) —
  * also a Redis that refuses CONFIG, as managed services do, where sessions expire on the holding
  * instance's timers instead of Redis's key-expiry events.
@@ -213,7 +213,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       expect(yield* survivor.registry.acquire(user, "c5", 2)).toBe(false)
     }).pipe(Effect.scoped))
 
-  it.live("leases are measured on Redis's clock, not the instance's (review F18)", () =>
+  it.live("leases are measured on Redis's clock, not the instance's", () =>
     Effect.gen(function*() {
       const prefix = `test-registry-${randomUUID()}:`
       const { client, registry } = yield* instance(prefix, 30_000)
@@ -258,7 +258,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       expect(yield* other.registry.acquire(user, "c2", 1)).toBe(false)
     }).pipe(Effect.scoped))
 
-  it.live("after an outage a renewal never lifts a user above the limit: a lost lease comes back only when a slot is free (review F18)", () =>
+  it.live("after an outage a renewal never lifts a user above the limit: a lost lease comes back only when a slot is free", () =>
     Effect.gen(function*() {
       const prefix = `test-registry-${randomUUID()}:`
       const a = yield* instance(prefix, 30_000)
@@ -287,7 +287,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       expect(yield* b.registry.acquire(user, "b2", 1)).toBe(false)
     }).pipe(Effect.scoped))
 
-  it.live("only valid broadcasts published on the channel are delivered; the others are dropped and counted (review F23)", () =>
+  it.live("only valid broadcasts published on the channel are delivered; the others are dropped and counted", () =>
     Effect.gen(function*() {
       const prefix = `test-registry-${randomUUID()}:`
       const { client, registry } = yield* instance(prefix, 30_000)

@@ -1,5 +1,5 @@
 /**
- * The `/web` protocol row by row (CONTRACT §5, §9) with real `ws` clients over a real server, on
+ * The `/web` protocol row by row (docs/websocket.md) with real `ws` clients over a real server, on
  * the in-process stores and (when TEST_REDIS_URL is set) on Redis.
  */
 import { Option, Redacted } from "effect"
@@ -207,7 +207,7 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       const refused = await new Promise<{ status: number; correlationId: unknown }>((resolve) =>
         other.once("unexpected-response", (_q, r) => resolve({ status: r.statusCode ?? 0, correlationId: r.headers["x-correlation-id"] }))
       )
-      // CONTRACT §3: the caller's correlation id comes back on a refused upgrade too.
+      // docs/http-api.md#conventions: the caller's correlation id comes back on a refused upgrade too.
       expect(refused).toEqual({ status: 404, correlationId: "corr-ws-404" })
     })
   })
@@ -600,7 +600,7 @@ describe.each(stores)("WebSocket message rate limit (%s stores)", (store) => {
     await b.close()
   })
 
-  it("re-auth frames count as messages (review F14): over the limit one is not answered, and refusals close 1008", async () => {
+  it("re-auth frames count as messages: over the limit one is not answered, and refusals close 1008", async () => {
     const token = await signToken(app, { sub: `reauth-flood-${randomUUID()}`, roles: ["get-authors"] })
     const client = connectWs(app.url, { token })
     for (let i = 0; i < 3; i++) {

@@ -1,6 +1,6 @@
 /**
  * Whether an external program is on `PATH`, for tests that need one `npm test` cannot assume on a
- * fresh machine (CONTRACT §1: only Node.js is installed there). `.ci/run` installs them, so CI
+ * fresh machine (only Node.js is installed there). `.ci/run` installs them, so CI
  * still runs what such a guard (`describe.runIf(onPath("redis-server"))`) would leave out.
  */
 import { spawnSync } from "node:child_process"

@@ -158,7 +158,7 @@ describe("audit entries", () => {
 
     const outcome = (status_code: WsStatus, response_status: number) =>
       messageEntry(conn, principal, { ...entry, status_code, response_status }).outcome
-    // CONTRACT §9: status_code 3 → permission_denied, whatever its HTTP equivalent (an Unauthenticated is 401).
+    // docs/audit.md#what-is-recorded: status_code 3 → permission_denied, whatever its HTTP equivalent (an Unauthenticated is 401).
     expect(outcome(WsStatus.PERMISSION_DENIED, 403)).toBe("permission_denied")
     expect(outcome(WsStatus.PERMISSION_DENIED, 401)).toBe("permission_denied")
     expect(outcome(WsStatus.ERROR, 429)).toBe("error")

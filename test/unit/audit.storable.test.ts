@@ -1,6 +1,6 @@
 /**
- * What the audit writer hands PostgreSQL (CONTRACT §6 "A record the database refuses never stops
- * the trail"): every value a client can send is reduced to one the database takes.
+ * What the audit writer hands PostgreSQL (a record the database refuses never stops the
+ * trail: docs/audit.md#guarantees): every value a client can send is reduced to one the database takes.
  */
 import { describe, expect, it } from "vitest"
 import type { AuditEntry } from "../../src/AuditLogs/Entry.ts"

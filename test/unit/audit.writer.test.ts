@@ -170,7 +170,7 @@ describe("audit writer (in-process buffer)", () => {
     }))
 })
 
-describe("audit writer: the buffer is bounded in bytes (CONTRACT §6)", () => {
+describe("audit writer: the buffer is bounded in bytes", () => {
   it("a record's estimate covers its strings and its captured request_data, without serializing it again", () => {
     const small = estimateRecordBytes(entry(0))
     expect(estimateRecordBytes({ ...entry(0), user_agent: "u".repeat(20_000) })).toBeGreaterThanOrEqual(small + 20_000)
@@ -209,7 +209,7 @@ describe("audit writer: the buffer is bounded in bytes (CONTRACT §6)", () => {
     }))
 })
 
-describe("audit writer: records the database refuses (CONTRACT §6)", () => {
+describe("audit writer: records the database refuses", () => {
   it.live("a poison record is stored reduced and never blocks the records behind it", () =>
     Effect.gen(function*() {
       // Refuses any record whose resource is long: the minimal form (128 bytes) is taken.
@@ -248,7 +248,7 @@ describe("audit writer: records the database refuses (CONTRACT §6)", () => {
 })
 
 describe("audit record rules", () => {
-  it("outcome from status (CONTRACT §6)", () => {
+  it("outcome from status", () => {
     expect([200, 201, 204, 400, 401, 403, 404, 409, 422, 429, 500].map(outcomeOf)).toEqual(
       ["success", "success", "success", "error", "error", "permission_denied", "error", "error", "error", "error", "error"]
     )

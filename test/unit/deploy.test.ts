@@ -1,6 +1,6 @@
 /**
  * The observability deployment stays consistent with the code: the Grafana dashboard charts every
- * INTERFACE metric the service registers (each panel filtered by the `instance` variable), Prometheus
+ * documented metric the service registers (each panel filtered by the `instance` variable), Prometheus
  * scrapes `/metrics` of every app replica on its admin port and loads alert rules on the service's
  * own metrics, selected by a label that compose and Kubernetes both attach (and, where promtool is
  * installed, `promtool test rules` runs alerts.test.yml and `promtool check config` accepts
@@ -88,7 +88,7 @@ const composeClient = (() => {
 })()
 
 describe("observability deployment", () => {
-  it("charts every INTERFACE metric on the provisioned dashboard, and the service registers each", () => {
+  it("charts every documented metric on the provisioned dashboard, and the service registers each", () => {
     const exprs = dashboard.panels.flatMap((p) => p.targets.map((t) => t.expr)).join("\n")
     for (const name of INTERFACE_METRICS) {
       expect(exprs, name).toContain(name)

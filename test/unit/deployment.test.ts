@@ -1,7 +1,8 @@
 /**
  * The deployment files agree with the code: the Keycloak realm with config/dev-users.json, the
- * compose file with CONTRACT §1/§5, the Dockerfile with §9 Signals (and test/integration/image.test.ts
- * runs the files its runtime stage copies), .env.example with §2.
+ * compose file with docs/deployment.md, the Dockerfile with docs/operations.md#shutdown (and
+ * test/integration/image.test.ts runs the files its runtime stage copies), .env.example with
+ * docs/configuration.md#settings.
  */
 import { ConfigProvider, Effect, Option } from "effect"
 import { spawn } from "node:child_process"
@@ -110,7 +111,7 @@ describe("Dockerfile", () => {
     for (const path of ["package.json", "package-lock.json", "scripts", "src", "migrations", "proto"]) expect(ignored.has(path), path).toBe(false)
   })
 
-  // CONTRACT §7: /livez is the liveness probe; /health and /readyz answer 503 during a database
+  // docs/operations.md#health-and-probes: /livez is the liveness probe; /health and /readyz answer 503 during a database
   // outage, which must not mark the container unhealthy. The probe's own command is run against a
   // server that answers like the service in a database outage, then like a broken one.
   it("the HEALTHCHECK probes /livez: healthy while /livez is 200 (even with /health and /readyz 503), unhealthy otherwise", async () => {
@@ -152,7 +153,7 @@ describe(".env.example", () => {
     return m ? [[m[1]!, m[2]!] as const] : []
   }))
 
-  it("lists every variable of CONTRACT §2 (and the tuning variables beyond it)", () => {
+  it("lists every documented variable (and the tuning variables)", () => {
     for (const name of ["PORT", "HOST", "APP_ENV", "LOG_LEVEL", "LOG_FORMAT", "DATABASE_URL", "DATABASE_POOL_MAX", "DATABASE_PREPARED_STATEMENTS", "DATA_DIR", "REDIS_URL",
       "OIDC_ISSUER_URL", "OIDC_CLIENT_ID", "OIDC_CLIENT_SECRET", "OIDC_AUDIENCE", "AUTH_USERS_FILE", "RATE_LIMIT_ENABLED",
       "RATE_LIMIT_PER_MINUTE", "RATE_LIMIT_BURST", "RATE_LIMIT_FAIL_MODE", "TRUSTED_PROXIES", "WS_MAX_CONNECTIONS_PER_USER",

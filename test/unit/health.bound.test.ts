@@ -1,5 +1,5 @@
 /**
- * CONTRACT §7: every /health check is bounded by 1 s and they run in parallel — with every probe
+ * docs/operations.md#health-and-probes: every /health check is bounded by 1 s and they run in parallel — with every probe
  * hanging (a database or Redis that accepts and never answers), the report says so in about 1 s,
  * not in 3 s (one after the other) nor when the stuck probes finally give up.
  */

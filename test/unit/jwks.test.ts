@@ -1,5 +1,5 @@
 /**
- * The identity provider's key cache (Auth/Jwks.ts, CONTRACT §9 "Tokens in production") on its
+ * The identity provider's key cache (Auth/Jwks.ts, docs/deployment.md#identity-provider) on its
  * injected clock: an outage of the provider far past the keys' cache age never turns a valid
  * token into a failure; a key the cache never fetched cannot be fetched during the outage; once
  * the provider is back, a rotated key is picked up. No waiting: the clock is a variable.

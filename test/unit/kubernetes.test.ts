@@ -188,7 +188,7 @@ describe("deploy/kubernetes base", () => {
     expect(resources).toMatchObject({ requests: { cpu: "250m" }, limits: { cpu: "1" } })
     const request = bytes(resources.requests["memory"])
     const limit = bytes(resources.limits["memory"])
-    // The figures the comment names: README "Performance" RSS at the end of the bench on PostgreSQL +
+    // The figures the comment names: docs/performance.md's RSS at the end of the bench on PostgreSQL +
     // Redis, the read cache's default bound, the audit buffer's bound, the docs bundles' first visit.
     const endOfBench = 420 * MB
     const readCache = 32 * MiB
@@ -215,7 +215,7 @@ describe("deploy/kubernetes base", () => {
     const pause = Number((at(preStop, "exec", "command") as Array<string> | undefined)?.[1] ?? at(preStop, "sleep", "seconds"))
     expect(pause).toBeGreaterThanOrEqual(2)
     expect(pause).toBeLessThanOrEqual(10)
-    // The service drains for up to 10 s after SIGTERM (README "Signals").
+    // The service drains for up to 10 s after SIGTERM (docs/operations.md#shutdown).
     expect(podSpec["terminationGracePeriodSeconds"]).toBe(30)
     expect(podSpec["terminationGracePeriodSeconds"] as number).toBeGreaterThan(pause + 10)
   })

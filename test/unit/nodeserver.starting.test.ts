@@ -1,5 +1,5 @@
 /**
- * CONTRACT §7, while the service is starting: the Node server answers before the app's handler is
+ * docs/operations.md#starting, while the service is starting: the Node server answers before the app's handler is
  * attached (`makeNodeServer()` alone, as `main.ts` has it until the app is ready). `/livez` is
  * alive (200 `{status: "ok"}`), `/health` and `/readyz` are 503 in the health report's shape (never
  * a bare `{detail}`), any other request and a WebSocket upgrade to `/web` are 503
@@ -13,7 +13,7 @@ import WebSocket from "ws"
 import { makeNodeServer, type NodeServerShape } from "../../src/Http/NodeServer.ts"
 import { STARTING_REPORT } from "../../src/Observability/Api.ts"
 
-/** The health report's shape (CONTRACT §7), every check unhealthy, no connection yet. */
+/** The health report's shape (docs/operations.md#health-and-probes), every check unhealthy, no connection yet. */
 const STARTING_BODY = {
   status: "unhealthy",
   database: "unhealthy",
@@ -21,7 +21,7 @@ const STARTING_BODY = {
   websocket: { status: "unhealthy", active_connections: 0 }
 }
 
-describe("the Node server before the app's handler is attached (CONTRACT §7, while starting)", () => {
+describe("the Node server before the app's handler is attached (while starting)", () => {
   let node: NodeServerShape
   let base: string
 

@@ -3,7 +3,7 @@ import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { decodeCursor, encodeCursor, pageCount } from "../../src/Domain/Pagination.ts"
 
-describe("pagination rules (CONTRACT §3, §9)", () => {
+describe("pagination rules", () => {
   it("pages = ceil(total / per_page), 0 when total is 0", () => {
     expect(pageCount(0, 20)).toBe(0)
     expect(pageCount(1, 20)).toBe(1)

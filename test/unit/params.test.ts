@@ -3,7 +3,7 @@ import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { parseOriginList } from "../../src/Config.ts"
 import { AuthorName } from "../../src/Domain/Author.ts"
-import { IntFromString } from "../../src/Domain/Params.ts"
+import { documentedAs, IntFromString, IntParam, parameterSchemaOf } from "../../src/Domain/Params.ts"
 
 const decodeInt = Schema.decodeUnknownResult(IntFromString)
 const decodeName = Schema.decodeUnknownResult(AuthorName)
@@ -19,7 +19,26 @@ describe("IntFromString", () => {
   })
 })
 
-describe("AuthorName (CONTRACT §9)", () => {
+describe("IntParam", () => {
+  it("is checked against the bounds it is documented with, and its default is documented too", () => {
+    const param = IntParam({ minimum: 1, maximum: 100 }, { default: 20 })
+    const decode = Schema.decodeUnknownResult(param)
+    expect(decode("1")).toEqual(Result.succeed(1))
+    expect(decode("100")).toEqual(Result.succeed(100))
+    for (const bad of ["0", "101", "abc"]) expect(Result.isFailure(decode(bad)), bad).toBe(true)
+    expect(parameterSchemaOf(param.ast)).toEqual({ type: "integer", minimum: 1, maximum: 100, default: 20 })
+  })
+
+  it("an optional parameter keeps its documented schema; one without documentedAs has none", () => {
+    const id = IntFromString.annotate(documentedAs({ type: "integer" }))
+    const params = Schema.Struct({ id: Schema.optional(id), plain: Schema.optional(IntFromString) })
+    const [documented, plain] = params.ast.propertySignatures
+    expect(parameterSchemaOf(documented!.type)).toEqual({ type: "integer" })
+    expect(parameterSchemaOf(plain!.type)).toBeUndefined()
+  })
+})
+
+describe("AuthorName", () => {
   it("trims and keeps 1–255 code points, stored as given", () => {
     expect(decodeName("  Ada  ")).toEqual(Result.succeed("Ada"))
     expect(decodeName("😀".repeat(255))).toEqual(Result.succeed("😀".repeat(255)))

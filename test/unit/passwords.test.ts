@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest"
 import { hashPassword, isScryptHash, safeEqual, verifyPassword } from "../../src/Auth/Passwords.ts"
 
 describe("Passwords", () => {
-  it("hashes in the CONTRACT §9 format and verifies", async () => {
+  it("hashes in the documented format and verifies", async () => {
     const hash = await hashPassword("s3cret", 1024, 8, 1)
     expect(isScryptHash(hash)).toBe(true)
     expect(hash.startsWith("scrypt:1024:8:1:")).toBe(true)

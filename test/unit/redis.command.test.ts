@@ -1,11 +1,11 @@
 /**
  * `redisCommand`'s deadline (Store/Redis.ts): a command Redis does not answer in time fails with
  * `RedisTimeout` (a timer on the promise, not a forked race) — every command, with
- * COMMAND_TIMEOUT_MS when its caller names none (Review F11) — an answer after that is ignored, and
+ * COMMAND_TIMEOUT_MS when its caller names none — an answer after that is ignored, and
  * a Redis that accepts connections but never answers makes the rate limiter unavailable — so
  * RATE_LIMIT_FAIL_MODE decides — instead of holding the request; once the silence outlasts
  * SOCKET_TIMEOUT_MS the connection counts as down and the limiter fails at once. With a real
- * Redis: the limiter's window runs on Redis's clock (TIME), not the instance's (Review F18).
+ * Redis: the limiter's window runs on Redis's clock (TIME), not the instance's.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Layer, Option } from "effect"

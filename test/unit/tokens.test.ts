@@ -4,7 +4,7 @@ import { describe, expect, it, vi } from "vitest"
 import { bearerToken, CLOCK_TOLERANCE_SECONDS, makeTokenVerifier, rolesOf } from "../../src/Auth/TokenVerifier.ts"
 import { likePattern } from "../../src/Authors/Repo.ts"
 
-describe("bearerToken (CONTRACT §3, §9 non-bearer schemes)", () => {
+describe("bearerToken (non-bearer schemes)", () => {
   it("takes the token of a Bearer header, case-insensitively", () => {
     expect(bearerToken("Bearer abc.def.ghi")).toBe("abc.def.ghi")
     expect(bearerToken("bearer abc")).toBe("abc")
@@ -18,7 +18,7 @@ describe("bearerToken (CONTRACT §3, §9 non-bearer schemes)", () => {
   })
 })
 
-describe("rolesOf (CONTRACT §3 roles from tokens)", () => {
+describe("rolesOf (roles from tokens)", () => {
   it("unions realm_access, resource_access[client] and top-level roles, without duplicates", () => {
     expect(rolesOf({
       realm_access: { roles: ["a", "b"] },
@@ -40,7 +40,7 @@ describe("likePattern", () => {
   })
 })
 
-describe("token verification: clock tolerance (review F15)", () => {
+describe("token verification: clock tolerance", () => {
   const setup = async () => {
     const { privateKey, publicKey } = await generateKeyPair("ES256")
     const verifier = makeTokenVerifier({ key: publicKey, issuer: "urn:test", audience: undefined, clientId: "c" })

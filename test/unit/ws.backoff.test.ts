@@ -10,7 +10,7 @@ import { reconnectDelay } from "../../src/Client/Ws.ts"
 const BOUNDS = { initialDelayMs: 250, maxDelayMs: 10_000 }
 const ATTEMPTS = 10
 const FLEET = 1000
-/** The documented schedule: `initialDelayMs` doubling up to `maxDelayMs` (what every client used to wait, exactly). */
+/** The documented schedule: `initialDelayMs` doubling up to `maxDelayMs` (the ceiling of each delay). */
 const CEILINGS = [250, 500, 1000, 2000, 4000, 8000, 10_000, 10_000, 10_000, 10_000]
 
 /** mulberry32: a small seeded PRNG, values in [0, 1). */
@@ -62,7 +62,7 @@ describe("reconnection delays", () => {
     }
   })
 
-  it("spread a fleet: each retry brings back at most a bound-sized share of the clients per 100 ms (fixed delays brought all at once)", () => {
+  it("spread a fleet: each retry brings back at most a bound-sized share of the clients per 100 ms (fixed delays would bring them all at once)", () => {
     const delays = fleet()
     for (let n = 0; n < ATTEMPTS; n++) {
       // When each client's attempt n starts, counted from the common drop.
