@@ -20,7 +20,7 @@ import { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { ReadCache } from "../Authors/ReadCache.ts"
 import { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import { AppConfig } from "../Config.ts"
-import { PayloadTooLarge } from "../Errors.ts"
+import { PayloadTooLarge, RouteNotFound } from "../Errors.ts"
 import { type RateDecision, RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { observe } from "./AccessLog.ts"
 import { makeAuditStage } from "./AuditStage.ts"
@@ -28,7 +28,7 @@ import { makeBodyLimit } from "./BodyLimit.ts"
 import { makeCachedReads } from "./CachedReads.ts"
 import { makeCors } from "./Cors.ts"
 import { idHeaders, makeCorrelation } from "./Correlation.ts"
-import { detail, makeErrorResponse } from "./ErrorResponse.ts"
+import { clientErrorResponse, makeErrorResponse } from "./ErrorResponse.ts"
 import { onAdminPort } from "./NodeServer.ts"
 import { applyRateHeaders, makeRateLimitStage } from "./RateLimitStage.ts"
 import { makeReadKeys } from "./ReadScope.ts"
@@ -142,7 +142,7 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
       const cachedRead = (yield* References.TracerEnabled) ? undefined : makeCachedReads(cache)
       const cors = makeCors(config.corsAllowedOrigins)
       // Over the limit, the rest of the body is not read: the connection closes after the 413.
-      const tooLarge = HttpServerResponse.setHeader(detail(413, PayloadTooLarge.instance.detail), "connection", "close")
+      const tooLarge = HttpServerResponse.setHeader(clientErrorResponse(PayloadTooLarge.instance), "connection", "close")
       const sideOf = Option.isSome(config.adminPort) ? makePortSides(yield* HttpRouter.RouterConfig) : undefined
       /** With ADMIN_PORT: the admin paths on PORT, anything but them and the probes on ADMIN_PORT. */
       const portRefuses = (request: HttpServerRequest.HttpServerRequest) => {
@@ -150,7 +150,7 @@ export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Con
         const side = sideOf(request.method, request.url)
         return onAdminPort(request.source) ? side === undefined : side === "admin"
       }
-      const notFound = Effect.succeed(detail(404, "Not Found"))
+      const notFound = Effect.succeed(clientErrorResponse(RouteNotFound.instance))
 
       /** Body size → authentication (once, when anything will ask) → rate limit → the cached reads or the app. */
       const admit = <E>(arrived: Passage, app: Effect.Effect<HttpServerResponse.HttpServerResponse, E>): Effect.Effect<Answered, E> =>
