@@ -35,7 +35,7 @@ import { type BroadcastMessage, ConnectionRegistry } from "./Registry.ts"
 import { CLOSE_GRACE_MS, makeSockets } from "./Sockets.ts"
 import { headerText, makeUpgradeGate } from "./UpgradeGate.ts"
 
-export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
+export const layer = Layer.effectDiscard(Effect.gen(function*() {
   const upgrades = yield* Upgrades
   const config = yield* AppConfig
   const verifier = yield* TokenVerifier
