@@ -12,45 +12,45 @@ import { join } from "node:path"
 import { HttpMiddleware, HttpRouter, HttpServer, type HttpServerRequest, type HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { Api, CommonResponses } from "./Api.ts"
-import { AuditLogsHttpLive } from "./AuditLogs/Http.ts"
+import * as AuditLogsHttp from "./AuditLogs/Http.ts"
 import { AuditRepo } from "./AuditLogs/Repo.ts"
 import { AuditLog } from "./AuditLogs/AuditLog.ts"
-import { AuthenticationLive } from "./Auth/Authentication.ts"
-import { LoginHttpLive } from "./Auth/Http.ts"
+import * as BearerAuth from "./Auth/Authentication.ts"
+import * as LoginHttp from "./Auth/Http.ts"
 import { IdentityProvider } from "./Auth/IdentityProvider.ts"
 import { Login } from "./Auth/Login.ts"
 import { Authors } from "./Authors/Authors.ts"
-import { AuthorsHttpLive } from "./Authors/Http.ts"
+import * as AuthorsHttp from "./Authors/Http.ts"
 import { AuthorRepo } from "./Authors/Repo.ts"
 import { ReadCache } from "./Authors/ReadCache.ts"
 import { AppConfig } from "./Config.ts"
 import { Database } from "./Db/Database.ts"
-import { DocsLive } from "./Http/Docs.ts"
-import { FrontDoorLive, routeLabeler } from "./Http/FrontDoor.ts"
+import * as Docs from "./Http/Docs.ts"
+import * as FrontDoor from "./Http/FrontDoor.ts"
 import type { Upgrades } from "./Edge/Upgrades.ts"
 import type { NodeServer } from "./Http/NodeServer.ts"
 import { CacheProbe, DatabaseProbe, Health } from "./Observability/Health.ts"
-import { SystemHttpLive } from "./Observability/Http.ts"
+import * as SystemHttp from "./Observability/Http.ts"
 import { setAppInfo } from "./Observability/Metrics.ts"
 import { layerTracing } from "./Observability/Tracing.ts"
-import { ProfilingHttpLive } from "./Profiling/Http.ts"
+import * as ProfilingHttp from "./Profiling/Http.ts"
 import { Profiler } from "./Profiling/Profiler.ts"
 import { RateLimiter } from "./RateLimit/RateLimiter.ts"
 import { RedisClient } from "./Store/Redis.ts"
-import { WsHttpLive } from "./Ws/Http.ts"
+import * as WsHttp from "./Ws/Http.ts"
 import { ConnectionRegistry, layerAuthorEvents, layerWebSocketProbe } from "./Ws/Registry.ts"
 import { untilDatabaseReachable } from "./Startup.ts"
 import { PackageHandlers } from "./Ws/Packages.ts"
-import { WsServerLive } from "./Ws/Server.ts"
+import * as WsServer from "./Ws/Server.ts"
 
 /** The HttpApi with its handlers; the middlewares it declares (authentication, common responses). */
-const ApiLive = HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }).pipe(
-  Layer.provide([AuthorsHttpLive, AuditLogsHttpLive, LoginHttpLive, SystemHttpLive, ProfilingHttpLive]),
-  Layer.provide([AuthenticationLive, CommonResponses.layer])
+const layerApi = HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }).pipe(
+  Layer.provide([AuthorsHttp.layer, AuditLogsHttp.layer, LoginHttp.layer, SystemHttp.layer, ProfilingHttp.layer]),
+  Layer.provide([BearerAuth.layer, CommonResponses.layer])
 )
 
 /** Every route on the one router, behind the front door (a global router middleware). */
-const RoutesLive = Layer.mergeAll(ApiLive, DocsLive, WsHttpLive, FrontDoorLive(Api)).pipe(
+const layerRoutes = Layer.mergeAll(layerApi, Docs.layer, WsHttp.layer, FrontDoor.layer(Api)).pipe(
   Layer.provide(NodeHttpServer.layerHttpServices)
 )
 
@@ -59,7 +59,7 @@ const RoutesLive = Layer.mergeAll(ApiLive, DocsLive, WsHttpLive, FrontDoorLive(A
  * connection registry, one audit stream), else in-process stand-ins for a single instance.
  * Author changes are broadcast through the registry; its store is the WebSocket health check.
  */
-const StoresLive = Layer.unwrap(Effect.gen(function*() {
+const layerStores = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   return Option.match(config.redisUrl, {
     onNone: () => Layer.mergeAll(RateLimiter.layerMemory, CacheProbe.layerMemory, ConnectionRegistry.layerMemory),
@@ -83,7 +83,7 @@ export const layerDatabase = Layer.unwrap(Effect.map(AppConfig, (config) => {
 }))
 
 /** The identity provider: OIDC when OIDC_ISSUER_URL is set, else the built-in development provider. */
-const IdentityLive = Layer.unwrap(Effect.map(AppConfig, (config) =>
+const layerIdentity = Layer.unwrap(Effect.map(AppConfig, (config) =>
   Option.isSome(config.oidcIssuerUrl) ? IdentityProvider.layer : IdentityProvider.layerEmbedded
 ))
 
@@ -91,10 +91,10 @@ const IdentityLive = Layer.unwrap(Effect.map(AppConfig, (config) =>
  * External systems, or their embedded stand-ins, as the configuration says. A database that
  * cannot be reached yet is waited for, up to STARTUP_TIMEOUT_SECONDS (Startup.ts).
  */
-const InfrastructureLive = Layer.mergeAll(
+const layerInfrastructure = Layer.mergeAll(
   untilDatabaseReachable(layerDatabase),
-  IdentityLive,
-  Layer.mergeAll(layerAuthorEvents, layerWebSocketProbe).pipe(Layer.provideMerge(StoresLive))
+  layerIdentity,
+  Layer.mergeAll(layerAuthorEvents, layerWebSocketProbe).pipe(Layer.provideMerge(layerStores))
 )
 
 /**
@@ -102,7 +102,7 @@ const InfrastructureLive = Layer.mergeAll(
  * instance, read by the rate check), else in this process. The HTTP front door and the WebSocket
  * dispatch use it too.
  */
-const ReadCacheLive = Layer.unwrap(Effect.map(Effect.serviceOption(RedisClient), (redis) =>
+const layerReadCache = Layer.unwrap(Effect.map(Effect.serviceOption(RedisClient), (redis) =>
   Option.isSome(redis)
     ? ReadCache.layerRedis.pipe(Layer.provide(Layer.succeed(RedisClient, redis.value)))
     : ReadCache.layerMemory
@@ -113,7 +113,7 @@ const ReadCacheLive = Layer.unwrap(Effect.map(Effect.serviceOption(RedisClient),
  * Redis is configured, else buffered in this process. It sits here because it needs `SqlClient`
  * (and Redis, when configured) from below.
  */
-const AuditLogLive = Layer.unwrap(Effect.gen(function*() {
+const layerAuditLog = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   if (!config.auditLogEnabled) return AuditLog.layerNone
   const redis = yield* Effect.serviceOption(RedisClient)
@@ -122,19 +122,19 @@ const AuditLogLive = Layer.unwrap(Effect.gen(function*() {
     : AuditLog.layer
 }))
 
-const ServicesLive = Layer.mergeAll(
+const layerServices = Layer.mergeAll(
   Authors.layer.pipe(Layer.provide(AuthorRepo.layer)),
   Login.layer,
   AuditRepo.layer,
   Health.layer.pipe(Layer.provide(DatabaseProbe.layer)),
   Profiler.layer
 ).pipe(
-  Layer.provideMerge(AuditLogLive),
-  Layer.provideMerge(ReadCacheLive),
-  Layer.provideMerge(InfrastructureLive)
+  Layer.provideMerge(layerAuditLog),
+  Layer.provideMerge(layerReadCache),
+  Layer.provideMerge(layerInfrastructure)
 )
 
-const StartupLog = Layer.effectDiscard(Effect.gen(function*() {
+const layerStartupLog = Layer.effectDiscard(Effect.gen(function*() {
   const config = yield* AppConfig
   setAppInfo(config.appEnv)
   const embedded = [
@@ -153,8 +153,8 @@ const StartupLog = Layer.effectDiscard(Effect.gen(function*() {
 }))
 
 /** HTTP server spans are named by route template (`GET /authors/{author_id}`), never the raw path. */
-const SpanNamesLive = Layer.succeed(HttpMiddleware.SpanNameGenerator, (() => {
-  const labelOf = routeLabeler(Api)
+const layerSpanNames = Layer.succeed(HttpMiddleware.SpanNameGenerator, (() => {
+  const labelOf = FrontDoor.routeLabeler(Api)
   return (request: HttpServerRequest.HttpServerRequest) => `${request.method} ${labelOf(request.method, request.url)}`
 })())
 
@@ -163,7 +163,7 @@ const SpanNamesLive = Layer.succeed(HttpMiddleware.SpanNameGenerator, (() => {
  * default 100 characters, so a long report name or author id reaches its schema and gets its 400 /
  * 422 instead of a 404; the line itself stays bounded by Node's 16 KiB header limit.
  */
-const routes = HttpRouter.toHttpEffect(RoutesLive).pipe(Effect.provideService(HttpRouter.RouterConfig, { maxParamLength: 4096 }))
+const routes = HttpRouter.toHttpEffect(layerRoutes).pipe(Effect.provideService(HttpRouter.RouterConfig, { maxParamLength: 4096 }))
 
 /**
  * A server middleware, even one that does nothing, makes the platform open each request's server
@@ -176,14 +176,14 @@ const withServerSpan = HttpMiddleware.make((app) => app)
 const serving = <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
   HttpServer.withLogAddress(Layer.mergeAll(
     Layer.unwrap(Effect.map(Effect.service(References.TracerEnabled), (traced) => traced ? HttpServer.serve(handler, withServerSpan) : HttpServer.serve(handler))),
-    WsServerLive.pipe(Layer.provide(PackageHandlers.layer))
+    WsServer.layer.pipe(Layer.provide(PackageHandlers.layer))
   ))
 
 /** The routes, built once every service is up, then served. */
-const ServedLive = Layer.unwrap(Effect.map(routes, serving))
+const layerServed = Layer.unwrap(Effect.map(routes, serving))
 
 /** Logs the open port: until "Listening on", probes answer and every other request gets 503 `Service starting`. */
-const PortOpenLog = Layer.effectDiscard(HttpServer.addressFormattedWith((address) =>
+const layerPortOpenLog = Layer.effectDiscard(HttpServer.addressFormattedWith((address) =>
   Effect.logInfo(`Port open on ${address}: starting (/livez 200, /readyz and /health 503, other requests 503 until ready)`)
 ))
 
@@ -200,10 +200,10 @@ export const layer = <S, E>(
   server: Layer.Layer<S | NodeServer | Upgrades | HttpServer.HttpServer, E, AppConfig>,
   tracing: Layer.Layer<never, never, AppConfig> = layerTracing
 ) =>
-  ServedLive.pipe(
-    Layer.provide(SpanNamesLive),
-    Layer.provide(ServicesLive),
-    Layer.provide(StartupLog),
-    Layer.provideMerge(Layer.provideMerge(PortOpenLog, server)),
+  layerServed.pipe(
+    Layer.provide(layerSpanNames),
+    Layer.provide(layerServices),
+    Layer.provide(layerStartupLog),
+    Layer.provideMerge(Layer.provideMerge(layerPortOpenLog, server)),
     Layer.provide(tracing)
   )

@@ -8,7 +8,7 @@ import { ShutdownDeadline } from "./Lifecycle.ts"
 import { layerLogger } from "./Observability/Logging.ts"
 import { causeText, failureLine } from "./Startup.ts"
 
-const ServerLive = Layer.unwrap(Effect.gen(function*() {
+const layerServer = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   return NodeServer.layer({ port: config.port, host: config.host, adminPort: Option.getOrUndefined(config.adminPort) })
 }))
@@ -32,13 +32,13 @@ const SHUTDOWN_DEADLINE_MS = 9_000
 /** When the first SIGTERM/SIGINT came (epoch ms). */
 let signalledAt: number | undefined
 
-const ShutdownDeadlineLive = Layer.succeed(ShutdownDeadline, {
+const layerShutdownDeadline = Layer.succeed(ShutdownDeadline, {
   at: () => (signalledAt === undefined ? undefined : signalledAt + FLUSH_DONE_BY_MS)
 })
 
 /** Set once the service is ready (its handler attached): a failure after that is not a failed start. */
 let ready = false
-const ReadyMark = Layer.effectDiscard(Effect.sync(() => {
+const layerReadyMark = Layer.effectDiscard(Effect.sync(() => {
   ready = true
 }))
 
@@ -46,9 +46,9 @@ const ReadyMark = Layer.effectDiscard(Effect.sync(() => {
 // attached once the database is migrated and the routes are built. drainOnShutdown wraps the
 // app, so its finalizer runs first: the app's handler and services are still in place while the
 // requests in flight finish.
-const MainLive = Layer.mergeAll(drainOnShutdown(DRAIN_MS), ReadyMark).pipe(
-  Layer.provideMerge(App.layer(ServerLive)),
-  Layer.provide(ShutdownDeadlineLive),
+const layerMain = Layer.mergeAll(drainOnShutdown(DRAIN_MS), layerReadyMark).pipe(
+  Layer.provideMerge(App.layer(layerServer)),
+  Layer.provide(layerShutdownDeadline),
   Layer.provide(layerLogger),
   Layer.provide(AppConfig.layer)
 )
@@ -86,4 +86,4 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
   })
 }
 
-NodeRuntime.runMain(Layer.launch(MainLive).pipe(Effect.tapCause(reportFailure)), { disableErrorReporting: true, teardown })
+NodeRuntime.runMain(Layer.launch(layerMain).pipe(Effect.tapCause(reportFailure)), { disableErrorReporting: true, teardown })

@@ -14,7 +14,7 @@ const meta = (page: number, perPage: number, total: number) => ({
   has_more: page * perPage < total
 })
 
-export const AuditLogsHttpLive = HttpApiBuilder.group(
+export const layer = HttpApiBuilder.group(
   Api,
   "auditLogs",
   Effect.fn(function*(handlers) {

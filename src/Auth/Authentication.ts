@@ -52,7 +52,7 @@ export const authenticateRequest = (verifier: TokenVerifier["Service"]) =>
  * contract reads it (`bearerToken`: any case, spaces or tabs), the same way for HTTP and the
  * rate limiter. The roles come from the endpoint's `RequiredRoles` annotation.
  */
-export const AuthenticationLive: Layer.Layer<Authentication, never, TokenVerifier> = Layer.effect(
+export const layer: Layer.Layer<Authentication, never, TokenVerifier> = Layer.effect(
   Authentication,
   Effect.gen(function*() {
     const verifier = yield* TokenVerifier

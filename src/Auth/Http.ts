@@ -5,7 +5,7 @@ import { Api } from "../Api.ts"
 import { clientErrorResponse } from "../Http/ErrorResponse.ts"
 import { Login } from "./Login.ts"
 
-export const LoginHttpLive = HttpApiBuilder.group(
+export const layer = HttpApiBuilder.group(
   Api,
   "login",
   Effect.fn(function*(handlers) {

@@ -15,7 +15,7 @@
  * shutdown never wait on it.
  */
 import * as PgConnection from "@effect/sql-pg/PgConnection"
-import { Cause, Deferred, Effect, Exit, Queue } from "effect"
+import { Cause, Data, Deferred, Effect, Exit, Queue } from "effect"
 import { detached } from "../Db/Deadline.ts"
 
 export const CHANGES_CHANNEL = "authors_changed"
@@ -34,10 +34,10 @@ export interface FeedSink {
   readonly changed: (payload: string) => void
 }
 
-class HeartbeatMissed extends Error {
-  constructor() {
-    super(`PostgreSQL did not answer the LISTEN connection's heartbeat within ${HEARTBEAT_TIMEOUT_MS} ms`)
-  }
+/** The LISTEN connection did not answer its heartbeat in time: it may be missing notifications. */
+class HeartbeatMissed extends Data.TaggedError("HeartbeatMissed")<{ readonly ms: number; readonly message: string }> {
+  static readonly of = (ms: number) =>
+    new HeartbeatMissed({ ms, message: `PostgreSQL did not answer the LISTEN connection's heartbeat within ${ms} ms` })
 }
 
 /** One LISTEN session; `ended` is completed the moment it stops delivering (before its cleanup). */
@@ -51,7 +51,7 @@ const session = (config: PgConnection.Config, sink: FeedSink, ended: Deferred.De
     const deliver = Effect.forever(Effect.flatMap(Queue.take(notifications), (n) => Effect.sync(() => sink.changed(n.payload))))
     const heartbeat = Effect.forever(Effect.andThen(
       Effect.sleep(HEARTBEAT_EVERY_MS),
-      detached(pinned.query("SELECT 1", [], false), HEARTBEAT_TIMEOUT_MS, Effect.void, () => new HeartbeatMissed())
+      detached(pinned.query("SELECT 1", [], false), HEARTBEAT_TIMEOUT_MS, Effect.void, () => HeartbeatMissed.of(HEARTBEAT_TIMEOUT_MS))
     ))
     return yield* Effect.raceFirst(deliver, heartbeat)
   }).pipe(Effect.onExit((exit) => Effect.sync(() => Deferred.doneUnsafe(ended, Effect.succeed(Exit.isFailure(exit) ? exit.cause : Cause.empty))))))

@@ -73,7 +73,7 @@ const streamed = ({ first, rest }: ListBatches, etag: string) =>
     { contentType: JSON_TYPE, headers: { etag } }
   )
 
-export const AuthorsHttpLive = HttpApiBuilder.group(
+export const layer = HttpApiBuilder.group(
   Api,
   "authors",
   Effect.fn(function*(handlers) {

@@ -69,8 +69,12 @@ export interface WsClientOptions {
   readonly requestTimeoutMs?: number
 }
 
-/** The connection is gone (closed by `close()`, by the server, or reconnection gave up). */
+/**
+ * The connection is gone (closed by `close()`, by the server, or reconnection gave up). Like every
+ * error of the client kit, an `Error` with a `_tag` (its name).
+ */
 export class WsClosedError extends Error {
+  readonly _tag = "WsClosedError"
   readonly code: number
   readonly reason: string
   constructor(code: number, reason: string) {

@@ -25,7 +25,7 @@ const redocPage = (js: string, spec: string) =>
 <script>Redoc.init(${escapeScript(spec)}, { hideDownloadButton: false }, document.getElementById("redoc"))</script>
 </body></html>`)
 
-const RedocLive = HttpRouter.use((router) =>
+const layerRedoc = HttpRouter.use((router) =>
   Effect.gen(function*() {
     const page = yield* Effect.cached(
       Effect.map(
@@ -42,7 +42,7 @@ const RedocLive = HttpRouter.use((router) =>
  * /docs instead of at startup, it costs an idle service nothing (about 7 MB of RSS). Its answer is
  * one fixed page, kept after that first visit.
  */
-const SwaggerLive = HttpRouter.use((router) =>
+const layerSwagger = HttpRouter.use((router) =>
   Effect.gen(function*() {
     const page = yield* Effect.cached(
       Effect.scoped(Effect.flatten(HttpRouter.toHttpEffect(HttpApiSwagger.layer(Api, { path: "/docs" }))))
@@ -51,4 +51,4 @@ const SwaggerLive = HttpRouter.use((router) =>
   })
 )
 
-export const DocsLive = Layer.mergeAll(SwaggerLive, RedocLive)
+export const layer = Layer.mergeAll(layerSwagger, layerRedoc)

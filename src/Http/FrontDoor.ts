@@ -120,7 +120,7 @@ interface Answered {
   readonly response: HttpServerResponse.HttpServerResponse
 }
 
-export const FrontDoorLive = <Id extends string, Groups extends HttpApiGroup.Constraint>(api: HttpApi.HttpApi<Id, Groups>) =>
+export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint>(api: HttpApi.HttpApi<Id, Groups>) =>
   HttpRouter.middleware(
     Effect.gen(function*() {
       const config = yield* AppConfig

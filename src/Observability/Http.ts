@@ -6,7 +6,7 @@ import { METRICS_CONTENT_TYPE, Unhealthy } from "./Api.ts"
 import { Health } from "./Health.ts"
 import { registry } from "./Metrics.ts"
 
-export const SystemHttpLive = HttpApiBuilder.group(
+export const layer = HttpApiBuilder.group(
   Api,
   "system",
   Effect.fn(function*(handlers) {

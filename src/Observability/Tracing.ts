@@ -9,7 +9,7 @@
  * `traceId`: the caller's `traceparent`, else the request id). Provide it *under* the server and SQL
  * layers, so the tracer is installed before they start.
  *
- * What an exported server span may say about a request is an allow-list (`SafeSpanAttributes`):
+ * What an exported server span may say about a request is an allow-list (`layerSafeSpanAttributes`):
  * no request header but the body's type and length — never `Authorization`, `Cookie` or an API
  * key — and query values only of the API's own parameters; any other (`access_token=…` on a URL,
  * the `/web` query's token) is exported as `REDACTED`.
@@ -41,7 +41,7 @@ export const SPAN_QUERY_PARAMETERS: ReadonlyArray<string> = [
 const unlistedQueryName = new RegExp(`^(?!(?:${SPAN_QUERY_PARAMETERS.join("|")})$)`)
 
 /** The allow-lists above, as the platform's server-span settings. */
-export const SafeSpanAttributes: Layer.Layer<never> = Layer.mergeAll(
+const layerSafeSpanAttributes: Layer.Layer<never> = Layer.mergeAll(
   Layer.succeed(HttpMiddleware.TracerHeaderFilter, (name: string, phase: "request" | "response") => SPAN_HEADERS[phase].has(name)),
   Layer.succeed(UrlParams.CurrentRedactedNames, [unlistedQueryName])
 )
@@ -56,7 +56,7 @@ export const layerTracingTo = (processor: SpanProcessor): Layer.Layer<never, nev
         resource: { serviceName: config.otelServiceName, serviceVersion: appVersion, attributes: { "deployment.environment": config.appEnv } },
         spanProcessor: processor
       })),
-      SafeSpanAttributes
+      layerSafeSpanAttributes
     )
   }))
 
@@ -88,7 +88,7 @@ export const layerTracing: Layer.Layer<never, never, AppConfig> = Layer.unwrap(A
     // No exporter, no tracing work at all: every span (server, SQL, Redis, WS) is a no-op and the
     // server opens none (log lines take their trace id from the request instead, Logging.ts). The
     // allow-lists still keep secrets out of any URL the platform renders (an HttpServerError in a log line).
-    onNone: () => Layer.merge(SafeSpanAttributes, Layer.succeed(References.TracerEnabled, false)),
+    onNone: () => Layer.merge(layerSafeSpanAttributes, Layer.succeed(References.TracerEnabled, false)),
     onSome: layerTracingOtlp
   })
 ))

@@ -7,7 +7,7 @@ import { Profiler } from "./Profiler.ts"
 /** An on-demand capture lasts at most a minute (docs/operations.md#profiling). */
 const MAX_SECONDS = 60
 
-export const ProfilingHttpLive = HttpApiBuilder.group(
+export const layer = HttpApiBuilder.group(
   Api,
   "profiling",
   Effect.fn(function*(handlers) {

@@ -41,7 +41,7 @@ export const asyncApiDocument = () =>
   })
 
 /** The three routes, on the app's `HttpRouter`; the AsyncAPI document is built once, here. */
-export const WsHttpLive = HttpRouter.use((router) =>
+export const layer = HttpRouter.use((router) =>
   Effect.gen(function*() {
     const asyncApi = JSON.stringify(asyncApiDocument())
     yield* router.add("GET", PROTO_PATH, HttpServerResponse.text(PROTO_TEXT, { contentType: "text/plain; charset=utf-8" }))

@@ -161,8 +161,12 @@ const encode = (name: MessageName, message: Fields): Uint8Array<ArrayBuffer> => 
 
 // --- decoding ----------------------------------------------------------------------------------
 
-/** Bytes that are not a message of the schema (truncated, overlong, or of the wrong wire type). */
+/**
+ * Bytes that are not a message of the schema (truncated, overlong, or of the wrong wire type). An
+ * `Error` with a `_tag`, like the client kit's other errors (this module imports nothing).
+ */
 export class ProtobufDecodeError extends Error {
+  readonly _tag = "ProtobufDecodeError"
   constructor(message: string) {
     super(message)
     this.name = "ProtobufDecodeError"

@@ -3,9 +3,9 @@
  * wiring of its parts. An upgrade becomes a `Connection` (Connection.ts: its state, its bounded
  * outbound queue with one writer, its inbox), is admitted by the `Handshake` (Handshake.ts), and
  * its frames are handled one at a time, in order, by `Dispatch` (Dispatch.ts: rate → schema →
- * permission → handler). Broadcasts and session expiries come from the registry, from every
- * instance. What an upgrade passes before its socket exists is UpgradeGate.ts; the sockets held,
- * their heartbeat and the shutdown that closes them 1001 are Sockets.ts.
+ * permission → handler). What an upgrade passes before its socket exists is UpgradeGate.ts; the
+ * sockets held, their heartbeat and the shutdown that closes them 1001 are Sockets.ts; the
+ * broadcasts and session expiries the registry delivers, from every instance, are FanOut.ts.
  *
  * Transport is `ws` directly (not the platform's Socket) for its frame-size limit (1009), its
  * send buffer figure and one fiber per message instead of per connection.
@@ -16,26 +16,23 @@ import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
 import { AuditLog } from "../AuditLogs/AuditLog.ts"
-import { hasRoles } from "../Auth/Rbac.ts"
 import { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import { ReadCache } from "../Authors/ReadCache.ts"
 import { AppConfig } from "../Config.ts"
-import { WsStatus } from "../Errors.ts"
-import { OperationRoles } from "../Domain/User.ts"
 import { Upgrades } from "../Edge/Upgrades.ts"
 import { traceIdFrom } from "../Edge/RequestIds.ts"
 import { wsConnectionsActive, wsMessagesReceived } from "../Observability/Metrics.ts"
 import { RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { type Connection, makeConnection } from "./Connection.ts"
-import { encodeReply, makeDispatch } from "./Dispatch.ts"
+import { makeDispatch } from "./Dispatch.ts"
+import { makeFanOut } from "./FanOut.ts"
 import { PackageHandlers } from "./Packages.ts"
 import { formatOf, makeHandshake } from "./Handshake.ts"
-import { BROADCAST_REQ_ID, Close } from "./Protocol.ts"
-import { type BroadcastMessage, ConnectionRegistry } from "./Registry.ts"
+import { ConnectionRegistry } from "./Registry.ts"
 import { CLOSE_GRACE_MS, makeSockets } from "./Sockets.ts"
 import { headerText, makeUpgradeGate } from "./UpgradeGate.ts"
 
-export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
+export const layer = Layer.effectDiscard(Effect.gen(function*() {
   const upgrades = yield* Upgrades
   const config = yield* AppConfig
   const verifier = yield* TokenVerifier
@@ -108,21 +105,6 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     )
   }
 
-  /** Encoded once per format, sent to every open connection allowed to read authors. */
-  const onBroadcast = (message: BroadcastMessage) => {
-    const frame = { status: WsStatus.OK, data: message, meta: null }
-    let json: string | Uint8Array | undefined
-    let protobuf: string | Uint8Array | undefined
-    for (const conn of sockets.open()) {
-      const user = conn.user()
-      if (!conn.isOpen() || user === undefined || !hasRoles(user, OperationRoles.listAuthors)) continue
-      if (conn.format === "json") conn.send(json ??= encodeReply("json", 0, BROADCAST_REQ_ID, frame))
-      else conn.send(protobuf ??= encodeReply("protobuf", 0, BROADCAST_REQ_ID, frame))
-    }
-  }
-
-  const onSessionExpired = (connectionId: string) => sockets.get(connectionId)?.close(Close.SessionExpired)
-
   const onDropped = (conn: Connection) =>
     fork(conn, Effect.logWarning("WebSocket client dropped: it does not read what it is sent"))
 
@@ -177,7 +159,7 @@ export const WsServerLive = Layer.effectDiscard(Effect.gen(function*() {
     complete
   })
 
-  yield* registry.listen({ onBroadcast, onSessionExpired })
+  yield* registry.listen(makeFanOut(sockets))
   yield* Effect.forkScoped(sockets.heartbeat)
   // Runs before the fiber set is interrupted: connections end and their slots are released first.
   yield* Effect.addFinalizer(() =>

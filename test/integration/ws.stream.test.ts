@@ -28,7 +28,7 @@ import { encodeResponse, PROTO_TEXT } from "../../src/Ws/Protobuf.ts"
 import { ConnectionRegistry } from "../../src/Ws/Registry.ts"
 import { SPOOLS_MAX } from "../../src/Ws/Streaming.ts"
 import { PackageHandlers } from "../../src/Ws/Packages.ts"
-import { WsServerLive } from "../../src/Ws/Server.ts"
+import * as WsServer from "../../src/Ws/Server.ts"
 import { closeCode, Opcode, type RawMessage, rawWs, type RawWsClient } from "../support/RawWs.ts"
 import { request, signToken, startTestApp, TEST_DATABASE_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs, protoCodec, type ProtoCodec } from "../support/WsClient.ts"
@@ -304,7 +304,7 @@ describe("a database failure while the list is read", () => {
     const UpgradesHere = Layer.succeed(Upgrades, Upgrades.of({
       handle: (h) => Effect.acquireRelease(Effect.sync(() => void (handler = h)), () => Effect.sync(() => void (handler = undefined)))
     }))
-    const layer = WsServerLive.pipe(
+    const layer = WsServer.layer.pipe(
       Layer.provide(PackageHandlers.layer),
       Layer.provide([
         UpgradesHere,

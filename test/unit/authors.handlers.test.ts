@@ -9,11 +9,11 @@ import { Effect, Layer, Schema } from "effect"
 import { HttpClientRequest, type HttpClientResponse, HttpServer } from "effect/http"
 import { HttpApiMiddleware, HttpApiTest } from "effect/http-api"
 import { Api, CommonResponses } from "../../src/Api.ts"
-import { AuthenticationLive } from "../../src/Auth/Authentication.ts"
+import * as BearerAuth from "../../src/Auth/Authentication.ts"
 import { Authentication } from "../../src/Auth/Middleware.ts"
 import { TokenRejected, TokenVerifier } from "../../src/Auth/TokenVerifier.ts"
 import { AuthorEvents, Authors } from "../../src/Authors/Authors.ts"
-import { AuthorsHttpLive } from "../../src/Authors/Http.ts"
+import * as AuthorsHttp from "../../src/Authors/Http.ts"
 import { ReadCache } from "../../src/Authors/ReadCache.ts"
 import { AuthorRepo } from "../../src/Authors/Repo.ts"
 import { Cursor } from "../../src/Domain/Pagination.ts"
@@ -36,10 +36,10 @@ const Verifier = Layer.succeed(TokenVerifier, {
 })
 
 /** A fresh, empty directory per test. */
-const Handlers = AuthorsHttpLive.pipe(
+const Handlers = AuthorsHttp.layer.pipe(
   Layer.provide(Authors.layer),
   Layer.provide([AuthorRepo.layerMemory, AuthorEvents.layerNone, ReadCache.layerNone]),
-  Layer.provideMerge(AuthenticationLive),
+  Layer.provideMerge(BearerAuth.layer),
   Layer.provideMerge(CommonResponses.layer),
   Layer.provide(Verifier),
   Layer.provideMerge(HttpServer.layerServices)

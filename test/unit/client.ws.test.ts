@@ -4,7 +4,7 @@
  * `getRandomValues`), and the token's `exp` read with `atob` (base64url, UTF-8 claims).
  */
 import { afterEach, describe, expect, it, vi } from "vitest"
-import { randomUuid, tokenExpiry } from "../../src/Client/Ws.ts"
+import { randomUuid, tokenExpiry, WsClosedError } from "../../src/Client/Ws.ts"
 
 const V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 
@@ -27,6 +27,13 @@ describe("the /web client's portable helpers", () => {
   it("uses randomUUID where it exists", () => {
     vi.stubGlobal("crypto", { randomUUID: () => "00000000-0000-4000-8000-000000000001", getRandomValues: () => { throw new Error("unused") } })
     expect(randomUuid()).toBe("00000000-0000-4000-8000-000000000001")
+  })
+
+  it("rejects with an Error carrying a _tag, as the kit's other errors do", () => {
+    const error = new WsClosedError(4001, "Session expired")
+    expect(error).toBeInstanceOf(Error)
+    expect(error).toMatchObject({ _tag: "WsClosedError", name: "WsClosedError", code: 4001, reason: "Session expired" })
+    expect(error.message).toBe("WebSocket closed: 4001 Session expired")
   })
 
   it("reads exp from a base64url payload with non-ASCII claims, and nothing from a malformed token", () => {

@@ -10,8 +10,8 @@ import { HttpApiMiddleware, HttpApiTest } from "effect/http-api"
 import { Api, CommonResponses } from "../../src/Api.ts"
 import { AuditLog } from "../../src/AuditLogs/AuditLog.ts"
 import type { TokenResponse } from "../../src/Auth/Api.ts"
-import { LoginHttpLive } from "../../src/Auth/Http.ts"
-import { AuthenticationLive } from "../../src/Auth/Authentication.ts"
+import * as LoginHttp from "../../src/Auth/Http.ts"
+import * as BearerAuth from "../../src/Auth/Authentication.ts"
 import { IdentityProvider } from "../../src/Auth/IdentityProvider.ts"
 import { Authentication } from "../../src/Auth/Middleware.ts"
 import { TokenRejected, TokenVerifier } from "../../src/Auth/TokenVerifier.ts"
@@ -40,14 +40,14 @@ const Provider = Layer.succeed(IdentityProvider, {
   refresh: (token) => (token === "refresh" ? Effect.succeed(TOKENS) : Effect.fail(InvalidRefreshToken.instance))
 })
 
-const Handlers = LoginHttpLive.pipe(
+const Handlers = LoginHttp.layer.pipe(
   Layer.provide(Login.layer),
   Layer.provide([Provider, AuditLog.layerNone, RateLimiter.layerMemory]),
   Layer.provide(AppConfig.layerTest({ loginMaxFailures: 2, loginFailureWindowSeconds: 600, rateLimitFailMode: "open" })),
   Layer.provideMerge(CommonResponses.layer),
   Layer.provideMerge(HttpServer.layerServices),
   // The test client is made for the whole API, whose other groups take a bearer token (none valid here).
-  Layer.provideMerge(AuthenticationLive.pipe(Layer.provide(Layer.succeed(TokenVerifier, {
+  Layer.provideMerge(BearerAuth.layer.pipe(Layer.provide(Layer.succeed(TokenVerifier, {
     verify: () => Effect.fail(new TokenRejected({ reason: "invalid" }))
   })))),
   Layer.provideMerge(HttpApiMiddleware.layerClient(Authentication, ({ next, request }) => next(request)))

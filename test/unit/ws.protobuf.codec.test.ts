@@ -121,6 +121,7 @@ describe("the protobuf codec", () => {
       expect(ours instanceof ProtobufDecodeError, `prefix of ${cut} bytes`).toBe(theirs instanceof Error)
     }
     expect(() => decodeRequest(Uint8Array.of((1 << 3) | 2, 1, 0))).toThrow(ProtobufDecodeError)
+    expect(() => decodeRequest(Uint8Array.of((1 << 3) | 2, 1, 0))).toThrow(expect.objectContaining({ _tag: "ProtobufDecodeError", name: "ProtobufDecodeError" }))
     expect(() => decodeRequest(Uint8Array.of(0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01))).toThrow(ProtobufDecodeError)
   })
 })
