@@ -120,6 +120,11 @@ const parseEntries = (raw: unknown): Array<Journaled> => {
   })
 }
 
+/** One command's answer as a pipeline gives it: `[error, result]`. */
+type PipelineResult = readonly [Error | null, unknown]
+const settled = (sent: Promise<unknown>): Promise<PipelineResult> =>
+  sent.then((result) => [null, result] as const, (error: unknown) => [error instanceof Error ? error : new Error(String(error)), undefined] as const)
+
 /** Redis's clock in ms (TIME), so that "older than claimIdle" holds whatever this host's clock says. */
 const redisMillis = (time: ReadonlyArray<string | number>) => Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000)
 
@@ -252,13 +257,16 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
       const refused = isDisconnected(redis.client)
         ? Effect.as(requeue, batch)
         : redisCommand("XADD", () => {
-          const pipeline = redis.client.pipeline()
-          for (const { stored } of batch) pipeline.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))
-          if (ids.length > 0) pipeline.xdel(stream, ...ids)
+          // Issued as single commands, the client's auto-pipelining sends them in the same write
+          // as the other commands of the moment (rate checks, bumps): one write per round trip.
+          const client = redis.client
+          const sent: Array<Promise<PipelineResult>> = []
+          for (const { stored } of batch) sent.push(settled(client.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))))
+          if (ids.length > 0) sent.push(settled(client.xdel(stream, ...ids)))
           // The stream's length rides along, so the cap holds while PostgreSQL is down and nothing
           // is committed.
-          pipeline.xlen(stream)
-          return pipeline.exec()
+          sent.push(settled(client.xlen(stream)))
+          return Promise.all(sent)
         }, APPEND_TIMEOUT_MS).pipe(
           Effect.flatMap((results) => {
             const length = results?.[results.length - 1]?.[1]
