@@ -21,7 +21,7 @@ import { closeClients, openClients, type RoundResult, runHttp, runWsRoundTrips }
 import { type PgCpu, pgCpu, pgDelta, type RedisCpu, redisCpu } from "./lib/cpu.ts"
 import { checkAnswers, checkWsAnswers, paritySamples } from "./lib/parity.ts"
 import { formatNumber as fmt, formatWorkload, type MeasuredRound, ratio, round2, type ServerSummary, summarize } from "./lib/report.ts"
-import { cpuTicks, heapSnapshot, HEAP_SNAPSHOT_DIR, ROOT, rssMb, type Server, type ServerName, settle, startBaseline, startService } from "./lib/servers.ts"
+import { cpuTicks, heapSnapshot, HEAP_SNAPSHOT_DIR, ROOT, rssMb, type Server, type ServerName, settle, startBaseline, startService, writeCalls } from "./lib/servers.ts"
 import { makeKey, mintToken, mintTokens } from "./lib/tokens.ts"
 import { type Context, w6Spec, type Workload, WORKLOADS } from "./lib/workloads.ts"
 
@@ -170,8 +170,10 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
         const pgBefore = pgMeter?.sample()
         const stopWatching = database === undefined ? undefined : pgMeter?.watch(database)
         const ticksBefore = cpuTicks(s.pid)
+        const writesBefore = writeCalls(s.pid)
         const result = await st.runner!(opts.duration)
         const ticksAfter = cpuTicks(s.pid)
+        const writesAfter = writeCalls(s.pid)
         const watched = stopWatching?.()
         const pgAfter = pgMeter?.sample()
         const redisAfter = await redisMeter?.sample()
@@ -187,10 +189,15 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
         const redis_us_per_request = redisBefore !== undefined && redisAfter !== undefined && answered > 0
           ? (redisAfter - redisBefore) * 1_000_000 / answered
           : undefined
-        st.rounds.push({ ...result, settle_ms, cpu_us_per_request, pg_us_per_request: pg.cluster, pg_backends_us_per_request: pg.backends, redis_us_per_request })
+        // Socket writes are a large share of a short request's CPU: their count per request says how many each costs.
+        const writes_per_request = writesBefore !== undefined && writesAfter !== undefined && answered > 0
+          ? (writesAfter - writesBefore) / answered
+          : undefined
+        st.rounds.push({ ...result, settle_ms, cpu_us_per_request, writes_per_request, pg_us_per_request: pg.cluster, pg_backends_us_per_request: pg.backends, redis_us_per_request })
         const us = (n: number | undefined) => (n === undefined ? "–" : fmt(n))
         log(`  ${w.id} round ${r + 1}/${opts.rounds} ${s.name.padEnd(8)} ${fmt(result.rps).padStart(7)} req/s  p50 ${fmt(result.p50, 2)} ms  p99 ${fmt(result.p99, 2)} ms  errors ${result.errors}` +
           `  CPU µs/request: server ${us(cpu_us_per_request)}` +
+          (writes_per_request === undefined ? "" : ` (${writes_per_request.toFixed(2)} writes)`) +
           (pgMeter === undefined ? "" : `, PostgreSQL ${us(pg.cluster)} (own db ${us(pg.backends)})`) +
           (redisMeter === undefined ? "" : `, Redis ${us(redis_us_per_request)}`))
       })

@@ -9,6 +9,8 @@ export interface RoundCpu {
   /** Only the backends connected to this server's database. */
   readonly pg_backends_us_per_request: number | undefined
   readonly redis_us_per_request: number | undefined
+  /** Write system calls of the server process per answered request (/proc/<pid>/io). */
+  readonly writes_per_request?: number | undefined
 }
 
 /** A round as the runner measured it: the load's result, the settle wait before it, CPU per request. */
@@ -61,7 +63,8 @@ export const summarize = (rounds: ReadonlyArray<MeasuredRound>, failure: string 
     cpu_us_per_request: roundOrUndefined(r.cpu_us_per_request),
     pg_us_per_request: roundOrUndefined(r.pg_us_per_request),
     pg_backends_us_per_request: roundOrUndefined(r.pg_backends_us_per_request),
-    redis_us_per_request: roundOrUndefined(r.redis_us_per_request)
+    redis_us_per_request: roundOrUndefined(r.redis_us_per_request),
+    writes_per_request: r.writes_per_request === undefined ? undefined : Math.round(r.writes_per_request * 100) / 100
   }))
   const problems: Record<string, number> = {}
   for (const r of rounds) for (const [k, v] of Object.entries(r.problems)) problems[k] = (problems[k] ?? 0) + v

@@ -218,6 +218,16 @@ export const cpuTicks = (pid: number): number | undefined => {
   }
 }
 
+/** Write system calls a process made (write, writev: every socket write), from /proc/<pid>/io. */
+export const writeCalls = (pid: number): number | undefined => {
+  try {
+    const match = /^syscw: (\d+)$/m.exec(readFileSync(`/proc/${pid}/io`, "utf8"))
+    return match === null ? undefined : Number(match[1])
+  } catch {
+    return undefined
+  }
+}
+
 /**
  * Waits until a server is quiet (under 5 % of a core for 300 ms, at most `maxMs`): after a round
  * it may still be writing audit batches, and on 2 cores that work would land in the next round,

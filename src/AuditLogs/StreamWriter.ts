@@ -19,7 +19,7 @@
  * Every command has a deadline: COMMAND_TIMEOUT_MS (Store/Redis.ts), the XADD
  * pipeline 2 s.
  */
-import { Duration, Effect, Fiber, Queue } from "effect"
+import { Duration, Effect, Fiber, Option, Queue } from "effect"
 import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { type AuditEntry, newEntry, type StoredEntry } from "./Entry.ts"
 import { INSERT_BATCH_MAX } from "./Repo.ts"
@@ -120,6 +120,11 @@ const parseEntries = (raw: unknown): Array<Journaled> => {
   })
 }
 
+/** One command's answer as a pipeline gives it: `[error, result]`. */
+type PipelineResult = readonly [Error | null, unknown]
+const settled = (sent: Promise<unknown>): Promise<PipelineResult> =>
+  sent.then((result) => [null, result] as const, (error: unknown) => [error instanceof Error ? error : new Error(String(error)), undefined] as const)
+
 /** Redis's clock in ms (TIME), so that "older than claimIdle" holds whatever this host's clock says. */
 const redisMillis = (time: ReadonlyArray<string | number>) => Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000)
 
@@ -131,6 +136,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     const shutdown = yield* ShutdownDeadline
     const stream = `${redis.prefix}audit:stream`
     const claimIdleMs = Duration.toMillis(options.claimIdle)
+    const commitLingerMs = Duration.toMillis(options.commitLinger)
     let backlog = 0
     const deleteWarning = (error: unknown) =>
       Effect.logWarning("Audit stream entries not deleted; a later scan writes them again (stored once)", error)
@@ -175,6 +181,13 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     let committing: ReadonlyArray<Journaled> = []
     const committer = yield* Effect.forkDetach(Effect.forever(Effect.gen(function*() {
       committing = yield* Queue.takeBetween(journaled, 1, INSERT_BATCH_MAX)
+      // A short wait lets the records of the next moments join the batch: one INSERT (and one
+      // XDEL) for many records instead of one per few. The records are in the stream already, so
+      // nothing waits on this but their visibility in the database.
+      if (committing.length < INSERT_BATCH_MAX && commitLingerMs > 0) {
+        yield* Effect.sleep(commitLingerMs)
+        committing = committing.concat(yield* Queue.takeBetween(journaled, 0, INSERT_BATCH_MAX - committing.length))
+      }
       yield* insert(committing.flatMap((e) => (e.stored === undefined ? [] : [e.stored])))
       for (const { id } of committing) deletable.push(id)
       committing = []
@@ -198,12 +211,20 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
         }
       })
     const now = redisCommand("TIME", () => redis.client.time()).pipe(Effect.map(redisMillis))
-    // At start everything already in the stream (a previous run's entries); then, every
-    // claimIdle / 2, what is older than claimIdle.
+    // At start everything already in the stream (a previous run's entries), up to its last entry
+    // before this writer appends anything, so that the scan does not write this writer's own
+    // records again while their batch lingers (null: the stream was empty; unknown when Redis did
+    // not answer, and then up to Redis's clock when the scan runs). Then, every claimIdle / 2,
+    // what is older than claimIdle.
+    const startEnd = yield* redisCommand("XREVRANGE", () => redis.client.xrevrange(stream, "+", "-", "COUNT", 1)).pipe(
+      Effect.map((last) => last[0]?.[0] ?? null),
+      Effect.option
+    )
     let started = false
     const recover = Effect.gen(function*() {
       if (!started) {
-        yield* scan(String(yield* now))
+        const end = Option.isSome(startEnd) ? startEnd.value : String(yield* now)
+        if (end !== null) yield* scan(end)
         started = true
       }
       while (true) {
@@ -236,13 +257,16 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
       const refused = isDisconnected(redis.client)
         ? Effect.as(requeue, batch)
         : redisCommand("XADD", () => {
-          const pipeline = redis.client.pipeline()
-          for (const { stored } of batch) pipeline.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))
-          if (ids.length > 0) pipeline.xdel(stream, ...ids)
+          // Issued as single commands, the client's auto-pipelining sends them in the same write
+          // as the other commands of the moment (rate checks, bumps): one write per round trip.
+          const client = redis.client
+          const sent: Array<Promise<PipelineResult>> = []
+          for (const { stored } of batch) sent.push(settled(client.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))))
+          if (ids.length > 0) sent.push(settled(client.xdel(stream, ...ids)))
           // The stream's length rides along, so the cap holds while PostgreSQL is down and nothing
           // is committed.
-          pipeline.xlen(stream)
-          return pipeline.exec()
+          sent.push(settled(client.xlen(stream)))
+          return Promise.all(sent)
         }, APPEND_TIMEOUT_MS).pipe(
           Effect.flatMap((results) => {
             const length = results?.[results.length - 1]?.[1]

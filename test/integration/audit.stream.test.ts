@@ -151,7 +151,8 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
       const watched = watchPipelines(client, (entryId) => repo.inserted.some((s) => s.entryId === entryId))
-      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
+      // Batches committed as soon as they are taken, so that some commit while these records still come.
+      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, commitLinger: 0, flushTimeout: "1 second" })
       // 20 requests at a time, 10 each, each awaiting its record.
       yield* Effect.forEach(Array.from({ length: 20 }, (_, w) => w), (w) =>
         Effect.forEach(Array.from({ length: 10 }, (_, i) => entry(1000 + w * 10 + i)), (e) => audit.record(e), { discard: true }), {
