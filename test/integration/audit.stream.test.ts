@@ -250,7 +250,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
         }).pipe(withRepo(repo, p, viaProxy(TEST_REDIS_URL ?? "", proxy)), Effect.provide(logger)),
       (proxy) => Effect.promise(() => proxy.close())
     )
-  }, 30_000)
+  })
 
   it.live("a stream entry holds request_data as an object (the previous version's layout), captured text spliced in", () => {
     const p = `test:${randomUUID()}:`

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
 import { parseCidrList } from "../../src/Domain/Cidr.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
-import { waitFor } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 
 const MAX_FAILURES = 3
@@ -58,7 +58,7 @@ interface AuditRecord {
  */
 const auditRecord = async (admins: ReadonlyArray<readonly [TestApp, string]>, requestId: string, username: string) => {
   let found: AuditRecord | undefined
-  await waitFor(async () => {
+  await eventually(async () => {
     for (const [app, admin] of admins) {
       const res = await request(app, "GET", `/audit-logs?per_page=100&username=${encodeURIComponent(username)}`, { token: admin })
       expect(res.status).toBe(200)
@@ -69,7 +69,7 @@ const auditRecord = async (admins: ReadonlyArray<readonly [TestApp, string]>, re
       }
     }
     return false
-  }, `the audit record of ${requestId}`, 20_000)
+  }, `the audit record of ${requestId}`)
   return found!
 }
 

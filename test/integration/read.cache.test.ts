@@ -92,7 +92,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     b = await startTestApp({ ...appOptions(prefix), databaseUrl: a.databaseUrl! })
     writer = (await login(a, "admin")).access_token
     reader = (await login(b, "reader")).access_token
-  }, 120_000)
+  })
   afterAll(async () => {
     for (const s of sockets) s.ws.terminate()
     await b?.close()
@@ -305,5 +305,5 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       await a.close()
       await proxy.close()
     }
-  }, 60_000)
+  })
 })

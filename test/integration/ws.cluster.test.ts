@@ -9,7 +9,8 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { freePort, type Spawned, spawnService, waitFor } from "../support/Spawn.ts"
+import { freePort, type Spawned, spawnService } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { createPostgresDatabase, request, signToken, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
 
@@ -29,13 +30,13 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     const port = await freePort()
     const url = `http://127.0.0.1:${port}`
     const spawned = spawnService({ ...env, PORT: String(port) })
-    await waitFor(async () => {
+    await eventually(async () => {
       try {
         return (await fetch(`${url}/health`)).status === 200
       } catch {
         return false
       }
-    }, `an instance on ${port} to start`, 60_000)
+    }, `an instance on ${port} to start`)
     return { url, process: spawned }
   }
 
@@ -75,7 +76,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     // One after the other: the first creates the signing key in DATA_DIR, the second reads it.
     a = await start(env)
     b = await start(env)
-  }, 120_000)
+  })
 
   afterAll(async () => {
     for (const c of clients) c.ws.terminate()
@@ -158,5 +159,5 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     expect(outcomes.filter((o) => o !== "admitted" && o !== "closed 1008"), "every other attempt refused 1008").toEqual([])
     await connected(a, token)
     expect(await connect(a, token).closed).toEqual({ code: 1008, reason: "Maximum concurrent connections exceeded" })
-  }, 120_000)
+  })
 })

@@ -44,7 +44,7 @@ describe.runIf(onPath("redis-server"))("WebSocket sessions on a Redis that refus
       })
       instances.push({ app, lines })
     }
-  }, 120_000)
+  })
 
   afterAll(async () => {
     for (const client of clients) client.ws.terminate()
