@@ -416,14 +416,16 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
 
   describe("sessions", () => {
     it("a session ends at the token's exp: close 4001 Session expired", async () => {
-      const client = await connected(await tokenFor(["get-authors"], { expiresIn: "2s" }))
+      // 3-4 s out (whole seconds): time enough to connect and be answered on a busy machine.
+      const client = await connected(await tokenFor(["get-authors"], { expiresIn: "4s" }))
       expect(await client.closed).toEqual({ code: 4001, reason: "Session expired" })
     })
 
     it("a re-auth frame of the same user extends the session; another user's token closes 4001 Token subject mismatch", async () => {
       const sub = `ws-reauth-${randomUUID()}`
+      const shortExp = Math.floor(Date.now() / 1000) + 4
       const [short, long] = await Promise.all([
-        tokenFor(["get-authors"], { sub, expiresIn: "2s" }),
+        tokenFor(["get-authors"], { sub, expiresIn: shortExp }),
         tokenFor(["get-authors"], { sub, expiresIn: "1h" })
       ])
       // The re-auth frame goes out right behind the upgrade: the server handles it as soon as the
@@ -431,10 +433,10 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       const client = connect({ token: short })
       client.send({ type: "auth", token: long })
       expect(await client.others.take()).toEqual({ type: "auth_ok" })
-      // A control connection whose token ends at least a second later (signed later, whole
-      // seconds): once the server closed it, the short token's end has passed too — an event,
-      // not a sleep — and the re-authenticated connection must still be open.
-      const control = await connected(await tokenFor(["get-authors"], { expiresIn: "3s" }))
+      // A control connection whose token ends when the short one does (the same exp): once the
+      // server closed it, the short token's end has passed too — an event, not a sleep — and the
+      // re-authenticated connection must still be open.
+      const control = await connected(await tokenFor(["get-authors"], { expiresIn: shortExp }))
       expect(await control.closed).toEqual({ code: 4001, reason: "Session expired" })
       expect((await client.request(1, {})).status_code).toBe(0)
       client.send({ type: "auth", token: admin })
