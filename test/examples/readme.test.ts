@@ -348,7 +348,7 @@ describe("README and docs examples", () => {
       void service.exited.then((code) => {
         if (!stopping) died = `the service exited (${code}) before the tests ended:\n${service.output()}`
       })
-    }, 120_000)
+    })
 
     // A service that dies under a test fails it with its output, not just a refused connection.
     afterEach(() => {
@@ -359,7 +359,7 @@ describe("README and docs examples", () => {
       stopping = true
       await service?.stop()
       if (root !== undefined) rmSync(root, { recursive: true, force: true })
-    }, 30_000)
+    })
 
     it("quick start: npm start serves on the embedded defaults, and says so", () => {
       expect(service.output()).toMatch(/Embedded: database \(PGlite in [^)]+\), cache store \(in-process\), identity provider \(built-in, users from config\/dev-users\.json\)/)
@@ -460,7 +460,7 @@ describe("README and docs examples", () => {
       const labels = [...new Set(steps.map((s) => s.label))]
       expect(labels.map((l) => expectations.filter(([prefix]) => l.startsWith(prefix)).length), labels.join(" / ")).toEqual(labels.map(() => 1))
       for (const [prefix, check] of expectations) check(outputs(prefix))
-    }, 60_000)
+    })
 
     it.runIf(HAS_CURL)("the README's curl example: log in, create, list", async () => {
       const shell = startShell(root)
@@ -555,7 +555,7 @@ describe("README and docs examples", () => {
       expect(pages).toBe(Math.ceil(authors! / 100))
       expect(lines[3]).toBe(`ws 0 ${authors}`)
       expect(lines[1]).toBe(`Author with name ${lines[0]!.split(" ").slice(2).join(" ")} already exists`)
-    }, 60_000)
+    })
 
     it.runIf(HAS_CURL)("the OpenAPI document downloads as the generator command expects it", async () => {
       const [download, generate, ...rest] = example("openapi-generator").split("\n")
@@ -577,7 +577,7 @@ describe("README and docs examples", () => {
         status: 201,
         body: { filename: expect.stringMatching(/^profile-[A-Za-z0-9._-]*\.html$/), path: expect.any(String), size_bytes: expect.any(Number), created_at: expect.any(Number) }
       })
-    }, 60_000)
+    })
 
     it.runIf(HAS_CURL)("the compose stack's token commands work the same against the embedded service", async () => {
       const run = await runToEnd("bash", ["-c", local(example("compose-token"))], { cwd: root })
@@ -601,7 +601,7 @@ describe("README and docs examples", () => {
       const run = await runToEnd("bash", ["-c", "npm run migrate"], { env: shellEnv({ DATA_DIR: dataDir, LOG_FORMAT: "json" }) })
       expect(run.status, run.stdout + run.stderr).toBe(0)
       expect(run.stdout).toContain("Migrations are up to date")
-    }, 60_000)
+    })
   })
 
   it("tracing: the service started by the README's command posts its spans to the endpoint", async () => {
@@ -646,7 +646,7 @@ describe("README and docs examples", () => {
       collector.close()
       rmSync(root, { recursive: true, force: true })
     }
-  }, 120_000)
+  })
 })
 
 describe("README and docs true to the code", () => {

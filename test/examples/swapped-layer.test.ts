@@ -45,5 +45,5 @@ describe("Authors with a recording AuthorEvents", () => {
       Effect.provide(TestLayer),
       Effect.ensuring(Effect.sync(() => rmSync(dataDir, { recursive: true, force: true })))
     )
-  }, 60_000)
+  })
 })

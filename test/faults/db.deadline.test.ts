@@ -123,7 +123,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("PostgreSQL deadlines", () => {
     const closeMs = Math.round(performance.now() - started)
     console.log(`[db] pool closed after ${closeMs} ms with a statement in flight on a blackholed connection; it ended ${failure((await inFlight).exit)}`)
     expect(Exit.isFailure((await inFlight).exit)).toBe(true)
-  }, 60_000)
+  })
 
   it("healthy server: a statement that runs too long is stopped (PostgreSQL's statement_timeout is set), and the pool goes on", async () => {
     const { run } = await client(1)
@@ -134,7 +134,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("PostgreSQL deadlines", () => {
     expect(setting.exit).toEqual(Exit.succeed([{ statement_timeout: "1s" }]))
     expect(failure(slow.exit)).toMatch(/^(ConnectionError: statement timeout|UnknownError: .*)$/)
     expect(after.exit).toEqual(Exit.succeed([{ one: 1 }]))
-  }, 60_000)
+  })
 
   it("without a deadline (the migrations: StatementTimeoutMs Infinity, SET LOCAL statement_timeout = 0) a long statement finishes", async () => {
     const { run } = await client(1)
@@ -144,5 +144,5 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("PostgreSQL deadlines", () => {
     )
     console.log(`[db] no deadline: pg_sleep(2) ${failure(long.exit)} after ${long.ms} ms`)
     expect(long.exit).toEqual(Exit.succeed([{ done: 1 }]))
-  }, 60_000)
+  })
 })

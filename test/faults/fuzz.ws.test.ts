@@ -632,5 +632,5 @@ describe("WebSocket fault fuzzing (generated frames, JSON and protobuf)", () => 
     figures.auditProbeMs = performance.now() - started
     expect(ws).toMatchObject({ user_id: probeUser, action_type: "WS:GET_PAGINATED_AUTHORS", resource: "ws:/web", outcome: "success" })
     expect(http).toMatchObject({ user_id: probeUser, action_type: "GET", resource: "/authors", response_status: 200 })
-  }, 90_000)
+  })
 })

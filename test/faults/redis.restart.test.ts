@@ -11,7 +11,7 @@ import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { onPath } from "../support/Binaries.ts"
 import { startRedisServer, type RedisServer } from "../support/RedisServer.ts"
-import { waitFor } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { request, signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
 
@@ -106,13 +106,13 @@ describe.runIf(onPath("redis-server"))("WebSocket across a Redis restart", () =>
     const upMs = Date.now() - restartedAt
     // The restarted Redis knows nothing: no keys, no subscribers, expiry events off.
     const since = (from: number) => Date.now() - from
-    await waitFor(async () => (await subscribers(broadcastChannel)) === 1 && (await subscribers(expiredChannel)) === 1, "the channels resubscribed", 10_000)
+    await eventually(async () => (await subscribers(broadcastChannel)) === 1 && (await subscribers(expiredChannel)) === 1, "the channels resubscribed")
     const resubscribedMs = since(restartedAt)
-    await waitFor(expiredEventsOn, "notify-keyspace-events re-enabled", 10_000)
+    await eventually(expiredEventsOn, "notify-keyspace-events re-enabled")
     const eventsMs = since(restartedAt)
-    await waitFor(async () => (await ask(() => probe.zcard(`${prefix}ws:slots:${user}`), 0)) === 1, "the slot lease written back", 10_000)
+    await eventually(async () => (await ask(() => probe.zcard(`${prefix}ws:slots:${user}`), 0)) === 1, "the slot lease written back")
     const slotsMs = since(restartedAt)
-    await waitFor(async () => (await ask(() => probe.keys(`${prefix}ws:session:*`), [])).length === 2, "the session keys written back", 10_000)
+    await eventually(async () => (await ask(() => probe.keys(`${prefix}ws:session:*`), [])).length === 2, "the session keys written back")
     const sessionsMs = since(restartedAt)
     expect(Date.now()).toBeLessThan(expiring.endMs) // the session ends after the recovery: Redis's event can end it
 
@@ -139,7 +139,7 @@ describe.runIf(onPath("redis-server"))("WebSocket across a Redis restart", () =>
       `slots ${slotsMs} ms, sessions ${sessionsMs} ms after the kill; session closed ${lateMs} ms after exp+grace`
     console.log(`[redis.restart] ${line}`)
     figures.push(line)
-  }, 30_000)
+  })
 
   it("Redis down over the session's end: the instance's own timer closes it 4001", async () => {
     const expiring = await session(3)
@@ -155,14 +155,14 @@ describe.runIf(onPath("redis-server"))("WebSocket across a Redis restart", () =>
     } finally {
       await redis.start()
     }
-  }, 30_000)
+  })
 
   it("restarted where CONFIG is not permitted (expiry events stay off): the instance's own timer closes it 4001", async () => {
     // Back from the previous case: the service is connected and subscribed again.
-    await waitFor(async () => (await subscribers(`${prefix}ws:broadcast`)) === 1, "the channels resubscribed", 10_000)
+    await eventually(async () => (await subscribers(`${prefix}ws:broadcast`)) === 1, "the channels resubscribed")
     const expiring = await session(4)
     await redis.restart(["--rename-command", "CONFIG", ""])
-    await waitFor(async () => (await ask(() => probe.ping(), "")) === "PONG", "the probe reconnected", 10_000)
+    await eventually(async () => (await ask(() => probe.ping(), "")) === "PONG", "the probe reconnected")
     await expect(probe.config("GET", "notify-keyspace-events")).rejects.toThrow(/unknown command/i)
     const { closed, lateMs } = await closedLate(expiring)
     expect(closed).toEqual({ code: 4001, reason: "Session expired" })
@@ -171,5 +171,5 @@ describe.runIf(onPath("redis-server"))("WebSocket across a Redis restart", () =>
     const line = `no CONFIG: session closed ${lateMs} ms after exp+grace without expiry events`
     console.log(`[redis.restart] ${line}`)
     figures.push(line)
-  }, 30_000)
+  })
 })

@@ -27,7 +27,8 @@ import {
   startService,
   terminate
 } from "../support/ServiceProcess.ts"
-import { freePort, spawnService, type Spawned, waitFor } from "../support/Spawn.ts"
+import { freePort, spawnService, type Spawned } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { login, seedEmbeddedDatabase, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
@@ -115,7 +116,7 @@ describe("SIGTERM on embedded defaults (no DATABASE_URL, no REDIS_URL: PGlite an
     // after the app was detached got the 503 `Service unavailable` (Retry-After, Connection: close,
     // Http/NodeServer.ts), the rest were refused once it stopped accepting (0).
     expect(answered.statuses.filter((s) => s !== 0 && s !== 200 && s !== 503)).toEqual([])
-  }, 90_000)
+  })
 })
 
 describe("SIGTERM during startup (before /health answers 200)", () => {
@@ -171,7 +172,7 @@ describe("SIGTERM during startup (before /health answers 200)", () => {
     // Before the service's own handlers exist, SIGTERM's default action ends it; after, a clean 0.
     expect([0, "SIGTERM"]).toContain(code)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
-  }, 60_000)
+  })
 
   it("while the embedded database starts (its first log line written, the port already open: /livez 200, /health not 200): exits 0 within 10 s", async () => {
     const { service, url } = await starting()
@@ -187,7 +188,7 @@ describe("SIGTERM during startup (before /health answers 200)", () => {
     expect(service.stdout()).not.toContain("Listening on")
     expect(code).toBe(0)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
-  }, 60_000)
+  })
 
   it("while start-up waits for a database that refuses connections (between attempts): exits 0 within 10 s", async () => {
     const { service, url } = await starting({ DATABASE_URL: `postgres://postgres@127.0.0.1:${await freePort()}/authors`, LOG_LEVEL: "warn" })
@@ -198,21 +199,21 @@ describe("SIGTERM during startup (before /health answers 200)", () => {
     console.log(`[fault] SIGTERM while start-up retries the database: exit ${code} after ${ms} ms`)
     expect(code).toBe(0)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
-  }, 60_000)
+  })
 
   it.runIf(TEST_DATABASE_URL !== undefined)("while PostgreSQL accepts connections but never answers (blackholed): exits within 10 s", async () => {
     const { db, proxy } = await database()
     proxy.blackhole()
     const { service, url } = await starting({ DATABASE_URL: viaProxy(db.url!, proxy) })
     // The service is waiting for the database: its connection reached the proxy, which never answers.
-    await waitFor(() => proxy.accepted() > 0 || service.child.exitCode !== null, "the service to connect to PostgreSQL")
+    await eventually(() => proxy.accepted() > 0 || service.child.exitCode !== null, "the service to connect to PostgreSQL")
     expect(service.child.exitCode).toBeNull()
     expect(await notHealthy(url)).toBe(true)
     const { code, ms } = await sigterm(service)
     console.log(`[fault] SIGTERM while PostgreSQL is blackholed at startup: exit ${code} after ${ms} ms\n${service.stderr().slice(0, 500)}`)
     expect(code).toBe(0)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
-  }, 60_000)
+  })
 })
 
 describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavailable", () => {
@@ -247,7 +248,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavail
       // proxy cut it, its answer lost, is both stored and counted: hence "at least".)
       expect(dropped).toBeGreaterThan(0)
       expect(stored + dropped).toBeGreaterThanOrEqual(audited)
-    }, 60_000)
+    })
   }
 
   it("exits 0 promptly after a record the database refuses (a 3 KB username); requests after it are answered", async () => {
@@ -265,7 +266,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavail
     console.log(`[fault] SIGTERM after a poison record: exit ${code} after ${ms} ms`)
     expect(code).toBe(0)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
-  }, 60_000)
+  })
 
   it("exits 0 within 10 s while clients do not read: a streamed response stuck in full socket buffers, a request never finished, a WebSocket that never answers its close", async () => {
     const { db } = await database()
@@ -303,7 +304,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavail
     console.log(`[fault] SIGTERM with clients that do not read: exit ${code} after ${ms} ms`)
     expect(code).toBe(0)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
-  }, 60_000)
+  })
 })
 
 describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("SIGTERM with Redis unavailable", () => {
@@ -342,6 +343,6 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       expect(dropped).toBe(0)
       // An entry committed whose XDEL did not reach Redis is both stored and still in the stream (written once: entry ids).
       expect(stored + pending).toBeGreaterThanOrEqual(audited)
-    }, 90_000)
+    })
   }
 })

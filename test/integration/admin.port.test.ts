@@ -10,7 +10,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { rawWs } from "../support/RawWs.ts"
-import { freePort, spawnService, type Spawned, waitFor } from "../support/Spawn.ts"
+import { freePort, spawnService, type Spawned } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { request, seedEmbeddedDatabase, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 /** A loopback address other than 127.0.0.1 (Linux answers the whole 127/8): a listener bound to HOST is not reachable on 127.0.0.1. */
@@ -59,11 +60,11 @@ describe("ADMIN_PORT set", () => {
       PROFILING_OUTPUT_DIR: join(dataDir, "profiling"),
       LOG_LEVEL: "info"
     })
-    await waitFor(async () => {
+    await eventually(async () => {
       if (service.child.exitCode !== null) throw new Error(`the service exited ${service.child.exitCode}: ${service.stderr()}`)
       return (await fetch(`${api}/readyz`).catch(() => undefined))?.status === 200
-    }, "the service to be ready", 60_000)
-  }, 90_000)
+    }, "the service to be ready")
+  })
 
   afterAll(async () => {
     if (service !== undefined && service.child.exitCode === null) {

@@ -12,7 +12,8 @@ import { join } from "node:path"
 import { Redis } from "ioredis"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { freePort, spawnService, waitFor } from "../support/Spawn.ts"
+import { freePort, spawnService } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { createPostgresDatabase, login, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.ts"
 
@@ -53,7 +54,7 @@ const storedIds = async (dbUrl: string, agent: string) => {
 const expectAllStoredOnce = async (dbUrl: string, agent: string, answered: ReadonlyArray<string>, exact = true) => {
   let stored: Array<string> = []
   const want = new Set(answered)
-  await waitFor(async () => (stored = await storedIds(dbUrl, agent)).filter((id) => want.has(id)).length >= want.size, "every answered request's record", 60_000)
+  await eventually(async () => (stored = await storedIds(dbUrl, agent)).filter((id) => want.has(id)).length >= want.size, "every answered request's record")
   expect(new Set(stored).size).toBe(stored.length) // no duplicates after retries and redelivery
   expect(want.size).toBe(answered.length)
   if (exact) expect([...stored].sort()).toEqual([...answered].sort())
@@ -133,13 +134,13 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit flush on SIGTERM (real pr
         PORT: String(servicePort), HOST: "127.0.0.1", DATABASE_URL: viaProxy(db.url!, proxy), DATA_DIR: dataDir,
         RATE_LIMIT_ENABLED: "false", LOG_LEVEL: "error"
       })
-      await waitFor(async () => {
+      await eventually(async () => {
         try {
           return (await fetch(`${url}/health`)).status === 200
         } catch {
           return false
         }
-      }, "the service to start", 60_000)
+      }, "the service to start")
       const token = (await login({ url }, "admin")).access_token
       const agent = `term-${randomUUID()}`
       await proxy.cut()
@@ -153,7 +154,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit flush on SIGTERM (real pr
       await db.dispose()
       rmSync(dataDir, { recursive: true, force: true })
     }
-  }, 90_000)
+  })
 })
 
 describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("audit durability with Redis", () => {
@@ -183,7 +184,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     }
     try {
       const first = spawnService(env)
-      await waitFor(healthy, "the service to start", 60_000)
+      await eventually(healthy, "the service to start")
       const token = (await login({ url }, "admin")).access_token
       const agent = `kill9-${randomUUID()}`
       const answered = [...await load(url, token, agent, 100)]
@@ -191,7 +192,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       await proxy.cut()
       const duringCut: Array<string> = []
       const during = load(url, token, agent, 2000, duringCut)
-      await waitFor(() => duringCut.length >= 200, "requests answered while PostgreSQL is cut")
+      await eventually(() => duringCut.length >= 200, "requests answered while PostgreSQL is cut")
       first.child.kill("SIGKILL")
       await during
       answered.push(...duringCut)
@@ -200,7 +201,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
 
       const second = spawnService(env)
       try {
-        await waitFor(healthy, "the service to restart", 60_000)
+        await eventually(healthy, "the service to restart")
         await expectAllStoredOnce(db.url!, agent, answered, false)
       } finally {
         second.child.kill("SIGTERM")
@@ -211,7 +212,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       await db.dispose()
       rmSync(dataDir, { recursive: true, force: true })
     }
-  }, 120_000)
+  })
 })
 
 describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("audit Redis Stream appends", () => {

@@ -7,7 +7,7 @@ import { Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type AuditItem, awaitAuditRecord } from "../support/AuditTrail.ts"
-import { waitFor } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 
 const setups = [
@@ -102,7 +102,7 @@ describe.each(setups)("poison input ($name)", (setup) => {
     // UTF-8 that is valid, however unusual, is a value like any other.
     const ok = await request(app, "GET", "/authors?search=%C3%A9%F0%9F%98%80", { token: admin })
     expect(ok.status).toBe(200)
-    await waitFor(async () => {
+    await eventually(async () => {
       const stored = new Set((await records("&outcome=error")).map((i) => i.request_id))
       return requestIds.every((id) => stored.has(id))
     }, "the audit records of the 422s")

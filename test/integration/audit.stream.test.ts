@@ -25,6 +25,7 @@ import { defaultWriterOptions } from "../../src/AuditLogs/WriterOptions.ts"
 import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
 import { RedisClient } from "../../src/Store/Redis.ts"
 import { readMetric } from "../support/Metrics.ts"
+import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
@@ -104,7 +105,7 @@ const watchPipelines = (client: Redis, committed: (entryId: string) => boolean) 
 /** Waits until the writer has written and deleted every entry of the stream (nothing signals it). */
 const untilEmpty = (client: Redis, stream: string) =>
   Effect.gen(function*() {
-    while ((yield* Effect.promise(() => client.xlen(stream))) > 0) yield* Effect.sleep("10 millis")
+    yield* Effect.promise(() => eventually(async () => (await client.xlen(stream)) === 0, `${stream} emptied`))
   })
 
 const streamFull = async () => (await readMetric(auditRecordsDroppedTotal)).firstOrZero("audit_records_dropped_total", { reason: "stream_full" })
@@ -138,7 +139,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       for (let i = 0; i < 20; i++) yield* audit.record(entry(i))
       const { client } = yield* RedisClient
       // Committed batches leave the stream: wait for the inserter, then for the XDEL.
-      while (repo.inserted.length < 20) yield* Effect.sleep("10 millis")
+      yield* Effect.promise(() => eventually(() => repo.inserted.length >= 20, "20 record(s) stored"))
       yield* untilEmpty(client, `${p}audit:stream`)
       expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(Array.from({ length: 20 }, (_, i) => `r${i}`).sort())
       expect(new Set(repo.inserted.map((s) => s.entryId)).size).toBe(20)
@@ -159,7 +160,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
         concurrency: "unbounded",
         discard: true
       })
-      while (repo.inserted.length < 200) yield* Effect.sleep("10 millis")
+      yield* Effect.promise(() => eventually(() => repo.inserted.length >= 200, "200 record(s) stored"))
       yield* untilEmpty(client, `${p}audit:stream`)
       const both = watched.pipelines.filter((x) => x.xadds.length > 0 && x.xdels > 0).length
       const alone = watched.pipelines.filter((x) => x.xadds.length === 0 && x.xdels > 0).length
@@ -236,7 +237,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
           const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
           // Redis answers: the record is appended, then stored.
           yield* audit.record(entry(400))
-          while (repo.inserted.length < 1) yield* Effect.sleep("10 millis")
+          yield* Effect.promise(() => eventually(() => repo.inserted.length >= 1, "1 record(s) stored"))
           proxy.blackhole()
           yield* Effect.forEach(Array.from({ length: 50 }, (_, i) => entry(401 + i)), (e) => audit.record(e), {
             concurrency: "unbounded",
@@ -244,14 +245,14 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
           })
           // They went on while their XADDs were still unanswered, not when the append gave up.
           expect(logged.filter((m) => m.startsWith("Audit stream unavailable"))).toEqual([])
-          while (repo.inserted.length < 51) yield* Effect.sleep("20 millis")
+          yield* Effect.promise(() => eventually(() => repo.inserted.length >= 51, "51 record(s) stored"))
           expect(logged.filter((m) => m.startsWith("Audit stream unavailable"))).toHaveLength(1)
           expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(Array.from({ length: 51 }, (_, i) => `r${400 + i}`).sort())
           yield* Effect.promise(() => proxy.restore())
         }).pipe(withRepo(repo, p, viaProxy(TEST_REDIS_URL ?? "", proxy)), Effect.provide(logger)),
       (proxy) => Effect.promise(() => proxy.close())
     )
-  }, 30_000)
+  })
 
   it.live("a stream entry holds request_data as an object (the previous version's layout), captured text spliced in", () => {
     const p = `test:${randomUUID()}:`

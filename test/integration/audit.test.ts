@@ -9,7 +9,7 @@ import { request as httpRequest } from "node:http"
 import { createServer, connect as tcpConnect } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { untilInFlight } from "../support/ServiceProcess.ts"
-import { waitFor } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 
 const ADMIN_ID = "00000000-0000-4000-8000-000000000001"
@@ -81,7 +81,7 @@ describe.each(setups)("audit trail ($name)", (setup) => {
   /** The record of one request, once the writer has stored it. */
   const recordOf = async (requestId: string) => {
     let found: Item | undefined
-    await waitFor(async () => {
+    await eventually(async () => {
       found = (await list("?per_page=100")).items.find((i) => i.request_id === requestId)
       return found !== undefined
     }, `the audit record of ${requestId}`)
@@ -142,7 +142,7 @@ describe.each(setups)("audit trail ($name)", (setup) => {
     const post = splitPost(app.url, "/authors", admin, { name: `Started ${randomUUID()}` })
     await untilInFlight(app.url, 1, post.response)
     const inFlightAt = Date.now()
-    await waitFor(() => Date.now() > inFlightAt, "the clock to pass the moment the request was seen in flight")
+    await eventually(() => Date.now() > inFlightAt, "the clock to pass the moment the request was seen in flight")
     post.finish()
     const { status, requestId, arrivedAt } = await post.response
     expect(status).toBe(201)
@@ -403,7 +403,7 @@ describe("ip_address of an IPv4-mapped IPv6 peer", () => {
     expect(res.status).toBe(200)
     const requestId = res.headers.get("x-request-id")!
     let item: Item | undefined
-    await waitFor(async () => {
+    await eventually(async () => {
       const page = await request(app, "GET", "/audit-logs?per_page=100", { token: admin })
       expect(page.status).toBe(200)
       item = (page.body as Page).items.find((i) => i.request_id === requestId)

@@ -8,7 +8,7 @@ import { Effect, Fiber, Redacted } from "effect"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { HEARTBEAT_EVERY_MS, HEARTBEAT_TIMEOUT_MS, runChangeFeed } from "../../src/Authors/ChangeFeed.ts"
-import { waitFor } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
@@ -35,23 +35,23 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the LISTEN feed of outside writ
     const client = new pg.Client({ connectionString: db.url })
     await client.connect()
     try {
-      await waitFor(() => events.includes("up"), "the feed to listen", 10_000)
+      await eventually(() => events.includes("up"), "the feed to listen")
       await client.query("SELECT pg_notify('authors_changed', '7,8')")
-      await waitFor(() => events.includes("changed 7,8"), "the notification", 5_000)
+      await eventually(() => events.includes("changed 7,8"), "the notification")
 
       // No error ever comes from a black hole: only the heartbeat notices (within its period plus its deadline).
       proxy.blackhole()
-      await waitFor(() => events.includes("down"), `the feed to say down (heartbeat ${HEARTBEAT_EVERY_MS} + ${HEARTBEAT_TIMEOUT_MS} ms)`, 5_000)
+      await eventually(() => events.includes("down"), `the feed to say down (heartbeat ${HEARTBEAT_EVERY_MS} + ${HEARTBEAT_TIMEOUT_MS} ms)`)
 
       await proxy.restore()
-      await waitFor(() => events.lastIndexOf("up") > events.indexOf("down"), "the feed to listen again", 15_000)
+      await eventually(() => events.lastIndexOf("up") > events.indexOf("down"), "the feed to listen again")
       await client.query("SELECT pg_notify('authors_changed', 'all')")
-      await waitFor(() => events.includes("changed all"), "a notification after the reconnection", 5_000)
+      await eventually(() => events.includes("changed all"), "a notification after the reconnection")
       expect(events.slice(0, 3)).toEqual(["up", "changed 7,8", "down"])
       expect(events.filter((e) => e === "up").length).toBeGreaterThanOrEqual(2)
     } finally {
       await client.end()
       await Effect.runPromise(Fiber.interrupt(fiber))
     }
-  }, 60_000)
+  })
 })

@@ -222,5 +222,5 @@ describe("the client package, installed from its tarball into an empty project",
       expect.stringMatching(/^authors \d+$/),
       "Author with ID 2000000000 not found"
     ])
-  }, 120_000)
+  })
 })

@@ -122,7 +122,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     } finally {
       await client.end()
     }
-  }, 120_000)
+  })
   afterAll(async () => {
     await off?.close()
     await b?.close()

@@ -12,7 +12,8 @@ import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { appConfig, tokenAudience } from "../../src/Config.ts"
 import { startDatabaseServer } from "../support/DatabaseServer.ts"
-import { freePort, spawnService, type Spawned, waitFor } from "../support/Spawn.ts"
+import { freePort, spawnService, type Spawned } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 
 const dataDir = mkdtempSync(join(tmpdir(), "ads-config-"))
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
@@ -68,12 +69,12 @@ describe("npm start reads .env when present (.env.example)", () => {
     const args = script.replace(/^exec node /, "").replace("=.env", `=${envFile}`).split(" ")
     const child = spawn(process.execPath, args, { env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "" }, stdio: "ignore" })
     try {
-      await waitFor(async () => (await fetch(`http://127.0.0.1:${port}/livez`).catch(() => undefined))?.status === 200, "the service on the .env port", 60_000)
+      await eventually(async () => (await fetch(`http://127.0.0.1:${port}/livez`).catch(() => undefined))?.status === 200, "the service on the .env port")
     } finally {
       child.kill("SIGTERM")
       await new Promise((resolve) => child.once("exit", resolve))
     }
-  }, 90_000)
+  })
 })
 
 describe("invalid configuration stops startup", () => {
@@ -92,7 +93,7 @@ describe("invalid configuration stops startup", () => {
     }
     // A URL is never repeated (it may hold a password).
     expect(failureOf(runs.find((r) => r.name === "DATABASE_URL")!.service)).not.toContain("db.example")
-  }, 120_000)
+  })
 
   it("APP_ENV=production without DATABASE_URL refuses to start, naming DATABASE_URL (the embedded database would live on the pod's disk)", async () => {
     const service = spawnService({ DATA_DIR: dataDir, PORT: String(await freePort()), APP_ENV: "production", OIDC_ISSUER_URL: "https://idp.example/realms/author-directory", DATABASE_URL: undefined })
@@ -100,14 +101,14 @@ describe("invalid configuration stops startup", () => {
     expect(failureOf(service)).toMatch(/DATABASE_URL must be set when APP_ENV=production: .*embedded database on this instance's own disk/)
     // Refused before anything started: no port, no embedded database.
     expect(service.stdout()).not.toMatch(/Port open|Embedded/)
-  }, 60_000)
+  })
 
   it("APP_ENV=production without OIDC_ISSUER_URL refuses the built-in identity provider", async () => {
     // The database is not reachable: the identity provider's refusal does not wait for it.
     const service = spawnService({ ...PRODUCTION, DATABASE_URL: `postgres://authors@127.0.0.1:${await freePort()}/authors`, DATA_DIR: dataDir, PORT: String(await freePort()) })
     expect(await service.exited).toBe(1)
     expect(failureOf(service)).toMatch(/built-in identity provider.*OIDC_ISSUER_URL/)
-  }, 60_000)
+  })
 })
 
 describe("PROFILING_ENABLED (true in development, false in production)", () => {
@@ -143,10 +144,10 @@ describe("PROFILING_ENABLED (true in development, false in production)", () => {
       PROFILING_ENABLED: undefined
     })
     try {
-      await waitFor(async () => {
+      await eventually(async () => {
         if (service.child.exitCode !== null) throw new Error(`the service exited ${service.child.exitCode}: ${service.stderr()}`)
         return (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200
-      }, "the production service to be ready", 60_000)
+      }, "the production service to be ready")
       const status = await fetch(`${url}/api/profiling/status`)
       expect(status.status).toBe(200)
       expect(await status.json()).toMatchObject({ enabled: false })
@@ -164,7 +165,7 @@ describe("PROFILING_ENABLED (true in development, false in production)", () => {
       await service.exited
       await database.close()
     }
-  }, 90_000)
+  })
 })
 
 describe("OIDC_ISSUER_URL: https:// in production", () => {

@@ -6,6 +6,7 @@ import { Option, Redacted } from "effect"
 import { createServer } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type AuditItem, awaitAuditRecord } from "../support/AuditTrail.ts"
+import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { createPostgresDatabase, login, request, startTestApp, type TestApp, type TestDatabase, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
 
@@ -21,14 +22,12 @@ const closedPort = async () => {
   return port
 }
 
-const pollHealth = async (app: TestApp, status: number) => {
-  const deadline = Date.now() + 15_000
-  for (;;) {
+const pollHealth = (app: TestApp, status: number) =>
+  eventually(async () => {
     const res = await request(app, "GET", "/health")
-    if (res.status === status || Date.now() > deadline) return res
-    await new Promise((r) => setTimeout(r, 100))
-  }
-}
+    expect(res.status).toBe(status)
+    return res
+  }, `/health to answer ${status}`)
 
 describe("health with embedded dependencies", () => {
   let app: TestApp

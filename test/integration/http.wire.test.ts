@@ -151,7 +151,7 @@ beforeAll(async () => {
   port = Number(new URL(app.url).port)
   admin = (await login(app, "admin")).access_token
   reader = (await login(app, "reader")).access_token
-}, 60_000)
+})
 
 afterAll(async () => {
   await app.close()
@@ -410,5 +410,5 @@ describe("WebSocket control frames", () => {
     expect((await other.request(2, { page: 1, per_page: 1 })).status_code).toBe(0)
     expect(other.ws.readyState).toBe(other.ws.OPEN)
     await other.close()
-  }, 120_000)
+  })
 })

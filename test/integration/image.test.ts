@@ -12,7 +12,8 @@ import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { stripTree } from "../../scripts/build.ts"
-import { freePort, waitFor } from "../support/Spawn.ts"
+import { freePort } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
 const dockerfile = readFileSync("Dockerfile", "utf8")
@@ -76,10 +77,10 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the Dockerfile's runtime stage"
     const exited = new Promise<number | null>((done) => child.on("exit", done))
     const base = `http://127.0.0.1:${port}`
     try {
-      await waitFor(async () => {
+      await eventually(async () => {
         if (child.exitCode !== null) throw new Error(`the service exited ${child.exitCode}: ${stderr}`)
         return (await fetch(`${base}/readyz`).catch(() => undefined))?.status === 200
-      }, "the service to be ready", 60_000)
+      }, "the service to be ready")
       expect((await fetch(`${base}/livez`)).status).toBe(200)
       for (const path of ["/docs", "/redoc"]) {
         const page = await fetch(`${base}${path}`)
@@ -98,5 +99,5 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the Dockerfile's runtime stage"
         expect(await exited).toBe(0)
       }
     }
-  }, 90_000)
+  })
 })

@@ -8,7 +8,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { parseMetrics } from "../support/Metrics.ts"
-import { freePort, spawnService, waitFor, type Spawned } from "../support/Spawn.ts"
+import { freePort, spawnService, type Spawned } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { login } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
 
@@ -41,7 +42,7 @@ const start = async (name: string) => {
   // and /readyz 503 with the health report's shape, /livez 200, anything else 503
   // `Service starting` (docs/operations.md#starting). The port opens before the embedded database starts.
   const early: Array<{ path: string; status: number; body: string }> = []
-  await waitFor(async () => {
+  await eventually(async () => {
     for (const path of ["/livez", "/readyz", "/authors"]) {
       const res = await get(port, path).catch(() => ({ status: 0, body: "" }))
       if (res.status === 503 || (path === "/livez" && res.status !== 0)) early.push({ path, ...res })
@@ -49,7 +50,7 @@ const start = async (name: string) => {
     const res = await get(port, "/health").catch(() => ({ status: 0, body: "" }))
     if (res.status !== 0 && res.status !== 200) early.push({ path: "/health", ...res })
     return res.status === 200
-  }, "the service to be healthy", 60_000)
+  }, "the service to be healthy")
   const starting = JSON.stringify({ status: "unhealthy", database: "unhealthy", redis: "unhealthy", websocket: { status: "unhealthy", active_connections: 0 } })
   const expected: Record<string, { status: number; body: string }> = {
     "/livez": { status: 200, body: JSON.stringify({ status: "ok" }) },
@@ -94,11 +95,11 @@ describe.each(["SIGTERM", "SIGINT"] as const)("graceful shutdown on %s", (signal
     const ws = connectWs(`http://127.0.0.1:${port}`, { token })
     expect((await ws.request(1, {})).status_code).toBe(0)
     const inFlight = slowLogin(port)
-    await waitFor(async () => (await inFlightLogins(port)) === 1, "the login to be in flight")
+    await eventually(async () => (await inFlightLogins(port)) === 1, "the login to be in flight")
 
     service.child.kill(signal)
     expect(await ws.closed).toEqual({ code: 1001, reason: "Server shutting down" })
-    await waitFor(() => refused(port), "the listener to close")
+    await eventually(() => refused(port), "the listener to close")
     expect(service.child.exitCode).toBeNull() // still finishing the request in flight
 
     inFlight.finish()
@@ -110,5 +111,5 @@ describe.each(["SIGTERM", "SIGINT"] as const)("graceful shutdown on %s", (signal
     const lines = service.stdout().split("\n").filter((l) => l.trim() !== "")
     expect(lines.length).toBeGreaterThan(0)
     for (const line of lines) expect(() => JSON.parse(line), line).not.toThrow()
-  }, 90_000)
+  })
 })

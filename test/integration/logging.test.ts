@@ -7,6 +7,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { layerLoggerTo, scrub, scrubText } from "../../src/Observability/Logging.ts"
+import { defined, eventually } from "../support/Eventually.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
 
@@ -84,14 +85,8 @@ describe("structured logs", () => {
   })
 
   /** Resolves once a logged line satisfies `matches` (the logger writes after the event it reports). */
-  const lineWhere = async (matches: (r: Record<string, unknown>) => boolean) => {
-    for (let waited = 0; waited < 5_000; waited += 10) {
-      const found = records().find(matches)
-      if (found !== undefined) return found
-      await new Promise((resolve) => setTimeout(resolve, 10))
-    }
-    throw new Error("no such log line")
-  }
+  const lineWhere = (matches: (r: Record<string, unknown>) => boolean) =>
+    eventually(() => defined(records().find(matches), "such log line"), "the log line")
 
   it("a WebSocket connection's lines carry its trace id: the upgrade's traceparent, else the connection's own", async () => {
     const login = await request(app, "POST", "/login", { body: { username: "logger", password: PASSWORD } })

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { appVersion } from "../../src/Observability/Metrics.ts"
 import { type Metrics, parseMetrics, scrapeMetrics } from "../support/Metrics.ts"
-import { waitFor } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { login, request, signToken, startTestApp, type TestApp, TEST_DATABASE_URL } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
 
@@ -150,7 +150,7 @@ describe("GET /metrics after a scripted HTTP and WebSocket session", () => {
     expect(metrics.value("db_errors_total", { operation: "insert", error_type: "unique_violation" })).toBe(1)
     // Nothing is checked out between requests — once the audit writer's batch of the last records
     // (written in the background, docs/audit.md#guarantees) has committed.
-    await waitFor(async () => (await scrapeMetrics(app.url)).value("db_connections_active") === 0, "no connection checked out", 5_000)
+    await eventually(async () => (await scrapeMetrics(app.url)).value("db_connections_active") === 0, "no connection checked out")
   })
 
   it("exposes app_info and Node's default process metrics", () => {

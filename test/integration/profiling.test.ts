@@ -13,6 +13,7 @@ import { KEEP_REPORTS } from "../../src/Profiling/Profiler.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { login, request, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { burnUntil } from "../support/Burn.ts"
+import { eventually } from "../support/Eventually.ts"
 
 /** `profiling_captures_refused_total{reason}` as the service's /metrics shows it. */
 const refusedCount = async (app: TestApp, reason: string) =>
@@ -233,13 +234,10 @@ describe("captures while enabled", () => {
   const dir = () => join(app.dataDir, "profiling")
 
   it("writes one report per interval while enabled", async () => {
-    const deadline = Date.now() + 20_000
-    let count = 0
-    while (count < 2 && Date.now() < deadline) {
-      count = ((await request(app, "GET", "/api/profiling/reports")).body as { total_count: number }).total_count
-      await new Promise((r) => setTimeout(r, 200))
-    }
-    expect(count).toBeGreaterThanOrEqual(2)
+    await eventually(async () => {
+      const count = ((await request(app, "GET", "/api/profiling/reports")).body as { total_count: number }).total_count
+      expect(count).toBeGreaterThanOrEqual(2)
+    }, "two interval reports")
     expect((await request(app, "GET", "/api/profiling/status")).body).toMatchObject({ enabled: true, interval_seconds: 1 })
   })
 

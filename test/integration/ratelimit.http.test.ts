@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
 import { parseCidrList } from "../../src/Domain/Cidr.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
-import { waitFor } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 
@@ -188,7 +188,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("HTTP rate limit on Redis, across i
       expect((await scrapeMetrics(app.url)).firstOrZero("rate_limit_store_errors_total", { limit_type: "http" })).toBeGreaterThanOrEqual(before + 10)
       await proxy.restore()
       // Back: the budget in Redis is the one from before the outage (one admitted, then the first probe that got through).
-      await waitFor(async () => {
+      await eventually(async () => {
         const remaining = (await request(app, "GET", "/authors", { token })).headers.get("x-ratelimit-remaining")
         return remaining !== null && remaining !== "0"
       }, "Redis back")

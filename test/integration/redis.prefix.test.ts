@@ -20,7 +20,7 @@ import { randomUUID } from "node:crypto"
 import { connect } from "node:net"
 import { describe, expect, it } from "vitest"
 import { awaitAuditRecord } from "../support/AuditTrail.ts"
-import { waitFor } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { login, request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
 
@@ -196,7 +196,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("REDIS_KEY_PREFIX on every key and 
 
       // The connection closes: its slot and session are released (the slot key goes with its last member).
       await ws.close()
-      await waitFor(async () => (await probe.exists(`${prefix}ws:slots:${user}`)) === 0, "the connection slot to be released")
+      await eventually(async () => (await probe.exists(`${prefix}ws:slots:${user}`)) === 0, "the connection slot to be released")
 
       // Everything the server ran until now is in the MONITOR feed once it shows this marker.
       const marker = `prefix-marker-${run}`
@@ -254,5 +254,5 @@ describe.runIf(TEST_REDIS_URL !== undefined)("REDIS_KEY_PREFIX on every key and 
       if (leftovers.length > 0) await probe.del(...leftovers)
       probe.disconnect()
     }
-  }, 90_000)
+  })
 })

@@ -13,7 +13,8 @@ import { afterEach, describe, expect, it } from "vitest"
 import { startDatabaseServer } from "../support/DatabaseServer.ts"
 import { rawWs } from "../support/RawWs.ts"
 import { type Cleanups, runCleanups } from "../support/ServiceProcess.ts"
-import { freePort, spawnService, type Spawned, waitFor } from "../support/Spawn.ts"
+import { freePort, spawnService, type Spawned } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 
 const cleanups: Cleanups = []
@@ -70,10 +71,10 @@ describe("start-up while the database cannot be reached", () => {
     const { service, url } = await spawnOn({ DATABASE_URL: viaProxy(database.url, proxy), LOG_LEVEL: "warn", STARTUP_TIMEOUT_SECONDS: "300" })
 
     // The service has tried the database and is waiting to try again.
-    await waitFor(() => {
+    await eventually(() => {
       if (service.child.exitCode !== null) throw new Error(`the service exited ${service.child.exitCode}:\n${outputLines(service).join("\n")}`)
       return outputLines(service).some((line) => String(parsed(line)?.["message"]).startsWith("Database not reachable yet (attempt 1)"))
-    }, "the first failed attempt", 60_000)
+    }, "the first failed attempt")
     const warning = outputLines(service).map(parsed).find((line) => String(line?.["message"]).startsWith("Database not reachable yet"))
     expect(warning).toMatchObject({ level: "WARN" })
     expect(String(warning?.["message"])).toMatch(/ECONNREFUSED/)
@@ -93,14 +94,14 @@ describe("start-up while the database cannot be reached", () => {
 
     // The database comes up: the next attempt connects, migrates, and the service serves.
     await proxy.restore()
-    await waitFor(async () => {
+    await eventually(async () => {
       if (service.child.exitCode !== null) throw new Error(`the service exited ${service.child.exitCode}:\n${outputLines(service).join("\n")}`)
       return (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200
-    }, "the service to be ready", 60_000)
+    }, "the service to be ready")
     expect(await answer(`${url}/authors`)).toEqual({ status: 401, body: { detail: "Not authenticated" } })
     service.child.kill("SIGTERM")
     expect(await service.exited).toBe(0)
-  }, 120_000)
+  })
 
   it("STARTUP_TIMEOUT_SECONDS=2 and the database never comes up: exit 1 after exactly one line, JSON, naming the cause", async () => {
     const proxy = await startTcpProxy("127.0.0.1", await freePort())
@@ -119,5 +120,5 @@ describe("start-up while the database cannot be reached", () => {
     expect(Number(/\((\d+) attempts\)/.exec(message)![1])).toBeGreaterThan(1)
     // Never the URL's password.
     expect(lines[0]).not.toContain("secret-password")
-  }, 60_000)
+  })
 })

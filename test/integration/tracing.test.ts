@@ -11,21 +11,12 @@ import { createServer, type IncomingMessage, type Server } from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { layerLoggerTo } from "../../src/Observability/Logging.ts"
 import { tracesUrl, layerTracingTo } from "../../src/Observability/Tracing.ts"
+import { defined, eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, type TestApp, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
 
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 const PARENT_SPAN_ID = "00f067aa0ba902b7"
-
-const waitFor = async <A>(probe: () => A | undefined, what: string, timeoutMs = 10_000): Promise<A> => {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = probe()
-    if (value !== undefined) return value
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 25))
-  }
-}
 
 describe("tracing with an in-memory exporter", () => {
   const exporter = new InMemorySpanExporter()
@@ -54,7 +45,7 @@ describe("tracing with an in-memory exporter", () => {
       headers: { traceparent: `00-${TRACE_ID}-${PARENT_SPAN_ID}-01` }
     })
     expect(res.status).toBe(200)
-    const server = await waitFor(() => traceOf(TRACE_ID).find((s) => s.name === "GET /authors"), "server span")
+    const server = await eventually(() => defined(traceOf(TRACE_ID).find((s) => s.name === "GET /authors"), "server span"), "server span")
     expect(server.parentSpanContext?.spanId).toBe(PARENT_SPAN_ID)
     // The request's log line carries the ids of its server span.
     const accessLine = logLines.find((l) => l["message"] === "HTTP request" && l["request_id"] === res.headers.get("x-request-id"))
@@ -71,9 +62,10 @@ describe("tracing with an in-memory exporter", () => {
     const before = new Set(spans().map((s) => s.spanContext().traceId))
     expect((await request(app, "PUT", "/authors/987654", { token: access_token, body: { name: "nobody" } })).status).toBe(404)
     expect((await request(app, "PUT", "/authors/987655", { token: access_token, body: { name: "nobody" } })).status).toBe(404)
-    const servers = await waitFor(() => {
+    const servers = await eventually(() => {
       const found = spans().filter((s) => s.name === "PUT /authors/{author_id}")
-      return found.length >= 2 ? found : undefined
+      expect(found.length).toBeGreaterThanOrEqual(2)
+      return found
     }, "two PUT spans")
     const traces = new Set(servers.map((s) => s.spanContext().traceId))
     expect(traces.size).toBe(2)
@@ -91,8 +83,8 @@ describe("tracing with an in-memory exporter", () => {
       headers: { cookie: `session=${secrets[2]}`, "x-api-key": secrets[3]!, "proxy-authorization": `Basic ${secrets[4]}`, "x-correlation-id": "corr-span-1" }
     })
     expect(res.status).toBe(200)
-    const server = await waitFor(
-      () => spans().find((s) => s.name === "GET /authors" && s.attributes["http.response.header.x-correlation-id"] === "corr-span-1"),
+    const server = await eventually(
+      () => defined(spans().find((s) => s.name === "GET /authors" && s.attributes["http.response.header.x-correlation-id"] === "corr-span-1"), "server span"),
       "the server span"
     )
     // The API's own parameter is kept, any other value redacted, in url.query and url.full alike.
@@ -111,8 +103,8 @@ describe("tracing with an in-memory exporter", () => {
     const web = await request(app, "GET", `/web?Authorization=${encodeURIComponent(`Bearer ${access_token}`)}&token=${access_token}&format=json`, {
       headers: { "x-correlation-id": "corr-span-2" }
     })
-    const webSpan = await waitFor(
-      () => spans().find((s) => s.attributes["http.response.header.x-correlation-id"] === "corr-span-2"),
+    const webSpan = await eventually(
+      () => defined(spans().find((s) => s.attributes["http.response.header.x-correlation-id"] === "corr-span-2"), "span"),
       `the span of GET /web (answered ${web.status})`
     )
     expect(webSpan.attributes["url.query"]).toBe("Authorization=REDACTED&token=REDACTED&format=json")
@@ -126,15 +118,16 @@ describe("tracing with an in-memory exporter", () => {
     const client = connectWs(app.url, { token: access_token })
     const answer = await client.request(2, { page: 1, per_page: 3 })
     expect(answer.status_code).toBe(0)
-    const message = await waitFor(
-      () => spans().find((s) => s.name === "ws.message" && s.attributes["ws.req_id"] === answer.req_id),
+    const message = await eventually(
+      () => defined(spans().find((s) => s.name === "ws.message" && s.attributes["ws.req_id"] === answer.req_id), "span"),
       "ws.message span"
     )
     expect(message.attributes["pkg_id"]).toBe(2)
     const traceId = message.spanContext().traceId
-    const sql = await waitFor(() => {
+    const sql = await eventually(() => {
       const found = traceOf(traceId).filter((s) => s.name.startsWith("sql."))
-      return found.length > 0 ? found : undefined
+      expect(found.length).toBeGreaterThan(0)
+      return found
     }, "SQL spans of the message")
     expect(sql.length).toBeGreaterThan(0)
     await client.close()
@@ -143,7 +136,7 @@ describe("tracing with an in-memory exporter", () => {
   it.runIf(TEST_REDIS_URL !== undefined)("traces Redis commands inside the request's trace", async () => {
     const res = await request(app, "GET", "/health", { headers: { traceparent: `00-${"ab".repeat(16)}-${PARENT_SPAN_ID}-01` } })
     expect(res.status).toBe(200)
-    const ping = await waitFor(() => traceOf("ab".repeat(16)).find((s) => s.name === "redis PING"), "redis span")
+    const ping = await eventually(() => defined(traceOf("ab".repeat(16)).find((s) => s.name === "redis PING"), "redis span"), "redis span")
     expect(ping.attributes["db.system"]).toBe("redis")
   })
 })

@@ -44,7 +44,7 @@ describe.runIf(onPath("redis-server"))("WebSocket sessions on a Redis that refus
       })
       instances.push({ app, lines })
     }
-  }, 120_000)
+  })
 
   afterAll(async () => {
     for (const client of clients) client.ws.terminate()
@@ -64,10 +64,11 @@ describe.runIf(onPath("redis-server"))("WebSocket sessions on a Redis that refus
   }
 
   /** A session ending `seconds` from now (whole seconds, as the token's exp), and its end. */
-  const session = async (app: TestApp, seconds: number) => {
-    const exp = Math.floor(Date.now() / 1000) + seconds
+  const session = async (app: TestApp, seconds: number) => sessionUntil(app, Math.floor(Date.now() / 1000) + seconds)
+  /** A session whose token expires at `exp` (seconds since the epoch). */
+  const sessionUntil = async (app: TestApp, exp: number) => {
     const sub = `expiry-${randomUUID()}`
-    return { client: await connected(app, await tokenFor(app, sub, exp)), sub, endMs: (exp + GRACE_SECONDS) * 1000 }
+    return { client: await connected(app, await tokenFor(app, sub, exp)), sub, exp, endMs: (exp + GRACE_SECONDS) * 1000 }
   }
 
   it("each instance says once that its sessions expire on its own timers", () => {
@@ -83,7 +84,8 @@ describe.runIf(onPath("redis-server"))("WebSocket sessions on a Redis that refus
   it("a session ends 4001 Session expired at exp + grace on the instance that holds it; the other instance's connection stays", async () => {
     const [a, b] = [instances[0]!.app, instances[1]!.app]
     const longLived = await connected(a, await tokenFor(a, `long-${randomUUID()}`, "1h"))
-    const expiring = await session(b, 2)
+    // Ending 3-4 s (+ grace) out: time enough to connect and be answered on a busy machine.
+    const expiring = await session(b, 4)
     const closed = await expiring.client.closed
     const lateMs = Date.now() - expiring.endMs
     console.log(`[ws.expiry.managed] session closed ${lateMs} ms after exp+grace (CONFIG refused)`)
@@ -95,13 +97,13 @@ describe.runIf(onPath("redis-server"))("WebSocket sessions on a Redis that refus
 
   it("a re-auth frame extends the session past its first end; it then ends at the new one", async () => {
     const app = instances[0]!.app
-    const short = await session(app, 2)
-    const exp = Math.floor(Date.now() / 1000) + 4
+    const short = await session(app, 4)
+    const exp = short.exp + 3
     short.client.send({ type: "auth", token: `Bearer ${await tokenFor(app, short.sub, exp)}` })
     expect(await short.client.others.take()).toEqual({ type: "auth_ok" })
     // A control session with the first end: once it is closed, that end has passed (an event, not
     // a sleep), and the re-authenticated connection must still be open.
-    const control = await session(app, 2)
+    const control = await sessionUntil(app, short.exp)
     expect(await control.client.closed).toEqual({ code: 4001, reason: "Session expired" })
     expect((await short.client.request(1, {})).status_code).toBe(0)
     const closed = await short.client.closed

@@ -8,7 +8,7 @@ import { Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { describe, expect, it } from "vitest"
 import { scrapeMetrics } from "../support/Metrics.ts"
-import { waitFor } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
@@ -51,7 +51,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("WebSocket with Redis cut", () => {
 
       await proxy.restore()
       // Back: new connections are admitted and messages answered (ioredis reconnects on its own).
-      await waitFor(async () => {
+      await eventually(async () => {
         const client = connectWs(app.url, { token: await tokenFor() })
         const answered = await Promise.race([client.request(1, {}).then((r) => r.status_code === 0), client.closed.then(() => false)])
         client.ws.terminate()
@@ -63,5 +63,5 @@ describe.runIf(TEST_REDIS_URL !== undefined)("WebSocket with Redis cut", () => {
       await app.close()
       await proxy.close()
     }
-  }, 60_000)
+  })
 })

@@ -106,9 +106,11 @@ const contract = (name: string, instances: Instances) =>
         const [holder, other] = yield* Effect.forEach(registries, listenTo)
         const cancelled = `cancelled-${randomUUID()}`
         const expiring = `expiring-${randomUUID()}`
-        yield* registries[0]!.startSession(cancelled, Date.now() + 300)
+        // The end only has to come before the cancelled session's end; the expiring one ends after
+        // that by construction (its end is taken later), so the cancelled one had its chance to fire.
+        yield* registries[0]!.startSession(cancelled, Date.now() + 2_000)
         yield* registries[0]!.endSession(cancelled)
-        yield* registries[0]!.startSession(expiring, Date.now() + 600)
+        yield* registries[0]!.startSession(expiring, Date.now() + 2_000)
         yield* holder!.until(() => holder!.expired.length > 0)
         expect(holder!.expired).toEqual([expiring])
         if (other !== undefined) {
@@ -126,9 +128,11 @@ const contract = (name: string, instances: Instances) =>
         const l = yield* listenTo(registry!)
         const extended = `extended-${randomUUID()}`
         const control = `control-${randomUUID()}`
-        yield* registry!.startSession(extended, Date.now() + 300)
+        // The extension only has to come before the first end; the control session ends after that
+        // end by construction (its end is taken later), so its expiry marks that the first end has passed.
+        yield* registry!.startSession(extended, Date.now() + 2_000)
         yield* registry!.startSession(extended, Date.now() + 60_000)
-        yield* registry!.startSession(control, Date.now() + 900)
+        yield* registry!.startSession(control, Date.now() + 2_000)
         yield* l.until(() => l.expired.includes(control))
         expect(l.expired).toEqual([control])
       }).pipe(Effect.scoped))
@@ -199,7 +203,8 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       const user = `u-${randomUUID()}`
       const survivor = yield* instance(prefix, 30_000)
       // The "crashed" instance: its connection is cut before its scope can release anything.
-      const crashed = yield* instance(prefix, 600)
+      // Its lease (3 s) only has to outlast the calls up to the survivor's refusal below.
+      const crashed = yield* instance(prefix, 3_000)
       expect(yield* crashed.registry.acquire(user, "c1", 2)).toBe(true)
       expect(yield* crashed.registry.acquire(user, "c2", 2)).toBe(true)
       crashed.client.disconnect()

@@ -80,7 +80,7 @@ describe("package 1 on a table of a few thousand authors", () => {
     expect(list.status).toBe(200)
     expected = list.body as Array<AuthorRow>
     expect(expected).toHaveLength(AUTHORS)
-  }, 120_000)
+  })
   afterAll(async () => {
     for (const r of raws) r.destroy()
     await app.close()

@@ -8,6 +8,7 @@ import WebSocket from "ws"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
 import { awaitAuditDetail } from "../support/AuditTrail.ts"
+import { eventually } from "../support/Eventually.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type Envelope, protoCodec, type ProtoCodec, type WsClient, ZERO_REQ_ID } from "../support/WsClient.ts"
@@ -48,8 +49,7 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
    */
   const settled = async () => {
     const expected = () => clients.filter((c) => c.ws.readyState === WebSocket.OPEN).length
-    for (let i = 0; i < 250 && (await activeConnections()) !== expected(); i++) await new Promise((r) => setTimeout(r, 20))
-    expect(await activeConnections()).toBe(expected())
+    await eventually(async () => expect(await activeConnections()).toBe(expected()), "/health to count the open clients")
   }
 
   /** Connected and authenticated: a request was answered. */
@@ -403,7 +403,7 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       const name = `After slow ${randomUUID()}`
       // The server drops the slow client once its buffer passes the bound (no event tells the
       // test: /health's count is watched until the connection is gone).
-      while ((await activeConnections()) > baseline) await new Promise((resolve) => setTimeout(resolve, 20))
+      await eventually(async () => expect(await activeConnections()).toBeLessThanOrEqual(baseline), "the slow client to be dropped")
       expect((await seed.request(3, { name })).status_code).toBe(0)
       const got = await healthy.broadcasts.take((e) => (e.data as { author: { name: string } }).author.name === name)
       expect(got.status_code).toBe(0)
@@ -416,14 +416,16 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
 
   describe("sessions", () => {
     it("a session ends at the token's exp: close 4001 Session expired", async () => {
-      const client = await connected(await tokenFor(["get-authors"], { expiresIn: "2s" }))
+      // 3-4 s out (whole seconds): time enough to connect and be answered on a busy machine.
+      const client = await connected(await tokenFor(["get-authors"], { expiresIn: "4s" }))
       expect(await client.closed).toEqual({ code: 4001, reason: "Session expired" })
     })
 
     it("a re-auth frame of the same user extends the session; another user's token closes 4001 Token subject mismatch", async () => {
       const sub = `ws-reauth-${randomUUID()}`
+      const shortExp = Math.floor(Date.now() / 1000) + 4
       const [short, long] = await Promise.all([
-        tokenFor(["get-authors"], { sub, expiresIn: "2s" }),
+        tokenFor(["get-authors"], { sub, expiresIn: shortExp }),
         tokenFor(["get-authors"], { sub, expiresIn: "1h" })
       ])
       // The re-auth frame goes out right behind the upgrade: the server handles it as soon as the
@@ -431,10 +433,10 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       const client = connect({ token: short })
       client.send({ type: "auth", token: long })
       expect(await client.others.take()).toEqual({ type: "auth_ok" })
-      // A control connection whose token ends at least a second later (signed later, whole
-      // seconds): once the server closed it, the short token's end has passed too — an event,
-      // not a sleep — and the re-authenticated connection must still be open.
-      const control = await connected(await tokenFor(["get-authors"], { expiresIn: "3s" }))
+      // A control connection whose token ends when the short one does (the same exp): once the
+      // server closed it, the short token's end has passed too — an event, not a sleep — and the
+      // re-authenticated connection must still be open.
+      const control = await connected(await tokenFor(["get-authors"], { expiresIn: shortExp }))
       expect(await control.closed).toEqual({ code: 4001, reason: "Session expired" })
       expect((await client.request(1, {})).status_code).toBe(0)
       client.send({ type: "auth", token: admin })
@@ -532,12 +534,12 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       await settled()
       const held = [client, await connected(token), await connected(token)]
       expect(await connect({ token }).closed).toMatchObject({ code: 1008 })
-      let items: Array<Record<string, unknown>> = []
-      while (items.length < 4) {
+      const items = await eventually(async () => {
         const res = await request(app, "GET", `/audit-logs/user/${sub}?per_page=100`, { token: admin })
-        items = (res.body as { items: Array<Record<string, unknown>> }).items
-        if (items.length < 4) await new Promise((resolve) => setTimeout(resolve, 20))
-      }
+        const listed = (res.body as { items: Array<Record<string, unknown>> }).items
+        expect(listed.length).toBeGreaterThanOrEqual(4)
+        return listed
+      }, "the four audit records")
       const byAction = (action: string) => items.filter((i) => i["action_type"] === action)
       expect(byAction("WS:GET_PAGINATED_AUTHORS")[0]).toMatchObject({ resource: "ws:/web", outcome: "success", response_status: 200 })
       expect(byAction("WS:CREATE_AUTHOR")[0]).toMatchObject({ outcome: "permission_denied", response_status: 403 })

@@ -4,7 +4,7 @@
  * `req_id` of a WebSocket message). Proves the trail is still advancing after whatever came before.
  */
 import { expect } from "vitest"
-import { waitFor } from "./Spawn.ts"
+import { eventually } from "./Eventually.ts"
 import { request, type TestApp } from "./TestApp.ts"
 
 export interface AuditItem {
@@ -26,12 +26,12 @@ export const awaitAuditRecord = async (
   filter = ""
 ): Promise<AuditItem> => {
   let found: AuditItem | undefined
-  await waitFor(async () => {
+  await eventually(async () => {
     const res = await request(app, "GET", `/audit-logs?per_page=100${filter}`, { token: adminToken })
     expect(res.status, "GET /audit-logs as admin").toBe(200)
     found = (res.body as { items: Array<AuditItem> }).items.find((i) => i.request_id === requestId)
     return found !== undefined
-  }, `the audit record of ${requestId}`, 60_000)
+  }, `the audit record of ${requestId}`)
   return found!
 }
 
@@ -52,12 +52,12 @@ export const awaitAuditDetail = async (
   what: string
 ): Promise<AuditDetail> => {
   let found: AuditItem | undefined
-  await waitFor(async () => {
+  await eventually(async () => {
     const res = await request(app, "GET", `/audit-logs?per_page=100${filter}`, { token: adminToken })
     expect(res.status, "GET /audit-logs as admin").toBe(200)
     found = (res.body as { items: Array<AuditItem> }).items[0]
     return found !== undefined
-  }, what, 60_000)
+  }, what)
   const detail = await request(app, "GET", `/audit-logs/${found!.id}`, { token: adminToken })
   expect(detail.status, `GET /audit-logs/${found!.id} as admin`).toBe(200)
   return detail.body as AuditDetail

@@ -7,7 +7,8 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { scrapeMetrics } from "./Metrics.ts"
-import { freePort, spawnService, type Spawned, waitFor } from "./Spawn.ts"
+import { freePort, spawnService, type Spawned } from "./Spawn.ts"
+import { eventually } from "./Eventually.ts"
 import { hostPort, startTcpProxy, type TcpProxy } from "./TcpProxy.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "./TestApp.ts"
 
@@ -48,7 +49,7 @@ export const startService = async (env: Record<string, string>, cleanups: Cleanu
     }
     rmSync(dataDir, { recursive: true, force: true })
   })
-  await waitFor(async () => (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200, "the service to be ready", 60_000)
+  await eventually(async () => (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200, "the service to be ready")
   return { url, service }
 }
 
@@ -60,7 +61,7 @@ export const requestsInFlight = async (url: string): Promise<number> =>
 export const untilInFlight = async (url: string, count: number, settled: Promise<unknown>) => {
   let done = false
   void settled.then(() => (done = true))
-  await waitFor(async () => done || (await requestsInFlight(url)) >= count, `${count} requests in flight`, 30_000)
+  await eventually(async () => done || (await requestsInFlight(url)) >= count, `${count} requests in flight`)
 }
 
 /** Sends SIGTERM and resolves with the exit code and how long the process took to exit. */

@@ -35,13 +35,3 @@ export const freePort = () =>
       server.close(() => resolve(port))
     })
   })
-
-/** Polls `check` until it returns true or the deadline passes. */
-export const waitFor = async (check: () => boolean | Promise<boolean>, what: string, timeoutMs = 30_000) => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    if (await check()) return
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-  throw new Error(`timed out waiting for ${what}`)
-}

@@ -23,7 +23,7 @@ import {
   RedisError,
   RedisTimeout
 } from "../../src/Store/Redis.ts"
-import { waitFor } from "../support/Spawn.ts"
+import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
@@ -114,16 +114,16 @@ describe.runIf(TEST_REDIS_URL !== undefined)("with a real Redis", () => {
       // Still "ready": the first hit waits for its deadline.
       const first = failureOf(yield* Effect.exit(limiter.hit("k", 10, 60_000)))
       expect(first?.cause).toBeInstanceOf(RedisTimeout)
-      yield* Effect.promise(() => waitFor(() => isDisconnected(client), "the silent connection to be dropped", 10_000))
+      yield* Effect.promise(() => eventually(() => isDisconnected(client), "the silent connection to be dropped"))
       const next = failureOf(yield* Effect.exit(limiter.hit("k", 10, 60_000)))
       expect(next?._tag).toBe("RateLimiterUnavailable")
       expect(next?.cause).not.toBeInstanceOf(RedisTimeout) // refused at once, not after a deadline
       console.log(`[redis] blackholed: first hit ${String(first?.cause)}; then ${String(next?.cause)} (status ${client.status})`)
       // Back once Redis answers again.
       yield* Effect.promise(() => proxy.restore())
-      yield* Effect.promise(() => waitFor(() => client.status === "ready", "the reconnection", 20_000))
+      yield* Effect.promise(() => eventually(() => client.status === "ready", "the reconnection"))
       expect((yield* limiter.hit("k", 10, 60_000)).allowed).toBe(true)
-    }).pipe(Effect.scoped), 40_000)
+    }).pipe(Effect.scoped))
 
   it.live("the sliding window runs on Redis's clock (TIME): an instance whose clock is 10 minutes ahead scores its hit at Redis's time", () =>
     Effect.gen(function*() {
