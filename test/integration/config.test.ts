@@ -49,7 +49,7 @@ describe("LOG_LEVEL", () => {
   const level = (value: string) =>
     Effect.runPromise(Effect.result(appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: { LOG_LEVEL: value } })))))
 
-  it.each([["warn", "warning"], ["warning", "warning"], ["debug", "debug"], ["none", "none"]] as const)("LOG_LEVEL=%s is taken as %s", async (value, expected) => {
+  it.each([["warn", "warning"], ["warning", "warning"], ["debug", "debug"], ["none", "none"]])("LOG_LEVEL=%s is taken as %s", async (value, expected) => {
     const result = await level(value)
     expect(result._tag === "Success" ? result.success.logLevel : result.failure).toBe(expected)
   })
