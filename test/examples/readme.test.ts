@@ -27,7 +27,7 @@ import { errorStatus } from "../../src/Errors.ts"
 import { Packages } from "../../src/Ws/Packages.ts"
 import { Close } from "../../src/Ws/Protocol.ts"
 import { onPath } from "../support/Binaries.ts"
-import { freePort } from "../support/Spawn.ts"
+import { freePort } from "../support/Launcher.ts"
 import { login, seedEmbeddedDatabase } from "../support/TestApp.ts"
 
 const ROOT = process.cwd()

@@ -18,17 +18,9 @@ import { randomUUID } from "node:crypto"
 import pg from "pg"
 import { afterEach, describe, expect, it } from "vitest"
 import { postgresServerUnavailable, startPostgresServer } from "../support/PostgresServer.ts"
-import {
-  type Answer,
-  byStatus,
-  type Cleanups,
-  proxiedDatabase,
-  runCleanups,
-  type Running,
-  startLoad,
-  startService,
-  terminate
-} from "../support/ServiceProcess.ts"
+import { proxiedDatabase } from "../support/DatabaseServer.ts"
+import { type Cleanups, runCleanups, type Service, startService } from "../support/Launcher.ts"
+import { type Answer, byStatus, QUIET, startLoad } from "../support/Faults.ts"
 import { eventually } from "../support/Eventually.ts"
 import { viaProxy } from "../support/TcpProxy.ts"
 import { login, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
@@ -106,7 +98,7 @@ interface Outage {
  * The service writes its audit records through `audit` ("in-process" buffer, or the Redis
  * "stream").
  */
-const underLoad = async (running: Running, outage: Outage, audit: string) => {
+const underLoad = async (running: Service, outage: Outage, audit: string) => {
   const token = (await login(running, "admin")).access_token
   const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }
   const run = randomUUID().slice(0, 8)
@@ -174,7 +166,7 @@ const underLoad = async (running: Running, outage: Outage, audit: string) => {
     await load.stop()
     await health.stop()
   }
-  const { code, ms } = await terminate(running)
+  const { code, ms } = await running.stop()
   console.log(`[fault] ${outage.name}: SIGTERM exit ${code} after ${ms} ms`)
   expect(code).toBe(0)
   expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
@@ -190,22 +182,24 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("PostgreSQL outages under load",
       // A crash; with Redis, the records wait in the audit stream instead of the process.
       { mode: "immediate", audit: TEST_REDIS_URL === undefined ? "in-process" : "stream" }
     ] as const
-    for (const { mode, audit } of restarts) {
-      it(`restart (pg_ctl stop -m ${mode}, then start): answered 500 while down, /health follows, serving again, every record stored once`, async () => {
-        const server = await startPostgresServer()
-        cleanups.push(() => server.destroy())
-        const running = await startService({
+    it.each(restarts)("restart (pg_ctl stop -m $mode, then start): answered 500 while down, /health follows, serving again, every record stored once", async ({ mode, audit }) => {
+      const server = await startPostgresServer()
+      cleanups.push(() => server.destroy())
+      const running = await startService({
+        env: {
+          ...QUIET,
           DATABASE_URL: server.url,
           ...(audit === "stream" ? { REDIS_URL: TEST_REDIS_URL!, REDIS_KEY_PREFIX: `fault-pg:${randomUUID()}:` } : {})
-        }, cleanups)
-        await underLoad(running, {
-          name: `PostgreSQL restart (-m ${mode})`,
-          databaseUrl: server.url,
-          begin: () => server.stop(mode),
-          end: () => server.start()
-        }, audit)
+        },
+        cleanups
       })
-    }
+      await underLoad(running, {
+        name: `PostgreSQL restart (-m ${mode})`,
+        databaseUrl: server.url,
+        begin: () => server.stop(mode),
+        end: () => server.start()
+      }, audit)
+    })
   }
 
   /** A fresh database on the shared server, behind a proxy. */
@@ -213,13 +207,13 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("PostgreSQL outages under load",
 
   it("cut (TCP proxy: connections dropped, new ones refused): answered 500 while cut, /health follows, serving again, every record stored once", async () => {
     const { db, proxy } = await proxied()
-    const running = await startService({ DATABASE_URL: viaProxy(db.url!, proxy) }, cleanups)
+    const running = await startService({ env: { ...QUIET, DATABASE_URL: viaProxy(db.url!, proxy) }, cleanups })
     await underLoad(running, { name: "PostgreSQL cut", databaseUrl: db.url!, begin: () => proxy.cut(), end: () => proxy.restore() }, "in-process")
   })
 
   it("blackholed (accepts, never answers): answered 500 at the statement deadline, /health follows, serving again after the restore, every record stored once", async () => {
     const { db, proxy } = await proxied()
-    const running = await startService({ DATABASE_URL: viaProxy(db.url!, proxy), DATABASE_STATEMENT_TIMEOUT_SECONDS: "2" }, cleanups)
+    const running = await startService({ env: { ...QUIET, DATABASE_URL: viaProxy(db.url!, proxy), DATABASE_STATEMENT_TIMEOUT_SECONDS: "2" }, cleanups })
     await underLoad(running, {
       name: "PostgreSQL blackholed",
       databaseUrl: db.url!,

@@ -10,27 +10,15 @@
  */
 import { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
-import { mkdtempSync, rmSync } from "node:fs"
 import { connect, type Socket } from "node:net"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import pg from "pg"
 import { afterEach, describe, expect, it } from "vitest"
-import {
-  type Cleanups,
-  proxiedDatabase,
-  untilInFlight,
-  logLines,
-  messageOf,
-  runCleanups,
-  type Running,
-  startService,
-  terminate
-} from "../support/ServiceProcess.ts"
-import { freePort, spawnService, type Spawned } from "../support/Spawn.ts"
+import { proxiedDatabase } from "../support/DatabaseServer.ts"
+import { type Cleanups, freePort, runCleanups, type Service, startService } from "../support/Launcher.ts"
+import { messageOf, QUIET, untilInFlight } from "../support/Faults.ts"
 import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
-import { login, seedEmbeddedDatabase, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
+import { login, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
 
 const CONTRACT_EXIT_MS = 10_000
@@ -82,8 +70,8 @@ const storedRecords = async (url: string) => {
 }
 
 /** Records the service counted as dropped at shutdown (its log line's `dropped`). */
-const droppedAtShutdown = (running: Running) =>
-  logLines(running)
+const droppedAtShutdown = (running: Service) =>
+  running.logLines()
     .filter((line) => messageOf(line).startsWith("Audit records dropped: database unreachable at shutdown"))
     .reduce((sum, line) => sum + Number(line["dropped"] ?? 0), 0)
 
@@ -99,14 +87,14 @@ const pendingInStream = async (prefix: string) => {
 
 describe("SIGTERM on embedded defaults (no DATABASE_URL, no REDIS_URL: PGlite and in-process stores)", () => {
   it("exits 0 within 10 s with a WebSocket open and requests in flight", async () => {
-    const running = await startService({}, cleanups)
+    const running = await startService({ env: QUIET, cleanups })
     const token = (await login(running, "admin")).access_token
     const ws = connectWs(running.url, { token })
     cleanups.push(async () => void ws.ws.terminate())
     expect((await ws.request(1, {})).status_code).toBe(0)
     const during = load(running.url, token, 200)
     await untilInFlight(running.url, 1, during)
-    const { code, ms } = await terminate(running)
+    const { code, ms } = await running.stop()
     const answered = await during
     console.log(`[fault] SIGTERM on embedded defaults: exit ${code} after ${ms} ms; ${answered.answered} of 200 requests answered (${distinct(answered.statuses)})`)
     expect(code).toBe(0)
@@ -126,48 +114,17 @@ describe("SIGTERM during startup (before /health answers 200)", () => {
    * into the 10 s the test is about.
    */
   const starting = async (env: Record<string, string> = {}) => {
-    const dataDir = mkdtempSync(join(tmpdir(), "ads-fault-starting-"))
-    seedEmbeddedDatabase(dataDir)
-    const port = await freePort()
-    const service = spawnService({ PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, LOG_LEVEL: "info", ...env })
-    cleanups.push(async () => {
-      if (service.child.exitCode === null && service.child.signalCode === null) {
-        service.child.kill("SIGKILL")
-        await service.exited
-      }
-      rmSync(dataDir, { recursive: true, force: true })
-    })
-    return { service, url: `http://127.0.0.1:${port}` }
+    const service = await startService({ env: { LOG_LEVEL: "info", ...env }, seedEmbedded: true, ready: "none", cleanups })
+    return { service, url: service.url }
   }
-
-  /** Resolves once the service has written `text` to stdout (or exited: then the test's checks fail with what it wrote). */
-  const logged = (service: Spawned, text: string) =>
-    new Promise<void>((resolve) => {
-      const check = () => {
-        if (service.stdout().includes(text)) {
-          service.child.stdout?.off("data", check)
-          resolve()
-        }
-      }
-      service.child.stdout?.on("data", check)
-      void service.exited.then(() => resolve())
-      check()
-    })
 
   /** Not ready: the port refuses, or answers anything but 200. */
   const notHealthy = async (url: string) => (await fetch(`${url}/health`).catch(() => undefined))?.status !== 200
 
-  const sigterm = async (service: Spawned) => {
-    const started = performance.now()
-    service.child.kill("SIGTERM")
-    const code = await service.exited
-    return { code, ms: Math.round(performance.now() - started) }
-  }
-
   it("the moment the process exists (before the service has set anything up): it ends within 10 s", async () => {
     const { service } = await starting()
-    await new Promise<void>((resolve, reject) => service.child.once("spawn", resolve).once("error", reject))
-    const { code, ms } = await sigterm(service)
+    await service.spawned
+    const { code, ms } = await service.stop()
     console.log(`[fault] SIGTERM at spawn: exit ${code} after ${ms} ms`)
     // Before the service's own handlers exist, SIGTERM's default action ends it; after, a clean 0.
     expect([0, "SIGTERM"]).toContain(code)
@@ -176,13 +133,13 @@ describe("SIGTERM during startup (before /health answers 200)", () => {
 
   it("while the embedded database starts (its first log line written, the port already open: /livez 200, /health not 200): exits 0 within 10 s", async () => {
     const { service, url } = await starting()
-    await logged(service, "Embedded: database (PGlite")
+    await service.logged("Embedded: database (PGlite")
     expect(service.child.exitCode).toBeNull()
     // The port opened before the database started: the probes answer while it does.
     const live = await fetch(`${url}/livez`)
     expect([live.status, await live.json()]).toEqual([200, { status: "ok" }])
     expect(await notHealthy(url)).toBe(true)
-    const { code, ms } = await sigterm(service)
+    const { code, ms } = await service.stop()
     console.log(`[fault] SIGTERM while PGlite starts: exit ${code} after ${ms} ms`)
     // Interrupted before it was ready ("Listening on" is the ready line).
     expect(service.stdout()).not.toContain("Listening on")
@@ -192,10 +149,10 @@ describe("SIGTERM during startup (before /health answers 200)", () => {
 
   it("while start-up waits for a database that refuses connections (between attempts): exits 0 within 10 s", async () => {
     const { service, url } = await starting({ DATABASE_URL: `postgres://postgres@127.0.0.1:${await freePort()}/authors`, LOG_LEVEL: "warn" })
-    await logged(service, "Database not reachable yet (attempt 2)")
+    await service.logged("Database not reachable yet (attempt 2)")
     expect(service.child.exitCode).toBeNull()
     expect(await notHealthy(url)).toBe(true)
-    const { code, ms } = await sigterm(service)
+    const { code, ms } = await service.stop()
     console.log(`[fault] SIGTERM while start-up retries the database: exit ${code} after ${ms} ms`)
     expect(code).toBe(0)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
@@ -209,7 +166,7 @@ describe("SIGTERM during startup (before /health answers 200)", () => {
     await eventually(() => proxy.accepted() > 0 || service.child.exitCode !== null, "the service to connect to PostgreSQL")
     expect(service.child.exitCode).toBeNull()
     expect(await notHealthy(url)).toBe(true)
-    const { code, ms } = await sigterm(service)
+    const { code, ms } = await service.stop()
     console.log(`[fault] SIGTERM while PostgreSQL is blackholed at startup: exit ${code} after ${ms} ms\n${service.stderr().slice(0, 500)}`)
     expect(code).toBe(0)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
@@ -217,43 +174,41 @@ describe("SIGTERM during startup (before /health answers 200)", () => {
 })
 
 describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavailable", () => {
-  for (const fault of ["cut", "blackholed"] as const) {
-    it(`exits 0 within 10 s with PostgreSQL ${fault}, requests in flight and audit records waiting; what is not stored is counted`, async () => {
-      const { db, proxy } = await database()
-      const running = await startService({ DATABASE_URL: viaProxy(db.url!, proxy) }, cleanups)
-      const token = (await login(running, "admin")).access_token
-      const before = await load(running.url, token, 20)
-      expect(before.statuses.every((s) => s === 200)).toBe(true)
-      if (fault === "cut") await proxy.cut()
-      else proxy.blackhole()
-      // Blackholed, each of these waits for DATABASE_STATEMENT_TIMEOUT_SECONDS (5 s): SIGTERM
-      // comes while they are in flight, the worst case for the budget (the drain waits for them).
-      const during = load(running.url, token, 8)
-      // SIGTERM once they are at the service (cut, they may all be answered 500 before that).
-      await untilInFlight(running.url, fault === "blackholed" ? 8 : 1, during)
-      const { code, ms } = await terminate(running)
-      const answeredDuring = (await during).answered
-      const stored = await storedRecords(db.url!)
-      const dropped = droppedAtShutdown(running)
-      const audited = 1 + before.answered + answeredDuring // the login, then every answered request
-      console.log(
-        `[fault] SIGTERM with PostgreSQL ${fault}: exit ${code} after ${ms} ms; ${answeredDuring} of 8 requests in flight answered ` +
-          `(${distinct((await during).statuses)}); audit: ${audited} records, ${stored} stored, ${dropped} counted as dropped at shutdown`
-      )
-      expect(code).toBe(0)
-      expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
-      // Answered, however they could be: the database error while it is away.
-      expect((await during).statuses.every((s) => s === 500)).toBe(true)
-      // What could not be written is counted, never silently lost. (A batch committed just as the
-      // proxy cut it, its answer lost, is both stored and counted: hence "at least".)
-      expect(dropped).toBeGreaterThan(0)
-      expect(stored + dropped).toBeGreaterThanOrEqual(audited)
-    })
-  }
+  it.each(["cut", "blackholed"] as const)("exits 0 within 10 s with PostgreSQL %s, requests in flight and audit records waiting; what is not stored is counted", async (fault) => {
+    const { db, proxy } = await database()
+    const running = await startService({ env: { ...QUIET, DATABASE_URL: viaProxy(db.url!, proxy) }, cleanups })
+    const token = (await login(running, "admin")).access_token
+    const before = await load(running.url, token, 20)
+    expect(before.statuses.every((s) => s === 200)).toBe(true)
+    if (fault === "cut") await proxy.cut()
+    else proxy.blackhole()
+    // Blackholed, each of these waits for DATABASE_STATEMENT_TIMEOUT_SECONDS (5 s): SIGTERM
+    // comes while they are in flight, the worst case for the budget (the drain waits for them).
+    const during = load(running.url, token, 8)
+    // SIGTERM once they are at the service (cut, they may all be answered 500 before that).
+    await untilInFlight(running.url, fault === "blackholed" ? 8 : 1, during)
+    const { code, ms } = await running.stop()
+    const answeredDuring = (await during).answered
+    const stored = await storedRecords(db.url!)
+    const dropped = droppedAtShutdown(running)
+    const audited = 1 + before.answered + answeredDuring // the login, then every answered request
+    console.log(
+      `[fault] SIGTERM with PostgreSQL ${fault}: exit ${code} after ${ms} ms; ${answeredDuring} of 8 requests in flight answered ` +
+        `(${distinct((await during).statuses)}); audit: ${audited} records, ${stored} stored, ${dropped} counted as dropped at shutdown`
+    )
+    expect(code).toBe(0)
+    expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
+    // Answered, however they could be: the database error while it is away.
+    expect((await during).statuses.every((s) => s === 500)).toBe(true)
+    // What could not be written is counted, never silently lost. (A batch committed just as the
+    // proxy cut it, its answer lost, is both stored and counted: hence "at least".)
+    expect(dropped).toBeGreaterThan(0)
+    expect(stored + dropped).toBeGreaterThanOrEqual(audited)
+  })
 
   it("exits 0 promptly after a record the database refuses (a 3 KB username); requests after it are answered", async () => {
     const { db } = await database()
-    const running = await startService({ DATABASE_URL: db.url! }, cleanups)
+    const running = await startService({ env: { ...QUIET, DATABASE_URL: db.url! }, cleanups })
     const res = await fetch(`${running.url}/login`, {
       method: "POST",
       headers: { "content-type": "application/json" },
@@ -262,7 +217,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavail
     expect(res.status).toBe(401)
     const token = (await login(running, "admin")).access_token
     expect((await load(running.url, token, 5)).statuses).toEqual([200, 200, 200, 200, 200])
-    const { code, ms } = await terminate(running)
+    const { code, ms } = await running.stop()
     console.log(`[fault] SIGTERM after a poison record: exit ${code} after ${ms} ms`)
     expect(code).toBe(0)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
@@ -270,7 +225,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavail
 
   it("exits 0 within 10 s while clients do not read: a streamed response stuck in full socket buffers, a request never finished, a WebSocket that never answers its close", async () => {
     const { db } = await database()
-    const running = await startService({ DATABASE_URL: db.url! }, cleanups)
+    const running = await startService({ env: { ...QUIET, DATABASE_URL: db.url! }, cleanups })
     // GET /authors streams every author (~5 MB here): far more than the socket buffers hold.
     const client = new pg.Client({ connectionString: db.url! })
     await client.connect()
@@ -300,7 +255,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavail
     // Time for the server to fill the buffers of the response nobody reads (no event marks full
     // kernel buffers: the server's write just stops making progress).
     await new Promise((resolve) => setTimeout(resolve, 500))
-    const { code, ms } = await terminate(running)
+    const { code, ms } = await running.stop()
     console.log(`[fault] SIGTERM with clients that do not read: exit ${code} after ${ms} ms`)
     expect(code).toBe(0)
     expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
@@ -308,41 +263,43 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("SIGTERM with PostgreSQL unavail
 })
 
 describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("SIGTERM with Redis unavailable", () => {
-  for (const fault of ["blackholed", "down"] as const) {
-    it(`Redis ${fault}, RATE_LIMIT_FAIL_MODE=open: every request is still answered 200; SIGTERM exits 0 within 10 s; every record stored or still in the stream`, async () => {
-      const { db } = await database()
-      const { host, port } = hostPort(TEST_REDIS_URL!)
-      const redisProxy = await startTcpProxy(host, port)
-      cleanups.push(() => redisProxy.close())
-      const prefix = `fault:${randomUUID()}:`
-      const running = await startService({
+  it.each(["blackholed", "down"] as const)("Redis %s, RATE_LIMIT_FAIL_MODE=open: every request is still answered 200; SIGTERM exits 0 within 10 s; every record stored or still in the stream", async (fault) => {
+    const { db } = await database()
+    const { host, port } = hostPort(TEST_REDIS_URL!)
+    const redisProxy = await startTcpProxy(host, port)
+    cleanups.push(() => redisProxy.close())
+    const prefix = `fault:${randomUUID()}:`
+    const running = await startService({
+      env: {
+        ...QUIET,
         DATABASE_URL: db.url!,
         REDIS_URL: viaProxy(TEST_REDIS_URL!, redisProxy),
         REDIS_KEY_PREFIX: prefix,
         RATE_LIMIT_ENABLED: "true",
         RATE_LIMIT_FAIL_MODE: "open"
-      }, cleanups)
-      const token = (await login(running, "admin")).access_token
-      const before = await load(running.url, token, 8)
-      if (fault === "blackholed") redisProxy.blackhole()
-      else await redisProxy.cut()
-      const during = await load(running.url, token, 16)
-      const { code, ms } = await terminate(running)
-      const stored = await storedRecords(db.url!)
-      const pending = await pendingInStream(prefix)
-      const dropped = droppedAtShutdown(running)
-      const audited = 1 + before.answered + during.answered
-      console.log(
-        `[fault] Redis ${fault}: 16 requests answered ${distinct(during.statuses)}, slowest ${during.slowestMs} ms` +
-          `${during.failures.length > 0 ? ` (not answered: ${during.failures.join("; ")})` : ""}; SIGTERM exit ${code} after ${ms} ms; ` +
-          `audit: ${audited} records, ${stored} stored, ${pending} still in the stream, ${dropped} dropped`
-      )
-      expect(during.statuses.every((s) => s === 200)).toBe(true)
-      expect(code).toBe(0)
-      expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
-      expect(dropped).toBe(0)
-      // An entry committed whose XDEL did not reach Redis is both stored and still in the stream (written once: entry ids).
-      expect(stored + pending).toBeGreaterThanOrEqual(audited)
+      },
+      cleanups
     })
-  }
+    const token = (await login(running, "admin")).access_token
+    const before = await load(running.url, token, 8)
+    if (fault === "blackholed") redisProxy.blackhole()
+    else await redisProxy.cut()
+    const during = await load(running.url, token, 16)
+    const { code, ms } = await running.stop()
+    const stored = await storedRecords(db.url!)
+    const pending = await pendingInStream(prefix)
+    const dropped = droppedAtShutdown(running)
+    const audited = 1 + before.answered + during.answered
+    console.log(
+      `[fault] Redis ${fault}: 16 requests answered ${distinct(during.statuses)}, slowest ${during.slowestMs} ms` +
+        `${during.failures.length > 0 ? ` (not answered: ${during.failures.join("; ")})` : ""}; SIGTERM exit ${code} after ${ms} ms; ` +
+        `audit: ${audited} records, ${stored} stored, ${pending} still in the stream, ${dropped} dropped`
+    )
+    expect(during.statuses.every((s) => s === 200)).toBe(true)
+    expect(code).toBe(0)
+    expect(ms).toBeLessThan(CONTRACT_EXIT_MS)
+    expect(dropped).toBe(0)
+    // An entry committed whose XDEL did not reach Redis is both stored and still in the stream (written once: entry ids).
+    expect(stored + pending).toBeGreaterThanOrEqual(audited)
+  })
 })

@@ -10,8 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { rawWs } from "../support/RawWs.ts"
-import { freePort, spawnService, type Spawned } from "../support/Spawn.ts"
-import { eventually } from "../support/Eventually.ts"
+import { freePort, type Service, startService } from "../support/Launcher.ts"
 import { request, seedEmbeddedDatabase, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 /** A loopback address other than 127.0.0.1 (Linux answers the whole 127/8): a listener bound to HOST is not reachable on 127.0.0.1. */
@@ -40,7 +39,7 @@ const refused = (host: string, port: number) =>
   })
 
 describe("ADMIN_PORT set", () => {
-  let service: Spawned
+  let service: Service
   let dataDir: string
   let api: string
   let admin: string
@@ -52,25 +51,20 @@ describe("ADMIN_PORT set", () => {
     ports = { api: await freePort(), admin: await freePort() }
     api = `http://${HOST}:${ports.api}`
     admin = `http://${HOST}:${ports.admin}`
-    service = spawnService({
-      PORT: String(ports.api),
-      ADMIN_PORT: String(ports.admin),
-      HOST,
-      DATA_DIR: dataDir,
-      PROFILING_OUTPUT_DIR: join(dataDir, "profiling"),
-      LOG_LEVEL: "info"
+    service = await startService({
+      env: {
+        PORT: String(ports.api),
+        ADMIN_PORT: String(ports.admin),
+        HOST,
+        DATA_DIR: dataDir,
+        PROFILING_OUTPUT_DIR: join(dataDir, "profiling"),
+        LOG_LEVEL: "info"
+      }
     })
-    await eventually(async () => {
-      if (service.child.exitCode !== null) throw new Error(`the service exited ${service.child.exitCode}: ${service.stderr()}`)
-      return (await fetch(`${api}/readyz`).catch(() => undefined))?.status === 200
-    }, "the service to be ready")
   })
 
   afterAll(async () => {
-    if (service !== undefined && service.child.exitCode === null) {
-      service.child.kill("SIGTERM")
-      await service.exited
-    }
+    if (service !== undefined && service.running()) await service.stop()
     if (dataDir !== undefined) rmSync(dataDir, { recursive: true, force: true })
   })
 

@@ -12,10 +12,11 @@ import { join } from "node:path"
 import { Redis } from "ioredis"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { freePort, spawnService } from "../support/Spawn.ts"
+import { proxiedDatabase } from "../support/DatabaseServer.ts"
+import { type Cleanups, freePort, runCleanups, startService } from "../support/Launcher.ts"
 import { eventually } from "../support/Eventually.ts"
-import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
-import { createPostgresDatabase, login, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.ts"
+import { type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
+import { login, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.ts"
 
 /** Sends `count` authenticated requests, `concurrency` at a time; returns the request ids answered. */
 const load = async (url: string, token: string, agent: string, count: number, answered: Array<string> = [], concurrency = 10) => {
@@ -65,15 +66,9 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit durability with PostgreSQ
   let db: TestDatabase
   let proxy: TcpProxy
 
-  beforeAll(async () => {
-    db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")
-    const { host, port } = hostPort(db.url!)
-    proxy = await startTcpProxy(host, port)
-  })
-  afterAll(async () => {
-    await proxy.close()
-    await db.dispose()
-  })
+  const cleanups: Cleanups = []
+  beforeAll(async () => void ({ db, proxy } = await proxiedDatabase(cleanups)))
+  afterAll(() => runCleanups(cleanups))
 
   const variants = [
     { name: "in-process buffer", redis: false },
@@ -123,24 +118,15 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit durability with PostgreSQ
 
 describe.runIf(TEST_DATABASE_URL !== undefined)("audit flush on SIGTERM (real process)", () => {
   it("records waiting for PostgreSQL at SIGTERM are written before the process exits 0", async () => {
-    const db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")
-    const { host, port } = hostPort(db.url!)
-    const proxy = await startTcpProxy(host, port)
-    const dataDir = mkdtempSync(join(tmpdir(), "ads-term-"))
-    const servicePort = await freePort()
-    const url = `http://127.0.0.1:${servicePort}`
+    const cleanups: Cleanups = []
     try {
-      const service = spawnService({
-        PORT: String(servicePort), HOST: "127.0.0.1", DATABASE_URL: viaProxy(db.url!, proxy), DATA_DIR: dataDir,
-        RATE_LIMIT_ENABLED: "false", LOG_LEVEL: "error"
+      const { db, proxy } = await proxiedDatabase(cleanups)
+      const service = await startService({
+        env: { DATABASE_URL: viaProxy(db.url!, proxy), RATE_LIMIT_ENABLED: "false", LOG_LEVEL: "error" },
+        ready: "/health",
+        cleanups
       })
-      await eventually(async () => {
-        try {
-          return (await fetch(`${url}/health`)).status === 200
-        } catch {
-          return false
-        }
-      }, "the service to start")
+      const url = service.url
       const token = (await login({ url }, "admin")).access_token
       const agent = `term-${randomUUID()}`
       await proxy.cut()
@@ -150,23 +136,20 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit flush on SIGTERM (real pr
       expect(await service.exited).toBe(0)
       expect((await storedIds(db.url!, agent)).sort()).toEqual([...answered].sort())
     } finally {
-      await proxy.close()
-      await db.dispose()
-      rmSync(dataDir, { recursive: true, force: true })
+      await runCleanups(cleanups)
     }
   })
 })
 
 describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("audit durability with Redis", () => {
   it("kill -9 under load loses no record: the restarted instance writes the pending stream entries", async () => {
-    const db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")
-    const { host, port } = hostPort(db.url!)
-    const proxy = await startTcpProxy(host, port)
+    const cleanups: Cleanups = []
+    const { db, proxy } = await proxiedDatabase(cleanups)
     const dataDir = mkdtempSync(join(tmpdir(), "ads-kill-"))
+    cleanups.push(async () => rmSync(dataDir, { recursive: true, force: true }))
     const servicePort = await freePort()
     const env = {
       PORT: String(servicePort),
-      HOST: "127.0.0.1",
       DATABASE_URL: viaProxy(db.url!, proxy),
       REDIS_URL: TEST_REDIS_URL ?? "",
       REDIS_KEY_PREFIX: `test:${randomUUID()}:`,
@@ -174,17 +157,9 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       RATE_LIMIT_ENABLED: "false",
       LOG_LEVEL: "error"
     }
-    const url = `http://127.0.0.1:${servicePort}`
-    const healthy = async () => {
-      try {
-        return (await fetch(`${url}/health`)).status === 200
-      } catch {
-        return false
-      }
-    }
     try {
-      const first = spawnService(env)
-      await eventually(healthy, "the service to start")
+      const first = await startService({ env, ready: "/health", cleanups })
+      const url = first.url
       const token = (await login({ url }, "admin")).access_token
       const agent = `kill9-${randomUUID()}`
       const answered = [...await load(url, token, agent, 100)]
@@ -199,18 +174,14 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       expect(await first.exited).toBe("SIGKILL")
       await proxy.restore()
 
-      const second = spawnService(env)
+      const second = await startService({ env, ready: "/health", cleanups })
       try {
-        await eventually(healthy, "the service to restart")
         await expectAllStoredOnce(db.url!, agent, answered, false)
       } finally {
-        second.child.kill("SIGTERM")
-        await second.exited
+        await second.stop()
       }
     } finally {
-      await proxy.close()
-      await db.dispose()
-      rmSync(dataDir, { recursive: true, force: true })
+      await runCleanups(cleanups)
     }
   })
 })
@@ -220,17 +191,15 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
   let proxy: TcpProxy
   let redis: Redis
 
+  const cleanups: Cleanups = []
   beforeAll(async () => {
-    db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")
-    const { host, port } = hostPort(db.url!)
-    proxy = await startTcpProxy(host, port)
+    const made = await proxiedDatabase(cleanups)
+    db = made.db
+    proxy = made.proxy
     redis = new Redis(TEST_REDIS_URL ?? "")
+    cleanups.push(async () => void redis.disconnect())
   })
-  afterAll(async () => {
-    redis.disconnect()
-    await proxy.close()
-    await db.dispose()
-  })
+  afterAll(() => runCleanups(cleanups))
 
   const startWithRedis = (prefix: string) =>
     startTestApp({

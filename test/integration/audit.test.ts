@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto"
 import { request as httpRequest } from "node:http"
 import { createServer, connect as tcpConnect } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { untilInFlight } from "../support/ServiceProcess.ts"
+import { untilInFlight } from "../support/Faults.ts"
 import { eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 

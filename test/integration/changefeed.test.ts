@@ -9,21 +9,17 @@ import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { HEARTBEAT_EVERY_MS, HEARTBEAT_TIMEOUT_MS, runChangeFeed } from "../../src/Authors/ChangeFeed.ts"
 import { eventually } from "../support/Eventually.ts"
-import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
-import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
+import { proxiedDatabase } from "../support/DatabaseServer.ts"
+import { type Cleanups, runCleanups } from "../support/Launcher.ts"
+import { type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
+import { TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
 describe.runIf(TEST_DATABASE_URL !== undefined)("the LISTEN feed of outside writes", () => {
   let db: TestDatabase
   let proxy: TcpProxy
-  beforeAll(async () => {
-    db = await createPostgresDatabase(TEST_DATABASE_URL ?? "")
-    const { host, port } = hostPort(db.url!)
-    proxy = await startTcpProxy(host, port)
-  })
-  afterAll(async () => {
-    await proxy?.close()
-    await db?.dispose()
-  })
+  const cleanups: Cleanups = []
+  beforeAll(async () => void ({ db, proxy } = await proxiedDatabase(cleanups)))
+  afterAll(() => runCleanups(cleanups))
 
   it("up, notifications delivered, down within the heartbeat's bound when black-holed, up again when back", async () => {
     const events: Array<string> = []

@@ -8,14 +8,12 @@
  * installs it.
  */
 import { build } from "esbuild"
-import { existsSync } from "node:fs"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
-import { chromium, type Browser } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type Browser, hasChromium, launchChromium } from "../support/Browser.ts"
 import { startTestApp, type TestApp } from "../support/TestApp.ts"
 
-const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium"
 const ROOT = process.cwd()
 
 /** The page's program: what a web app would write. It reports through `window.result`. */
@@ -52,7 +50,7 @@ const run = async () => {
 run().catch((error) => report({ error: String(error && error.stack || error) }))
 `
 
-describe.runIf(existsSync(CHROMIUM))("the client package in headless Chromium", () => {
+describe.runIf(hasChromium)("the client package in headless Chromium", () => {
   let app: TestApp
   let browser: Browser
   let pages: Server
@@ -87,10 +85,7 @@ describe.runIf(existsSync(CHROMIUM))("the client package in headless Chromium", 
     await new Promise<void>((resolve) => pages.listen(0, "127.0.0.1", resolve))
     pageOrigin = `http://127.0.0.1:${(pages.address() as AddressInfo).port}`
     app = await startTestApp({ config: { corsAllowedOrigins: [pageOrigin] } })
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
-    })
+    browser = await launchChromium()
   })
 
   afterAll(async () => {

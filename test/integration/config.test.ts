@@ -5,15 +5,13 @@
  * https:// OIDC_ISSUER_URL and a DATABASE_URL in production, ADMIN_PORT beside PORT).
  */
 import { ConfigProvider, Effect, Option } from "effect"
-import { spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { afterAll, describe, expect, it } from "vitest"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { appConfig, tokenAudience } from "../../src/Config.ts"
 import { startDatabaseServer } from "../support/DatabaseServer.ts"
-import { freePort, spawnService, type Spawned } from "../support/Spawn.ts"
-import { eventually } from "../support/Eventually.ts"
+import { freePort, type Service, startService } from "../support/Launcher.ts"
 
 const dataDir = mkdtempSync(join(tmpdir(), "ads-config-"))
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
@@ -39,7 +37,7 @@ const cases: ReadonlyArray<readonly [string, string, Record<string, string>?]> =
 const PRODUCTION = { APP_ENV: "production", DATABASE_URL: "postgres://authors@db.example/authors" }
 
 /** The one line a failed start leaves on stderr, parsed (LOG_FORMAT=json: the test spawns with it). */
-const failureOf = (service: Spawned) => {
+const failureOf = (service: Service) => {
   const lines = service.stderr().split("\n").filter((line) => line.trim() !== "")
   expect(lines, service.stderr()).toHaveLength(1)
   const line = JSON.parse(lines[0]!) as Record<string, unknown>
@@ -48,13 +46,15 @@ const failureOf = (service: Spawned) => {
 }
 
 describe("LOG_LEVEL", () => {
-  it("takes warn as well as warning; anything else stops startup", async () => {
-    const level = (value: string) =>
-      Effect.runPromise(Effect.result(appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: { LOG_LEVEL: value } })))))
-    for (const [value, expected] of [["warn", "warning"], ["warning", "warning"], ["debug", "debug"], ["none", "none"]] as const) {
-      const result = await level(value)
-      expect(result._tag === "Success" ? result.success.logLevel : result.failure, value).toBe(expected)
-    }
+  const level = (value: string) =>
+    Effect.runPromise(Effect.result(appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: { LOG_LEVEL: value } })))))
+
+  it.each([["warn", "warning"], ["warning", "warning"], ["debug", "debug"], ["none", "none"]])("LOG_LEVEL=%s is taken as %s", async (value, expected) => {
+    const result = await level(value)
+    expect(result._tag === "Success" ? result.success.logLevel : result.failure).toBe(expected)
+  })
+
+  it("anything else stops startup", async () => {
     expect((await level("loud"))._tag).toBe("Failure")
   })
 })
@@ -67,36 +67,38 @@ describe("npm start reads .env when present (.env.example)", () => {
     const envFile = join(dataDir, "dotenv")
     writeFileSync(envFile, `PORT=${port}\nHOST=127.0.0.1\nDATA_DIR=${join(dataDir, "dotenv-data")}\nLOG_LEVEL=warn\n`)
     const args = script.replace(/^exec node /, "").replace("=.env", `=${envFile}`).split(" ")
-    const child = spawn(process.execPath, args, { env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "" }, stdio: "ignore" })
-    try {
-      await eventually(async () => (await fetch(`http://127.0.0.1:${port}/livez`).catch(() => undefined))?.status === 200, "the service on the .env port")
-    } finally {
-      child.kill("SIGTERM")
-      await new Promise((resolve) => child.once("exit", resolve))
-    }
+    expect(args.at(-1)).toBe("dist/main.js")
+    // Only PATH and HOME from here: PORT and the rest come from the .env file.
+    const service = await startService({ defaults: "none", nodeArgs: args.slice(0, -1), port, ready: "/livez" })
+    await service.stop()
   })
 })
 
 describe("invalid configuration stops startup", () => {
-  // Spawned together: each start costs a second or two of module loading.
-  it("each bad variable → exit 1 after one JSON line on stderr naming the variable; the port never opens", async () => {
-    const runs = await Promise.all(cases.map(async ([name, value, others], i) => {
-      const service = spawnService({ DATA_DIR: join(dataDir, `${name}-${i}`), PORT: String(await freePort()), ...others, [name]: value })
-      return { name, value, code: await service.exited, service }
+  // Spawned together, before the cases: each start costs a second or two of module loading.
+  let runs: ReadonlyArray<{ readonly code: number | string; readonly service: Service }>
+  beforeAll(async () => {
+    runs = await Promise.all(cases.map(async ([name, value, others], i) => {
+      const service = await startService({ env: { DATA_DIR: join(dataDir, `${name}-${i}`), PORT: String(await freePort()), ...others, [name]: value }, ready: "none" })
+      return { code: await service.exited, service }
     }))
-    for (const run of runs) {
-      expect(run.code, run.name).toBe(1)
-      const message = failureOf(run.service)
-      expect(message, run.name).toMatch(/^Service failed to start: /)
-      expect(message, run.name).toContain(run.name)
-      expect(run.service.stdout(), run.name).not.toContain("Port open")
-    }
-    // A URL is never repeated (it may hold a password).
-    expect(failureOf(runs.find((r) => r.name === "DATABASE_URL")!.service)).not.toContain("db.example")
+  })
+
+  it.each(cases.map(([name, value], index) => ({ name, value, index })))("$name=$value → exit 1 after one JSON line on stderr naming the variable; the port never opens", ({ name, index }) => {
+    const run = runs[index]!
+    expect(run.code).toBe(1)
+    const message = failureOf(run.service)
+    expect(message).toMatch(/^Service failed to start: /)
+    expect(message).toContain(name)
+    expect(run.service.stdout()).not.toContain("Port open")
+  })
+
+  it("a URL is never repeated in the failure (it may hold a password)", () => {
+    expect(failureOf(runs[cases.findIndex(([name]) => name === "DATABASE_URL")]!.service)).not.toContain("db.example")
   })
 
   it("APP_ENV=production without DATABASE_URL refuses to start, naming DATABASE_URL (the embedded database would live on the pod's disk)", async () => {
-    const service = spawnService({ DATA_DIR: dataDir, PORT: String(await freePort()), APP_ENV: "production", OIDC_ISSUER_URL: "https://idp.example/realms/author-directory", DATABASE_URL: undefined })
+    const service = await startService({ env: { DATA_DIR: dataDir, APP_ENV: "production", OIDC_ISSUER_URL: "https://idp.example/realms/author-directory", DATABASE_URL: undefined }, ready: "none" })
     expect(await service.exited).toBe(1)
     expect(failureOf(service)).toMatch(/DATABASE_URL must be set when APP_ENV=production: .*embedded database on this instance's own disk/)
     // Refused before anything started: no port, no embedded database.
@@ -105,7 +107,7 @@ describe("invalid configuration stops startup", () => {
 
   it("APP_ENV=production without OIDC_ISSUER_URL refuses the built-in identity provider", async () => {
     // The database is not reachable: the identity provider's refusal does not wait for it.
-    const service = spawnService({ ...PRODUCTION, DATABASE_URL: `postgres://authors@127.0.0.1:${await freePort()}/authors`, DATA_DIR: dataDir, PORT: String(await freePort()) })
+    const service = await startService({ env: { ...PRODUCTION, DATABASE_URL: `postgres://authors@127.0.0.1:${await freePort()}/authors`, DATA_DIR: dataDir }, ready: "none" })
     expect(await service.exited).toBe(1)
     expect(failureOf(service)).toMatch(/built-in identity provider.*OIDC_ISSUER_URL/)
   })
@@ -126,28 +128,24 @@ describe("PROFILING_ENABLED (true in development, false in production)", () => {
   })
 
   it("a production process with PROFILING_ENABLED unset reports profiling disabled and refuses a capture; without REDIS_URL it warns once that its stores are per instance", async () => {
-    const port = await freePort()
-    const url = `http://127.0.0.1:${port}`
     const productionDir = join(dataDir, "production")
     const database = await startDatabaseServer()
-    // The identity provider is only asked when a token needs it (discovery is lazy): none runs
-    // here. Its http:// URL is accepted in production because OIDC_ALLOW_HTTP_ISSUER says so.
-    const service = spawnService({
-      DATA_DIR: productionDir,
-      PORT: String(port),
-      HOST: "127.0.0.1",
-      APP_ENV: "production",
-      DATABASE_URL: database.url,
-      OIDC_ISSUER_URL: "http://127.0.0.1:9/realms/author-directory",
-      OIDC_ALLOW_HTTP_ISSUER: "true",
-      PROFILING_OUTPUT_DIR: join(dataDir, "production-profiling"),
-      PROFILING_ENABLED: undefined
-    })
+    let service: Service | undefined
     try {
-      await eventually(async () => {
-        if (service.child.exitCode !== null) throw new Error(`the service exited ${service.child.exitCode}: ${service.stderr()}`)
-        return (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200
-      }, "the production service to be ready")
+      // The identity provider is only asked when a token needs it (discovery is lazy): none runs
+      // here. Its http:// URL is accepted in production because OIDC_ALLOW_HTTP_ISSUER says so.
+      service = await startService({
+        env: {
+          DATA_DIR: productionDir,
+          APP_ENV: "production",
+          DATABASE_URL: database.url,
+          OIDC_ISSUER_URL: "http://127.0.0.1:9/realms/author-directory",
+          OIDC_ALLOW_HTTP_ISSUER: "true",
+          PROFILING_OUTPUT_DIR: join(dataDir, "production-profiling"),
+          PROFILING_ENABLED: undefined
+        }
+      })
+      const url = service.url
       const status = await fetch(`${url}/api/profiling/status`)
       expect(status.status).toBe(200)
       expect(await status.json()).toMatchObject({ enabled: false })
@@ -161,8 +159,7 @@ describe("PROFILING_ENABLED (true in development, false in production)", () => {
         message: expect.stringMatching(/rate limits, WebSocket connection counts, broadcasts and session expiry are per instance/)
       })
     } finally {
-      service.child.kill("SIGTERM")
-      await service.exited
+      await service?.stop()
       await database.close()
     }
   })

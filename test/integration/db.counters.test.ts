@@ -115,27 +115,26 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("sharded counters on PostgreSQL"
     }
   })
 
-  it("a create does not wait for another session's uncommitted create (different counter rows)", async () => {
-    await migrate(db.url!)
-    const opened: Array<pg.Client> = []
-    try {
-      const holder = await connect(db.url!)
-      opened.push(holder)
-      const observer = await connect(db.url!)
-      opened.push(observer)
-      await holder.query("BEGIN")
-      await holder.query("INSERT INTO authors (name) VALUES ('held-open')")
-      const other = await sessionOnOtherShard(db.url!, await pidOf(holder), AUTHOR_SHARDS, opened)
-      expect(await finishesWithoutWaiting(observer, other, "INSERT INTO authors (name) VALUES ('not-queued')")).toBe("finished")
-      await holder.query("COMMIT")
-      const exact = await observer.query("SELECT (SELECT total FROM author_stats) = (SELECT count(*) FROM authors) AS exact")
-      expect(exact.rows[0]).toEqual({ exact: true })
-    } finally {
-      await Promise.all(opened.map((c) => c.end()))
+  it.each([
+    {
+      name: "a create does not wait for another session's uncommitted create (different counter rows)",
+      shards: AUTHOR_SHARDS,
+      held: "INSERT INTO authors (name) VALUES ('held-open')",
+      statement: "INSERT INTO authors (name) VALUES ('not-queued')",
+      /** After both: the authors total is exact. */
+      after: async (observer: pg.Client) => {
+        const exact = await observer.query("SELECT (SELECT total FROM author_stats) = (SELECT count(*) FROM authors) AS exact")
+        expect(exact.rows[0]).toEqual({ exact: true })
+      }
+    },
+    {
+      name: "an audit batch does not wait for another session's uncommitted batch of the same hour and keys",
+      shards: AUDIT_SHARDS,
+      held: auditInsert(20),
+      statement: auditInsert(20),
+      after: async () => {}
     }
-  })
-
-  it("an audit batch does not wait for another session's uncommitted batch of the same hour and keys", async () => {
+  ])("$name", async ({ shards, held, statement, after }) => {
     await migrate(db.url!)
     const opened: Array<pg.Client> = []
     try {
@@ -144,10 +143,11 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("sharded counters on PostgreSQL"
       const observer = await connect(db.url!)
       opened.push(observer)
       await holder.query("BEGIN")
-      await holder.query(auditInsert(20))
-      const other = await sessionOnOtherShard(db.url!, await pidOf(holder), AUDIT_SHARDS, opened)
-      expect(await finishesWithoutWaiting(observer, other, auditInsert(20))).toBe("finished")
+      await holder.query(held)
+      const other = await sessionOnOtherShard(db.url!, await pidOf(holder), shards, opened)
+      expect(await finishesWithoutWaiting(observer, other, statement)).toBe("finished")
       await holder.query("COMMIT")
+      await after(observer)
     } finally {
       await Promise.all(opened.map((c) => c.end()))
     }

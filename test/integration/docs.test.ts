@@ -5,9 +5,8 @@
  * internet access, and Swagger UI's "Authorize" logs in with a username and password.
  */
 import { createConfig, lintFromString } from "@redocly/openapi-core"
-import { existsSync } from "node:fs"
-import { chromium, type Browser } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type Browser, hasChromium, launchChromium } from "../support/Browser.ts"
 import { AUTHORS_MAX_PER_PAGE, MAX_PAGE } from "../../src/Domain/Pagination.ts"
 import { Packages } from "../../src/Ws/Packages.ts"
 import { login, request, startTestApp, type TestApp } from "../support/TestApp.ts"
@@ -290,16 +289,10 @@ describe("/asyncapi.json and /proto/websocket.proto", () => {
   })
 })
 
-const chromiumPath = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium"
-
-describe.runIf(existsSync(chromiumPath))("docs in a real browser (headless Chromium)", () => {
+describe.runIf(hasChromium)("docs in a real browser (headless Chromium)", () => {
   let browser: Browser
   beforeAll(async () => {
-    browser = await chromium.launch({
-      executablePath: chromiumPath,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
-    })
+    browser = await launchChromium()
   })
   afterAll(() => browser.close())
 

@@ -6,14 +6,13 @@
  * `node dist/migrate.js` runs the migrations from there. (No container runtime here: this checks
  * the file list, not the image build.)
  */
-import { spawn, spawnSync } from "node:child_process"
+import { spawnSync } from "node:child_process"
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { stripTree } from "../../scripts/build.ts"
-import { freePort } from "../support/Spawn.ts"
-import { eventually } from "../support/Eventually.ts"
+import { freePort, startService } from "../support/Launcher.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
 const dockerfile = readFileSync("Dockerfile", "utf8")
@@ -70,17 +69,10 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the Dockerfile's runtime stage"
   })
 
   it("`node dist/main.js` gets ready and serves docs, the .proto and its version", async () => {
-    const port = await freePort()
-    const child = spawn(process.execPath, ["dist/main.js"], { cwd: root, env: env({ PORT: String(port), HOST: "127.0.0.1" }), stdio: ["ignore", "ignore", "pipe"] })
-    let stderr = ""
-    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()))
-    const exited = new Promise<number | null>((done) => child.on("exit", done))
-    const base = `http://127.0.0.1:${port}`
+    // The image's environment only (and HOME), in the staged directory.
+    const service = await startService({ defaults: "none", cwd: root, env: env({ PORT: String(await freePort()), HOST: "127.0.0.1" }) })
+    const base = service.url
     try {
-      await eventually(async () => {
-        if (child.exitCode !== null) throw new Error(`the service exited ${child.exitCode}: ${stderr}`)
-        return (await fetch(`${base}/readyz`).catch(() => undefined))?.status === 200
-      }, "the service to be ready")
       expect((await fetch(`${base}/livez`)).status).toBe(200)
       for (const path of ["/docs", "/redoc"]) {
         const page = await fetch(`${base}${path}`)
@@ -94,10 +86,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the Dockerfile's runtime stage"
       expect(await (await fetch(`${base}/metrics`)).text()).toMatch(new RegExp(`^app_info\\{[^}]*version="${version.replaceAll(".", "\\.")}"`, "m"))
     } finally {
       // A process that already exited has failed the wait above, with its stderr.
-      if (child.exitCode === null) {
-        child.kill("SIGTERM")
-        expect(await exited).toBe(0)
-      }
+      if (service.running()) expect((await service.stop()).code).toBe(0)
     }
   })
 })

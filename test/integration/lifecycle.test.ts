@@ -8,15 +8,15 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { parseMetrics } from "../support/Metrics.ts"
-import { freePort, spawnService, type Spawned } from "../support/Spawn.ts"
+import { type Service, startService } from "../support/Launcher.ts"
 import { eventually } from "../support/Eventually.ts"
 import { login } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
 
 const root = mkdtempSync(join(tmpdir(), "ads-lifecycle-"))
-const children: Array<Spawned> = []
-afterAll(() => {
-  for (const c of children) if (c.child.exitCode === null) c.child.kill("SIGKILL")
+const children: Array<Service> = []
+afterAll(async () => {
+  for (const c of children) await c.dispose()
   rmSync(root, { recursive: true, force: true })
 })
 
@@ -35,9 +35,9 @@ const get = (port: number, path: string) =>
 const refused = (port: number) => get(port, "/health").then(() => false, (e: NodeJS.ErrnoException) => e.code === "ECONNREFUSED")
 
 const start = async (name: string) => {
-  const port = await freePort()
-  const service = spawnService({ DATA_DIR: join(root, name), PORT: String(port), HOST: "127.0.0.1", RATE_LIMIT_ENABLED: "false" })
+  const service = await startService({ env: { DATA_DIR: join(root, name), RATE_LIMIT_ENABLED: "false" }, ready: "none" })
   children.push(service)
+  const port = service.port
   // While it starts, the port either refuses (before it opened) or answers — never hangs: /health
   // and /readyz 503 with the health report's shape, /livez 200, anything else 503
   // `Service starting` (docs/operations.md#starting). The port opens before the embedded database starts.

@@ -4,27 +4,21 @@
  * (`/usr/bin/chromium` or `CHROMIUM_PATH`); `UPDATE_SCREENSHOTS=1` saves the screenshot of
  * docs/operations.md#profiling.
  */
-import { existsSync, mkdirSync, mkdtempSync, statSync } from "node:fs"
+import { mkdirSync, mkdtempSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
-import { chromium, type Browser } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type Browser, hasChromium, launchChromium } from "../support/Browser.ts"
 import { renderReport } from "../../src/Profiling/Report.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { burnUntil } from "../support/Burn.ts"
 
-const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium"
-
-
-describe.runIf(existsSync(CHROMIUM))("a profiling report in headless Chromium", () => {
+describe.runIf(hasChromium)("a profiling report in headless Chromium", () => {
   let app: TestApp
   let browser: Browser
   beforeAll(async () => {
     app = await startTestApp({ config: { profilingEnabled: true, profilingIntervalSeconds: 1 } })
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
-    })
+    browser = await launchChromium()
   })
   afterAll(async () => {
     await browser?.close()

@@ -6,14 +6,10 @@
  * one JSON log line naming the cause. The database is reached through a TCP proxy that refuses
  * connections until the test restores it.
  */
-import { mkdtempSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import { startDatabaseServer } from "../support/DatabaseServer.ts"
 import { rawWs } from "../support/RawWs.ts"
-import { type Cleanups, runCleanups } from "../support/ServiceProcess.ts"
-import { freePort, spawnService, type Spawned } from "../support/Spawn.ts"
+import { type Cleanups, freePort, runCleanups, startService } from "../support/Launcher.ts"
 import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 
@@ -27,24 +23,11 @@ const STARTING_REPORT = {
   websocket: { status: "unhealthy", active_connections: 0 }
 }
 
-/** The service on loopback with `env`, its own DATA_DIR, killed at the end of the test if still running. */
+/** The service on loopback with `env`, its own DATA_DIR, killed at the end of the test if still running; not waited for. */
 const spawnOn = async (env: Record<string, string>) => {
-  const dataDir = mkdtempSync(join(tmpdir(), "ads-startup-"))
-  const port = await freePort()
-  const service = spawnService({ PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, RATE_LIMIT_ENABLED: "false", ...env })
-  cleanups.push(async () => {
-    if (service.child.exitCode === null && service.child.signalCode === null) {
-      service.child.kill("SIGKILL")
-      await service.exited
-    }
-    rmSync(dataDir, { recursive: true, force: true })
-  })
-  return { service, url: `http://127.0.0.1:${port}` }
+  const service = await startService({ env: { RATE_LIMIT_ENABLED: "false", ...env }, ready: "none", cleanups })
+  return { service, url: service.url }
 }
-
-/** Every non-empty line the process wrote, stdout and stderr. */
-const outputLines = (service: Spawned) =>
-  [...service.stdout().split("\n"), ...service.stderr().split("\n")].filter((line) => line.trim() !== "")
 
 const parsed = (line: string): Record<string, unknown> | undefined => {
   try {
@@ -72,10 +55,10 @@ describe("start-up while the database cannot be reached", () => {
 
     // The service has tried the database and is waiting to try again.
     await eventually(() => {
-      if (service.child.exitCode !== null) throw new Error(`the service exited ${service.child.exitCode}:\n${outputLines(service).join("\n")}`)
-      return outputLines(service).some((line) => String(parsed(line)?.["message"]).startsWith("Database not reachable yet (attempt 1)"))
+      if (service.child.exitCode !== null) throw new Error(`the service exited ${service.child.exitCode}:\n${service.lines().join("\n")}`)
+      return service.lines().some((line) => String(parsed(line)?.["message"]).startsWith("Database not reachable yet (attempt 1)"))
     }, "the first failed attempt")
-    const warning = outputLines(service).map(parsed).find((line) => String(line?.["message"]).startsWith("Database not reachable yet"))
+    const warning = service.lines().map(parsed).find((line) => String(line?.["message"]).startsWith("Database not reachable yet"))
     expect(warning).toMatchObject({ level: "WARN" })
     expect(String(warning?.["message"])).toMatch(/ECONNREFUSED/)
 
@@ -95,7 +78,7 @@ describe("start-up while the database cannot be reached", () => {
     // The database comes up: the next attempt connects, migrates, and the service serves.
     await proxy.restore()
     await eventually(async () => {
-      if (service.child.exitCode !== null) throw new Error(`the service exited ${service.child.exitCode}:\n${outputLines(service).join("\n")}`)
+      if (service.child.exitCode !== null) throw new Error(`the service exited ${service.child.exitCode}:\n${service.lines().join("\n")}`)
       return (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200
     }, "the service to be ready")
     expect(await answer(`${url}/authors`)).toEqual({ status: 401, body: { detail: "Not authenticated" } })
@@ -109,7 +92,7 @@ describe("start-up while the database cannot be reached", () => {
     await proxy.cut()
     const { service } = await spawnOn({ DATABASE_URL: `postgres://authors:secret-password@127.0.0.1:${proxy.port}/authors`, LOG_LEVEL: "error", STARTUP_TIMEOUT_SECONDS: "2" })
     expect(await service.exited).toBe(1)
-    const lines = outputLines(service)
+    const lines = service.lines()
     expect(lines).toHaveLength(1)
     const line = parsed(lines[0]!)
     expect(line).toMatchObject({ level: "FATAL" })

@@ -9,15 +9,12 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { freePort, type Spawned, spawnService } from "../support/Spawn.ts"
 import { eventually } from "../support/Eventually.ts"
+import { type Service, startService } from "../support/Launcher.ts"
 import { createPostgresDatabase, request, signToken, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
 
-interface Instance {
-  readonly url: string
-  readonly process: Spawned
-}
+type Instance = Service
 
 describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("two instances sharing PostgreSQL and Redis", () => {
   let db: TestDatabase
@@ -26,19 +23,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
   let b: Instance
   const clients: Array<WsClient> = []
 
-  const start = async (env: Record<string, string>): Promise<Instance> => {
-    const port = await freePort()
-    const url = `http://127.0.0.1:${port}`
-    const spawned = spawnService({ ...env, PORT: String(port) })
-    await eventually(async () => {
-      try {
-        return (await fetch(`${url}/health`)).status === 200
-      } catch {
-        return false
-      }
-    }, `an instance on ${port} to start`)
-    return { url, process: spawned }
-  }
+  const start = (env: Record<string, string>): Promise<Instance> => startService({ env, ready: "/health" })
 
   /** Tokens both instances accept: signed with the built-in provider's key in the shared DATA_DIR. */
   const tokenFor = (roles: ReadonlyArray<string>, expiresIn?: string) => {
@@ -82,10 +67,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
   afterAll(async () => {
     for (const c of clients) c.ws.terminate()
     for (const instance of [a, b]) {
-      if (instance !== undefined && instance.process.child.exitCode === null && instance.process.child.signalCode === null) {
-        instance.process.child.kill("SIGTERM")
-        await instance.process.exited
-      }
+      if (instance !== undefined && instance.running()) await instance.stop()
     }
     await db?.dispose()
     rmSync(dataDir, { recursive: true, force: true })
@@ -132,8 +114,8 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     await connected(b, token)
     await connected(b, token)
     expect(await connect(a, token).closed).toEqual({ code: 1008, reason: "Maximum concurrent connections exceeded" })
-    b.process.child.kill("SIGKILL")
-    expect(await b.process.exited).toBe("SIGKILL")
+    b.child.kill("SIGKILL")
+    expect(await b.exited).toBe("SIGKILL")
     // No event marks a lease's end: try until A admits (5 s lease). Each attempt is answered or
     // refused; every refusal before the admission must be the limit's 1008.
     const attempt = async () => {

@@ -18,7 +18,7 @@ import { layerLoggerTo } from "../../src/Observability/Logging.ts"
 import { onPath } from "../support/Binaries.ts"
 import { readRegistry } from "../support/Metrics.ts"
 import { type RedisServer, startRedisServer } from "../support/RedisServer.ts"
-import { freePort } from "../support/Spawn.ts"
+import { freePort } from "../support/Launcher.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
 type Registry = Context.Service.Shape<typeof ConnectionRegistry>

@@ -140,12 +140,18 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
       await client.close()
     })
 
-    it("closes 4001 Authentication required when the first frame is not an auth frame", async () => {
-      for (const first of [{ pkg_id: 1, req_id: randomUUID() }, "not json", { type: "auth" }, { type: "auth", token: 42 }]) {
-        const client = connect({})
-        client.send(first)
-        expect(await client.closed).toEqual({ code: 4001, reason: "Authentication required" })
-      }
+    it.each([
+      { name: "a request", first: { pkg_id: 1, req_id: randomUUID() } },
+      { name: "not JSON", first: "not json" },
+      { name: "an auth frame without a token", first: { type: "auth" } },
+      { name: "an auth frame whose token is not a string", first: { type: "auth", token: 42 } }
+    ])("closes 4001 Authentication required when the first frame is not an auth frame: $name", async ({ first }) => {
+      const client = connect({})
+      client.send(first)
+      expect(await client.closed).toEqual({ code: 4001, reason: "Authentication required" })
+    })
+
+    it("closes 4001 Invalid or expired token when the auth frame's token is refused", async () => {
       const badToken = connect({})
       badToken.send({ type: "auth", token: "Bearer nope" })
       expect(await badToken.closed).toEqual({ code: 4001, reason: "Invalid or expired token" })

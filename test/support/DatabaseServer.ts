@@ -9,7 +9,9 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { embeddedPostgres } from "../../src/Db/Database.ts"
-import { createPostgresDatabase, seedEmbeddedDatabase, TEST_DATABASE_URL } from "./TestApp.ts"
+import type { Cleanups } from "./Launcher.ts"
+import { hostPort, startTcpProxy, type TcpProxy } from "./TcpProxy.ts"
+import { createPostgresDatabase, seedEmbeddedDatabase, TEST_DATABASE_URL, type TestDatabase } from "./TestApp.ts"
 
 export interface DatabaseServer {
   readonly url: string
@@ -34,4 +36,16 @@ export const startDatabaseServer = async (): Promise<DatabaseServer> => {
       rmSync(root, { recursive: true, force: true })
     }
   }
+}
+
+/** A fresh database on TEST_DATABASE_URL's server, reached through a TCP proxy the test can cut or blackhole; `cleanups` closes both. */
+export const proxiedDatabase = async (cleanups: Cleanups): Promise<{ db: TestDatabase; proxy: TcpProxy }> => {
+  const db = await createPostgresDatabase(TEST_DATABASE_URL!)
+  const { host, port } = hostPort(db.url!)
+  const proxy = await startTcpProxy(host, port)
+  cleanups.push(async () => {
+    await proxy.close()
+    await db.dispose()
+  })
+  return { db, proxy }
 }

@@ -13,7 +13,7 @@ import { execFile, spawnSync } from "node:child_process"
 import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { freePort } from "./Spawn.ts"
+import { freePort } from "./Ports.ts"
 
 export interface PostgresServer {
   readonly port: number

@@ -5,7 +5,7 @@
  * reconnect to the same address.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { freePort } from "./Spawn.ts"
+import { freePort } from "./Ports.ts"
 
 export interface RedisServer {
   readonly port: number

@@ -1,57 +1,12 @@
 /**
- * The real service as a child process for fault tests (Spawn.ts), with what those tests share:
- * its own DATA_DIR, waiting for /readyz, SIGTERM with the exit code and its time, the JSON log
- * lines it wrote, and a paced load of authenticated requests that records every answer.
+ * What the fault tests share around the service as a child process (Launcher.ts's `startService`):
+ * the requests in flight, and a paced load of authenticated requests that records every answer.
  */
-import { mkdtempSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { scrapeMetrics } from "./Metrics.ts"
-import { freePort, spawnService, type Spawned } from "./Spawn.ts"
 import { eventually } from "./Eventually.ts"
-import { hostPort, startTcpProxy, type TcpProxy } from "./TcpProxy.ts"
-import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "./TestApp.ts"
 
-export interface Running {
-  readonly url: string
-  readonly service: Spawned
-}
-
-/** Cleanups a test registers (run newest first by the test file's `afterEach`). */
-export type Cleanups = Array<() => Promise<void>>
-
-export const runCleanups = async (cleanups: Cleanups) => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
-}
-
-/** A fresh database on TEST_DATABASE_URL's server, reached through a TCP proxy the test can cut or blackhole. */
-export const proxiedDatabase = async (cleanups: Cleanups): Promise<{ db: TestDatabase; proxy: TcpProxy }> => {
-  const db = await createPostgresDatabase(TEST_DATABASE_URL!)
-  const { host, port } = hostPort(db.url!)
-  const proxy = await startTcpProxy(host, port)
-  cleanups.push(async () => {
-    await proxy.close()
-    await db.dispose()
-  })
-  return { db, proxy }
-}
-
-/** Starts the service with `env` (rate limit off and only errors logged unless `env` says otherwise) and waits until it is ready. */
-export const startService = async (env: Record<string, string>, cleanups: Cleanups): Promise<Running> => {
-  const dataDir = mkdtempSync(join(tmpdir(), "ads-fault-"))
-  const port = await freePort()
-  const url = `http://127.0.0.1:${port}`
-  const service = spawnService({ PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, RATE_LIMIT_ENABLED: "false", LOG_LEVEL: "error", ...env })
-  cleanups.push(async () => {
-    if (service.child.exitCode === null && service.child.signalCode === null) {
-      service.child.kill("SIGKILL")
-      await service.exited
-    }
-    rmSync(dataDir, { recursive: true, force: true })
-  })
-  await eventually(async () => (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200, "the service to be ready")
-  return { url, service }
-}
+/** The fault tests' variables over the launcher's defaults: no rate limit, only errors logged. */
+export const QUIET = { RATE_LIMIT_ENABLED: "false", LOG_LEVEL: "error" } as const
 
 /** Requests the service is answering right now: the sum of `http_requests_in_progress` on /metrics. */
 export const requestsInFlight = async (url: string): Promise<number> =>
@@ -63,25 +18,6 @@ export const untilInFlight = async (url: string, count: number, settled: Promise
   void settled.then(() => (done = true))
   await eventually(async () => done || (await requestsInFlight(url)) >= count, `${count} requests in flight`)
 }
-
-/** Sends SIGTERM and resolves with the exit code and how long the process took to exit. */
-export const terminate = async ({ service }: Running) => {
-  const started = performance.now()
-  service.child.kill("SIGTERM")
-  const code = await service.exited
-  return { code, ms: Math.round(performance.now() - started) }
-}
-
-/** The service's JSON log lines (LOG_FORMAT=json), parsed; other lines are skipped. */
-export const logLines = (running: Running): Array<Record<string, unknown>> =>
-  running.service.stdout().split("\n").flatMap((line) => {
-    try {
-      const parsed: unknown = JSON.parse(line)
-      return typeof parsed === "object" && parsed !== null ? [parsed as Record<string, unknown>] : []
-    } catch {
-      return []
-    }
-  })
 
 /** The message of a log line (a string, or the first of an array). */
 export const messageOf = (line: Record<string, unknown>): string => {
