@@ -5,10 +5,9 @@
  */
 import { Clock, Context, Effect, Layer, Option } from "effect"
 import { rateLimitKeys, rateLimitKeysEvictedTotal, rateLimitStoreErrorsTotal } from "../Observability/Metrics.ts"
-import { decision, type RateDecision, RateLimiterUnavailable, type RateLimiterShape, type Reservation } from "./Decision.ts"
+import { decision, type RateDecision, RateLimiterUnavailable, type RateLimiterShape } from "./Decision.ts"
 import { makeRedisRateLimiter } from "./RedisRateLimiter.ts"
 
-export { decision, type RateDecision, RateLimiterUnavailable, type RateLimiterShape, type Reservation }
 
 /** The trailing window of the per-minute limits: HTTP requests, WebSocket upgrades and messages. */
 export const RATE_WINDOW_MS = 60_000

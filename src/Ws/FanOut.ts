@@ -9,7 +9,7 @@ import { OperationRoles } from "../Domain/User.ts"
 import { WsStatus } from "../Errors.ts"
 import { encodeReply } from "./Dispatch.ts"
 import { BROADCAST_REQ_ID, Close } from "./Protocol.ts"
-import type { RegistryListener } from "./Registry.ts"
+import type { RegistryListener } from "./RegistryBase.ts"
 import type { Sockets } from "./Sockets.ts"
 
 export const makeFanOut = (sockets: Pick<Sockets, "open" | "get">): RegistryListener => ({

@@ -10,14 +10,6 @@ import { WebSocketProbe } from "../Observability/Health.ts"
 import { makeRedisRegistryFromConfig } from "./RedisRegistry.ts"
 import { type ConnectionRegistryShape, makeListeners, makeSessionTimers } from "./RegistryBase.ts"
 
-export {
-  type BroadcastMessage,
-  type ConnectionRegistryShape,
-  makeListeners,
-  makeSessionTimers,
-  type RegistryListener,
-  RegistryUnavailable
-} from "./RegistryBase.ts"
 
 /** One instance: slots in a map, sessions on timers, broadcasts straight to the listeners. */
 export const makeMemoryRegistry = Effect.gen(function*() {

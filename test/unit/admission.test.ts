@@ -2,7 +2,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
 import { makeAdmission } from "../../src/RateLimit/Admission.ts"
-import { memoryRateLimiter, RateLimiter, RateLimiterUnavailable } from "../../src/RateLimit/RateLimiter.ts"
+import { RateLimiterUnavailable } from "../../src/RateLimit/Decision.ts"
+import { memoryRateLimiter, RateLimiter } from "../../src/RateLimit/RateLimiter.ts"
 
 const down = RateLimiter.of({
   hit: () => Effect.fail(new RateLimiterUnavailable({ cause: new Error("down") })),
