@@ -72,7 +72,10 @@ export class RedisClient extends Context.Service<RedisClient, {
           client,
           prefix,
           duplicate: Effect.acquireRelease(Effect.sync(() => {
-            const dup = trackReady(client.duplicate())
+            // A subscriber: its owner subscribes again on every "ready" (Ws/RedisRegistry.ts
+            // `recover`); ioredis's own resubscribe would be a second SUBSCRIBE whose promise
+            // nobody holds, an unhandled rejection when the connection drops again meanwhile.
+            const dup = trackReady(client.duplicate({ autoResubscribe: false }))
             dup.on("error", () => {})
             return dup
           }), closeRedis)

@@ -30,8 +30,8 @@
  *   time, and the startup log says which mode is used.
  * - Recovery: on every (re)connection of either connection (a Redis restart forgets a
  *   `CONFIG SET` and every key), this instance re-enables the key-expiry events (when CONFIG is
- *   permitted), subscribes its channels again (ioredis resubscribes only the channels whose
- *   SUBSCRIBE was acknowledged before the drop), and writes its slot leases and session keys back,
+ *   permitted), subscribes its channels again (the subscriber connection is made without ioredis's own
+ *   resubscribe, Store/Redis.ts `duplicate`), and writes its slot leases and session keys back,
  *   so broadcasts, expiry events and the per-user limit work again at once.
  *
  * Every key and channel carries REDIS_KEY_PREFIX.
