@@ -6,8 +6,8 @@
  * Rules it keeps:
  * - A read that starts after the response to a write was sent reflects the write, on every
  *   instance. Each read depends on one *scope*: the whole list (`list`: lists, pages, totals) or,
- *   for reads filtered by id, the id's shard (`id:<id mod 64>`), so a create leaves unrelated id
- *   lookups alone. Every write (create, rename, delete) bumps `list` and its id's shard after its
+ *   for reads filtered by id, the id's shard (`id:<id mod 65536>`), so a create leaves unrelated id
+ *   lookups alone (below 65,536 authors, a shard is one id). Every write (create, rename, delete) bumps `list` and its id's shard after its
  *   commit and before its response. An answer is stored with the *tag* its reader observed before
  *   its database read, and served only to a reader observing the same tag. A reader that observed a
  *   tag from after a write's bump started after the bump, so after the commit: its database read
@@ -55,8 +55,12 @@ import { clockCounterLua, isDisconnected, RedisClient, redisCommand } from "../S
 import { CHANGES_CHANNEL, type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
 import { ReadAnswer, textBytes } from "./ReadAnswers.ts"
 
-/** Id shards: scopes 0…63; the whole list is scope 64. */
-export const ID_SHARDS = 64
+/**
+ * Id shards: scopes 0…65535; the whole list is scope 65536. Many shards, so that a write (a create
+ * above all, whose new id was a cached 404) makes few unrelated id lookups miss; Redis holds at most
+ * one small generation key per shard read or written (a few MB at most).
+ */
+export const ID_SHARDS = 65_536
 export const LIST_SCOPE = ID_SHARDS
 export type Scope = number
 
@@ -146,7 +150,7 @@ export class AnswerStore {
  * feed of outside writes is up).
  */
 export class LocalEpochs {
-  private readonly epochs = new Array<number>(ID_SHARDS + 1).fill(0)
+  private readonly epochs = new Float64Array(ID_SHARDS + 1)
   checkable: boolean
   constructor(checkable: boolean) {
     this.checkable = checkable
@@ -161,7 +165,7 @@ export class LocalEpochs {
     this.epochs[scopeOfId(id)]!++
   }
   all() {
-    for (let scope = 0; scope <= ID_SHARDS; scope++) this.epochs[scope]!++
+    for (let scope = 0; scope < this.epochs.length; scope++) this.epochs[scope]!++
   }
   /** A notification of outside writes: ids separated by commas; anything else means everything. */
   changed(payload: string) {

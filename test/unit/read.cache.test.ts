@@ -17,6 +17,7 @@ import {
 } from "../../src/Authors/ReadAnswers.ts"
 import {
   AnswerStore,
+  ID_SHARDS,
   ENTRY_OVERHEAD_BYTES,
   generationKeyOf,
   LIST_SCOPE,
@@ -77,27 +78,27 @@ describe("tags", () => {
   it("a read filtered by id depends on its id's shard, any other read on the list", () => {
     expect(scopeOf({})).toBe(LIST_SCOPE)
     expect(scopeOf({ id: 5 })).toBe(5)
-    expect(scopeOf({ id: 69 })).toBe(5)
-    expect(scopeOfId(-1)).toBe(63)
-    expect(scopeOfId(9_007_199_254_740_991)).toBe(9_007_199_254_740_991 % 64)
+    expect(scopeOf({ id: ID_SHARDS + 5 })).toBe(5)
+    expect(scopeOfId(-1)).toBe(ID_SHARDS - 1)
+    expect(scopeOfId(9_007_199_254_740_991)).toBe(9_007_199_254_740_991 % ID_SHARDS)
     expect(generationKeyOf(LIST_SCOPE)).toBe("authors:gen:list")
     expect(generationKeyOf(7)).toBe("authors:gen:id:7")
   })
 
   it("a write of id 5 changes the list's tag and shard 5's, and no other shard's", () => {
     const epochs = new LocalEpochs(true)
-    const before = Array.from({ length: 65 }, (_, scope) => epochs.tag(scope, undefined))
+    const before = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope, undefined))
     epochs.written(5)
-    const after = Array.from({ length: 65 }, (_, scope) => epochs.tag(scope, undefined))
+    const after = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope, undefined))
     const changed = after.flatMap((tag, scope) => (tag !== before[scope] ? [scope] : []))
     expect(changed).toEqual([5, LIST_SCOPE])
   })
 
   it("a notification of outside writes changes the ids' shards and the list; `all` or garbage changes every scope", () => {
     const epochs = new LocalEpochs(true)
-    const snapshot = () => Array.from({ length: 65 }, (_, scope) => epochs.tag(scope, "g"))
+    const snapshot = () => Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope, "g"))
     let before = snapshot()
-    epochs.changed("1,66,3")
+    epochs.changed(`1,${ID_SHARDS + 2},3`)
     let after = snapshot()
     expect(after.flatMap((t, s) => (t !== before[s] ? [s] : []))).toEqual([1, 2, 3, LIST_SCOPE])
     for (const payload of ["all", "", "1,x", "1;DROP"]) {
@@ -133,7 +134,7 @@ describe("the in-process cache", () => {
       expect(loads).toBe(1)
       yield* cache.written(70) // another shard: untouched
       expect(yield* readId(5)).toBe(first)
-      yield* cache.written(69) // shard 5
+      yield* cache.written(ID_SHARDS + 5) // shard 5
       expect(yield* readId(5)).not.toBe(first)
       expect(loads).toBe(2)
     })))
