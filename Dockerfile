@@ -46,5 +46,6 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8000)+'/livez').then(r=>process.exit(r.status===200?0:1),()=>process.exit(1))"]
 
 # node itself is PID 1: no npm/sh wrapper, so SIGTERM reaches the service and it drains
-# gracefully (docs/operations.md, "Shutdown").
-CMD ["node", "dist/main.js"]
+# gracefully (docs/operations.md, "Shutdown"). The young generation is capped at 2 × 32 MB, as
+# `npm start` runs it (docs/performance.md#memory).
+CMD ["node", "--max-semi-space-size=32", "dist/main.js"]

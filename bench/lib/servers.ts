@@ -53,7 +53,7 @@ const tail = (max = 16_384) => {
 }
 
 /** Starts a server; one more attempt if the first dies before it is ready (logged by the caller's output). */
-const launch = async (name: ServerName, script: string, env: Record<string, string>, port: number, startTimeoutMs: number): Promise<Server> => {
+const launch = async (name: ServerName, script: ReadonlyArray<string>, env: Record<string, string>, port: number, startTimeoutMs: number): Promise<Server> => {
   try {
     return await launchOnce(name, script, env, port, startTimeoutMs)
   } catch (error) {
@@ -101,8 +101,8 @@ export const heapSnapshot = async (server: Server): Promise<string | undefined> 
   return undefined
 }
 
-const launchOnce = async (name: ServerName, script: string, env: Record<string, string>, port: number, startTimeoutMs: number): Promise<Server> => {
-  const child: ChildProcess = spawn(process.execPath, [...nodeArgsOf(name), script], {
+const launchOnce = async (name: ServerName, script: ReadonlyArray<string>, env: Record<string, string>, port: number, startTimeoutMs: number): Promise<Server> => {
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgsOf(name), ...script], {
     cwd: ROOT,
     env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "", ...env, PORT: String(port), HOST: "127.0.0.1" },
     stdio: ["ignore", "pipe", "pipe"]
@@ -160,10 +160,16 @@ export interface Backends {
   readonly redisPrefix: string
 }
 
-/** The service with the issue's benchmark settings (limiters on but never refusing). */
+/** The V8 options `npm start` (and the image) run the service with: package.json's start script. */
+const serviceV8Options = (): ReadonlyArray<string> => {
+  const start = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts["start"] ?? ""
+  return start.split(" ").filter((arg) => arg.startsWith("--max-"))
+}
+
+/** The service with the issue's benchmark settings (limiters on but never refusing), run as `npm start` runs it. */
 export const startService = async (dataDir: string, backends: Backends, startTimeoutMs = 180_000) => {
   buildIfNeeded()
-  return launch("service", "dist/main.js", {
+  return launch("service", [...serviceV8Options(), "dist/main.js"], {
     DATA_DIR: dataDir,
     APP_ENV: "development",
     LOG_LEVEL: "warning",
@@ -185,7 +191,7 @@ export const startBaseline = async (dataDir: string, backends: Backends, publicJ
   // Plain JavaScript too, stripped the same way, so neither process pays for Node's TypeScript stripper.
   rmSync(join(ROOT, BASELINE_JS), { recursive: true, force: true })
   stripTree(join(ROOT, "bench/baseline"), join(ROOT, BASELINE_JS))
-  return launch("baseline", `${BASELINE_JS}/server.js`, {
+  return launch("baseline", [`${BASELINE_JS}/server.js`], {
     BASELINE_DATA_DIR: dataDir,
     JWT_PUBLIC_JWK_FILE: publicJwkFile,
     RATE_LIMIT_PER_MINUTE: "1000000000",

@@ -62,7 +62,7 @@ describe("LOG_LEVEL", () => {
 describe("npm start reads .env when present (.env.example)", () => {
   it("the start script's own node arguments, with the .env file pointed elsewhere, set PORT from it", async () => {
     const script = (JSON.parse(readFileSync("package.json", "utf8")) as { scripts: Record<string, string> }).scripts["start"]!
-    expect(script).toMatch(/^exec node --env-file-if-exists=\.env dist\/main\.js$/)
+    expect(script).toMatch(/^exec node --max-semi-space-size=32 --env-file-if-exists=\.env dist\/main\.js$/)
     const port = await freePort()
     const envFile = join(dataDir, "dotenv")
     writeFileSync(envFile, `PORT=${port}\nHOST=127.0.0.1\nDATA_DIR=${join(dataDir, "dotenv-data")}\nLOG_LEVEL=warn\n`)

@@ -3,7 +3,7 @@
  *
  * - in process: `startTestApp` (TestApp.ts) — the app's layers on a free port of this process, for
  *   tests of what the service answers;
- * - as a child process: `startService` — `node dist/main.js` as `npm start` and the image run it
+ * - as a child process: `startService` — `node dist/main.js`, the entry point `npm start` and the image run
  *   (built by the global setup), for start-up, signals, exit codes, log lines and faults.
  *
  * Tests that run another program (the README's commands, `npm start`'s own arguments are given

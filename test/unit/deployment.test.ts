@@ -88,7 +88,11 @@ describe("Dockerfile", () => {
     expect(dockerfile).toMatch(/^HEALTHCHECK /m)
     expect(dockerfile).toMatch(/^RUN npm run build$/m)
     expect(dockerfile).toMatch(/^COPY --from=deps \/app\/dist \.\/dist$/m)
-    expect(dockerfile).toContain("CMD [\"node\", \"dist/main.js\"]")
+    // The image runs the service with the V8 options `npm start` gives it.
+    const start = (JSON.parse(readFileSync("package.json", "utf8")) as { scripts: Record<string, string> }).scripts["start"]!
+    const v8Options = start.split(" ").filter((arg) => arg.startsWith("--max-"))
+    expect(v8Options).toEqual(["--max-semi-space-size=32"])
+    expect(dockerfile).toContain(`CMD [${["node", ...v8Options, "dist/main.js"].map((arg) => JSON.stringify(arg)).join(", ")}]`)
     expect(dockerfile).not.toContain("tsx")
   })
 
