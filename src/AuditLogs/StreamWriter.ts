@@ -1,40 +1,54 @@
 /**
  * The audit writer with Redis (docs/audit.md#guarantees). The Redis Stream is the records' journal, read back
- * only when its writer is gone:
- * - `record` appends to the stream (XADD; a request waits for its record's XADD at most 100 ms,
- *   so an answered request has a durable record; the records of concurrent requests go in one
- *   pipeline, under one deadline). A record whose XADD fails (Redis down) goes to the in-process
+ * only when its writer is gone (its layout: Journal.ts, docs/audit.md#the-redis-journal):
+ * - `record` appends to the stream; the records offered while one append is under way wait for
+ *   the next, and go to the stream together, as ONE entry (one script call: the XADD, the deletions
+ *   waiting, the stream's record count), so a burst of concurrent requests costs one command and
+ *   later one deleted id. A request waits for its entry's answer at most 100 ms, so an answered
+ *   request has a durable record. Records whose append fails (Redis down) go to the in-process
  *   buffer instead.
- * - The appended records go on, in memory, to the batch inserter of Inserter.ts; each batch's
- *   entries are deleted from the stream (XDEL) once it committed, in the next pipeline of XADDs
- *   (or on their own when none comes). Nothing reads the stream back on
- *   this path (no consumer group: XREADGROUP, a JSON decode per record and XACK would be work for
- *   a copy the process already holds). A stream that carries a consumer group is read the same way
- *   at start: its entries not yet deleted are written; the group is left unused.
+ * - The appended records go on, in memory, to the batch inserter of Inserter.ts; an entry is
+ *   deleted from the stream (XDEL) once all its records committed (they may be in two batches),
+ *   with the next append (or on its own when none comes). Nothing reads the stream back on this
+ *   path (no consumer group: XREADGROUP, a JSON decode per record and XACK would be work for a copy
+ *   the process already holds). A stream that carries a consumer group is read the same way at
+ *   start: its entries not yet deleted are written; the group is left unused.
  * - Recovery: at start, an instance writes and deletes every entry already in the stream (a
  *   killed instance's, also a restarted one's own); later, every `claimIdle / 2`, the entries
  *   older than `claimIdle`, whose writer is gone or far behind. Entries the memory bound leaves
- *   out (`streamHeldMax`, PostgreSQL down for long) are written that way too. A record written twice
- *   (by its writer and a scan) is stored once: the insert is idempotent by `entry_id`.
- * Every command has a deadline: COMMAND_TIMEOUT_MS (Store/Redis.ts), the XADD
- * pipeline 2 s.
+ *   out (`streamHeldMax`, PostgreSQL down for long) are written that way too. Both streams are
+ *   read so: this release's, and the previous release's single-record one, which its instances
+ *   still write during a rolling update. A record written twice (by its writer and a scan) is
+ *   stored once: the insert is idempotent by `entry_id`.
+ * Every command has a deadline: COMMAND_TIMEOUT_MS (Store/Redis.ts), the append 2 s.
  */
 import { Duration, Effect, Fiber, Option, Queue } from "effect"
-import { isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { type AuditEntry, newEntry, type StoredEntry } from "./Entry.ts"
 import { INSERT_BATCH_MAX } from "./Repo.ts"
-import { requestDataJson } from "./RequestData.ts"
+import { encodeRecords, JOURNAL_LUA, journalKeys, parseJournal } from "./Journal.ts"
 import { makeBuffer } from "./Buffer.ts"
 import { countDropped } from "./Dropped.ts"
 import { defaultWriterOptions, flushBudgetMs, type WriterOptions } from "./WriterOptions.ts"
 import { ShutdownDeadline } from "../Lifecycle.ts"
 
-/** A record in the stream: its entry id there, and the record (undefined: not one of ours, deleted unwritten). */
-type Journaled = { readonly id: string; readonly stored: StoredEntry | undefined }
+/** An entry to delete from this release's stream, with the number of records it was counted with. */
+interface Deletion {
+  readonly id: string
+  readonly records: number
+}
+
+/** An entry this writer appended: deleted once none of its records is left uncommitted. */
+interface Appended extends Deletion {
+  left: number
+}
+
+/** An appended record held in memory on its way to the inserter. */
+type Held = { readonly entry: Appended; readonly stored: StoredEntry }
 
 /**
  * The requests whose records were offered while one deadline ran (from the first of them until the
- * appender took them): each goes on at its XADD's answer or at the deadline, whichever comes first.
+ * appender took them): each goes on at its entry's answer or at the deadline, whichever comes first.
  * One timer per batch instead of one per record.
  */
 interface Waiters {
@@ -44,7 +58,7 @@ interface Waiters {
   readonly all: Array<Waiter>
 }
 
-/** A request waiting for its record's XADD. */
+/** A request waiting for its record's append. */
 interface Waiter {
   resume: ((effect: Effect.Effect<void>) => void) | undefined
   readonly group: Waiters
@@ -53,13 +67,15 @@ interface Waiter {
 /** A record on its way to the stream, and the request that waits for it. */
 type PendingAppend = { readonly stored: StoredEntry; readonly waiter: Waiter }
 
-/** Queued by the committer when stream entries await deletion and no XADD may come to carry it. */
+/** Queued by the committer when stream entries await deletion and no append may come to carry it. */
 const DELETE = "delete" as const
 
-/** A batch of XADDs Redis has not answered by then goes to the in-process buffer. */
+/** An append Redis has not answered by then goes to the in-process buffer. */
 const APPEND_TIMEOUT_MS = 2000
-/** The longest a request waits for its record's XADD (loopback Redis answers in well under 1 ms). */
+/** The longest a request waits for its record's append (loopback Redis answers in well under 1 ms). */
 const REQUEST_WAIT_MS = 100
+/** About how many records a recovery scan reads at once (an entry of this release holds up to INSERT_BATCH_MAX). */
+const SCAN_PAGE_RECORDS = 10 * INSERT_BATCH_MAX
 
 /** Lets a waiting request go on (once); the last one of its group stops the group's timer. */
 const release = (waiter: Waiter) => {
@@ -74,57 +90,6 @@ const release = (waiter: Waiter) => {
   resume(Effect.void)
 }
 
-/**
- * The stream entry: the record as JSON, with `request_data` spliced in as the text it was captured
- * as — still an object inside the entry, so an entry reads the same to this version and the last.
- */
-const encodeEntry = ({ entry: e }: StoredEntry) => {
-  const fields: Omit<AuditEntry, "timestamp" | "request_data"> & { readonly timestamp: string } = {
-    timestamp: e.timestamp.toISOString(),
-    user_id: e.user_id,
-    username: e.username,
-    user_roles: e.user_roles,
-    action_type: e.action_type,
-    resource: e.resource,
-    outcome: e.outcome,
-    ip_address: e.ip_address,
-    user_agent: e.user_agent,
-    request_id: e.request_id,
-    correlation_id: e.correlation_id,
-    response_status: e.response_status,
-    duration_ms: e.duration_ms,
-    error_message: e.error_message
-  }
-  return `${JSON.stringify(fields).slice(0, -1)},"request_data":${requestDataJson(e.request_data)}}`
-}
-
-const decodeEntry = (entryId: string | undefined, json: string | undefined): StoredEntry | undefined => {
-  if (entryId === undefined || json === undefined) return undefined
-  try {
-    const raw = JSON.parse(json) as Omit<AuditEntry, "timestamp"> & { timestamp: string }
-    return { entryId, entry: { ...raw, timestamp: new Date(raw.timestamp), request_data: raw.request_data ?? {} } }
-  } catch {
-    return undefined
-  }
-}
-
-/** `[[id, [field, value, …]], …]` as XRANGE returns them. */
-const parseEntries = (raw: unknown): Array<Journaled> => {
-  if (!Array.isArray(raw)) return []
-  return raw.flatMap((item): Array<Journaled> => {
-    if (!Array.isArray(item) || typeof item[0] !== "string") return []
-    const fields: unknown = item[1]
-    const map = new Map<string, string>()
-    if (Array.isArray(fields)) for (let i = 0; i + 1 < fields.length; i += 2) map.set(String(fields[i]), String(fields[i + 1]))
-    return [{ id: item[0], stored: decodeEntry(map.get("id"), map.get("e")) }]
-  })
-}
-
-/** One command's answer as a pipeline gives it: `[error, result]`. */
-type PipelineResult = readonly [Error | null, unknown]
-const settled = (sent: Promise<unknown>): Promise<PipelineResult> =>
-  sent.then((result) => [null, result] as const, (error: unknown) => [error instanceof Error ? error : new Error(String(error)), undefined] as const)
-
 /** Redis's clock in ms (TIME), so that "older than claimIdle" holds whatever this host's clock says. */
 const redisMillis = (time: ReadonlyArray<string | number>) => Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000)
 
@@ -134,102 +99,131 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     const buffer = yield* makeBuffer(options)
     const insert = buffer.insert
     const shutdown = yield* ShutdownDeadline
-    const stream = `${redis.prefix}audit:stream`
+    const keys = journalKeys(redis.prefix)
     const claimIdleMs = Duration.toMillis(options.claimIdle)
     const commitLingerMs = Duration.toMillis(options.commitLinger)
+    /** Records in this release's stream, as its last append or deletion answered. */
     let backlog = 0
     const deleteWarning = (error: unknown) =>
       Effect.logWarning("Audit stream entries not deleted; a later scan writes them again (stored once)", error)
 
+    const journalScript = defineScript<[string, number]>(redis.client, "auditJournal", 2, JOURNAL_LUA)
     /**
-     * Deletes entries whose records committed, with the stream's length riding along (so the cap
-     * is known again once the backlog shrinks). An entry whose XDEL fails stays in the stream and
-     * is written again by a scan (stored once).
+     * One call: appends `records` as one entry (none when empty) and deletes `deletions`; answers
+     * the new entry's id (undefined: none) and keeps the stream's record count for the cap.
      */
-    const deleteNow = (ids: ReadonlyArray<string>) =>
-      ids.length === 0 ? Effect.void : redisCommand("XDEL", () => redis.client.pipeline().xdel(stream, ...ids).xlen(stream).exec()).pipe(
-        Effect.map((results) => {
-          const length = results?.[1]?.[1]
-          if (typeof length === "number") backlog = length
-        }),
-        Effect.catch(deleteWarning)
+    const journal = (records: ReadonlyArray<StoredEntry>, deletions: ReadonlyArray<Deletion>, timeoutMs?: number) => {
+      const args: Array<string | number> = [keys.current, keys.records, records.length, records.length === 0 ? "" : encodeRecords(records)]
+      for (const { id, records: count } of deletions) args.push(id, count)
+      return redisCommand(records.length === 0 ? "XDEL" : "XADD", () => journalScript(...args), timeoutMs).pipe(
+        Effect.map(([id, held]) => {
+          if (typeof held === "number") backlog = held
+          return typeof id === "string" && id !== "" ? id : undefined
+        })
       )
+    }
 
-    /** Writes the entries' records, then deletes the entries: only after the commit. */
-    const commit = (entries: ReadonlyArray<Journaled>) =>
-      Effect.gen(function*() {
-        if (entries.length === 0) return
-        yield* insert(entries.flatMap((e) => (e.stored === undefined ? [] : [e.stored])))
-        yield* deleteNow(entries.map((e) => e.id))
-      })
+    /** Deletes entries whose records committed. An entry whose deletion fails is written again by a scan (stored once). */
+    const deleteNow = (deletions: ReadonlyArray<Deletion>) =>
+      deletions.length === 0 ? Effect.void : journal([], deletions).pipe(Effect.asVoid, Effect.catch(deleteWarning))
 
-    // Records wait here for the appender, which sends each batch as one pipeline of XADDs; the
-    // request goes on once its record's XADD answered (an answered request has a durable record).
-    // (One XADD per request, each raced against its own timeout, would cost a short request a
-    // large share of its CPU.)
+    // Records wait here for the appender, which sends each batch as one entry; the request goes on
+    // once its entry was appended (an answered request has a durable record). (One XADD per
+    // request, each raced against its own timeout, would cost a short request a large share of its CPU.)
     // DELETE: committed entries wait for deletion (`deletable`) and no record may come to carry it.
     const appends = yield* Queue.unbounded<PendingAppend | typeof DELETE>()
     /** The deadline the next records join; the appender closes it when it takes them. */
     let open: Waiters | undefined
-    /** Entries whose records committed: deleted with the next pipeline of XADDs (one round trip fewer per batch). */
-    let deletable: Array<string> = []
+    /** Entries whose records all committed: deleted with the next append (one round trip fewer per batch). */
+    let deletable: Array<Deletion> = []
     let deleteQueued = false
+    const takeDeletable = () => {
+      const taken = deletable
+      deletable = []
+      return taken
+    }
 
-    // The hot path: appended records, in memory, to the inserter, whose entries are then deleted
-    // along with the next appends.
-    const journaled = yield* Queue.dropping<Journaled>(options.streamHeldMax)
-    let committing: ReadonlyArray<Journaled> = []
+    // The hot path: appended records, in memory, to the inserter; an entry is deleted along with
+    // the next append once all its records are in. Bounded in records (streamHeldMax): a record
+    // left out keeps its entry in the stream, for a scan.
+    const held = yield* Queue.dropping<Held>(options.streamHeldMax)
+    let committing: ReadonlyArray<Held> = []
+    /** Inserts held records; an entry none of whose records is left becomes deletable. */
+    const commitHeld = (records: ReadonlyArray<Held>) =>
+      Effect.gen(function*() {
+        yield* insert(records.map((h) => h.stored))
+        for (const { entry } of records) if (--entry.left === 0) deletable.push(entry)
+      })
     const committer = yield* Effect.forkDetach(Effect.forever(Effect.gen(function*() {
-      committing = yield* Queue.takeBetween(journaled, 1, INSERT_BATCH_MAX)
+      committing = yield* Queue.takeBetween(held, 1, INSERT_BATCH_MAX)
       // A short wait lets the records of the next moments join the batch: one INSERT (and one
-      // XDEL) for many records instead of one per few. The records are in the stream already, so
-      // nothing waits on this but their visibility in the database.
+      // deletion) for many records instead of one per few. The records are in the stream already,
+      // so nothing waits on this but their visibility in the database.
       if (committing.length < INSERT_BATCH_MAX && commitLingerMs > 0) {
         yield* Effect.sleep(commitLingerMs)
-        committing = committing.concat(yield* Queue.takeBetween(journaled, 0, INSERT_BATCH_MAX - committing.length))
+        committing = committing.concat(yield* Queue.takeBetween(held, 0, INSERT_BATCH_MAX - committing.length))
       }
-      yield* insert(committing.flatMap((e) => (e.stored === undefined ? [] : [e.stored])))
-      for (const { id } of committing) deletable.push(id)
+      yield* commitHeld(committing)
       committing = []
-      if (!deleteQueued) {
+      if (deletable.length > 0 && !deleteQueued) {
         deleteQueued = true
         Queue.offerUnsafe(appends, DELETE)
       }
     })))
 
-    /** Writes the entries up to `end` (an entry id or ms), a page at a time, each page after the last. */
-    const scan = (end: string) =>
+    /**
+     * Writes the entries of one stream up to `end` (an entry id or ms), a page at a time, each page
+     * after the last, then deletes them (an entry only once all its records committed).
+     * `perEntry`: the most records an entry of that stream holds, for the first page's size.
+     */
+    const scan = (stream: string, end: string, perEntry: number) =>
       Effect.gen(function*() {
         let start = "-"
+        let count = Math.max(1, Math.floor(SCAN_PAGE_RECORDS / perEntry))
         while (true) {
           if (isDisconnected(redis.client)) return yield* Effect.fail(new Error(`Redis ${redis.client.status}`))
-          const page = parseEntries(yield* redisCommand("XRANGE", () =>
-            redis.client.xrange(stream, start, end, "COUNT", INSERT_BATCH_MAX)))
-          yield* commit(page)
-          if (page.length < INSERT_BATCH_MAX) return
+          const page = parseJournal(yield* redisCommand("XRANGE", () => redis.client.xrange(stream, start, end, "COUNT", count)))
+          const records = page.flatMap((e) => e.records)
+          for (let i = 0; i < records.length; i += INSERT_BATCH_MAX) yield* insert(records.slice(i, i + INSERT_BATCH_MAX))
+          yield* stream === keys.current
+            ? deleteNow(page.map(({ id, counted }) => ({ id, records: counted })))
+            : page.length === 0
+            ? Effect.void
+            : redisCommand("XDEL", () => redis.client.xdel(stream, ...page.map((e) => e.id))).pipe(Effect.asVoid, Effect.catch(deleteWarning))
+          if (page.length < count) return
           start = `(${page[page.length - 1]!.id}`
+          count = Math.min(INSERT_BATCH_MAX, Math.max(1, Math.floor(SCAN_PAGE_RECORDS * page.length / Math.max(1, records.length))))
         }
       })
+    /** Both streams up to their ends: the previous release's (an entry a record), then this one's. */
+    const scanBoth = (legacyEnd: string | null, currentEnd: string | null) =>
+      Effect.gen(function*() {
+        if (legacyEnd !== null) yield* scan(keys.legacy, legacyEnd, 1)
+        if (currentEnd !== null) yield* scan(keys.current, currentEnd, INSERT_BATCH_MAX)
+      })
     const now = redisCommand("TIME", () => redis.client.time()).pipe(Effect.map(redisMillis))
-    // At start everything already in the stream (a previous run's entries), up to its last entry
-    // before this writer appends anything, so that the scan does not write this writer's own
+    // At start everything already in the streams (a previous run's entries), up to each one's last
+    // entry before this writer appends anything, so that the scan does not write this writer's own
     // records again while their batch lingers (null: the stream was empty; unknown when Redis did
     // not answer, and then up to Redis's clock when the scan runs). Then, every claimIdle / 2,
     // what is older than claimIdle.
-    const startEnd = yield* redisCommand("XREVRANGE", () => redis.client.xrevrange(stream, "+", "-", "COUNT", 1)).pipe(
-      Effect.map((last) => last[0]?.[0] ?? null),
-      Effect.option
-    )
+    const lastId = (stream: string) =>
+      redisCommand("XREVRANGE", () => redis.client.xrevrange(stream, "+", "-", "COUNT", 1)).pipe(Effect.map((last) => last[0]?.[0] ?? null))
+    const startEnds = yield* Effect.all([lastId(keys.legacy), lastId(keys.current)], { concurrency: 2 }).pipe(Effect.option)
     let started = false
     const recover = Effect.gen(function*() {
       if (!started) {
-        const end = Option.isSome(startEnd) ? startEnd.value : String(yield* now)
-        if (end !== null) yield* scan(end)
+        if (Option.isSome(startEnds)) yield* scanBoth(...startEnds.value)
+        else {
+          const end = String(yield* now)
+          yield* scanBoth(end, end)
+        }
         started = true
       }
       while (true) {
         yield* Effect.sleep(claimIdleMs / 2)
-        yield* scan(String((yield* now) - claimIdleMs))
+        const end = String((yield* now) - claimIdleMs)
+        yield* scanBoth(end, end)
       }
     }).pipe(
       Effect.catch((error) =>
@@ -241,44 +235,28 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
 
     let appending: ReadonlyArray<PendingAppend> = []
     /**
-     * Appends a batch (with the deletions waiting, after its XADDs): what Redis took goes on to
-     * the inserter (or, past streamHeldMax, waits in the stream for a scan); what it refused or did
-     * not answer in time goes to the in-process buffer. Deletions that did not go out wait for the
-     * next pipeline (an XDEL sent twice deletes nothing twice).
+     * Appends a batch as one entry (with the deletions waiting, in the same call): what Redis took
+     * goes on to the inserter (or, past streamHeldMax, waits in the stream for a scan); what it
+     * refused or did not answer in time goes to the in-process buffer. Deletions that did not go
+     * out wait for the next append (an id deleted twice deletes nothing, and counts nothing, twice).
      */
     const appendBatch = (batch: ReadonlyArray<PendingAppend>) => {
-      const ids = deletable
-      deletable = []
+      const ids = takeDeletable()
       deleteQueued = false
       const requeue = Effect.sync(() => {
         deletable = ids.concat(deletable)
       })
       // Not connected: straight to the buffer, so a Redis outage never slows requests.
+      // Issued as a single command, the client's auto-pipelining sends it in the same write as the
+      // other commands of the moment (rate checks, bumps): one write per round trip.
       const refused = isDisconnected(redis.client)
         ? Effect.as(requeue, batch)
-        : redisCommand("XADD", () => {
-          // Issued as single commands, the client's auto-pipelining sends them in the same write
-          // as the other commands of the moment (rate checks, bumps): one write per round trip.
-          const client = redis.client
-          const sent: Array<Promise<PipelineResult>> = []
-          for (const { stored } of batch) sent.push(settled(client.xadd(stream, "*", "id", stored.entryId, "e", encodeEntry(stored))))
-          if (ids.length > 0) sent.push(settled(client.xdel(stream, ...ids)))
-          // The stream's length rides along, so the cap holds while PostgreSQL is down and nothing
-          // is committed.
-          sent.push(settled(client.xlen(stream)))
-          return Promise.all(sent)
-        }, APPEND_TIMEOUT_MS).pipe(
-          Effect.flatMap((results) => {
-            const length = results?.[results.length - 1]?.[1]
-            if (typeof length === "number") backlog = length
-            const deleted = ids.length === 0 ? undefined : results?.[batch.length]
-            const warned = deleted === undefined || deleted[0] === null ? Effect.void : deleteWarning(deleted[0])
-            return Effect.as(warned, batch.filter(({ stored }, i) => {
-              const [error, id] = results?.[i] ?? [null, undefined]
-              if (error !== null || typeof id !== "string") return true
-              Queue.offerUnsafe(journaled, { id, stored })
-              return false
-            }))
+        : journal(batch.map((p) => p.stored), ids, APPEND_TIMEOUT_MS).pipe(
+          Effect.map((id) => {
+            if (batch.length === 0 || id === undefined) return batch
+            const entry: Appended = { id, records: batch.length, left: batch.length }
+            for (const { stored } of batch) Queue.offerUnsafe(held, { entry, stored })
+            return []
           }),
           Effect.onInterrupt(() => requeue),
           Effect.catch((error) =>
@@ -320,16 +298,15 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
         // in the stream, where the next instance to start (or any running one's scan) writes it.
         const deadline = Date.now() + flushBudgetMs(options, shutdown)
         yield* buffer.flush(Math.max(0, deadline - Date.now()))
-        const held = [...committing, ...(yield* Queue.clear(journaled))]
+        const left = [...committing, ...(yield* Queue.clear(held))]
         let written = 0
         const write = Effect.gen(function*() {
-          // Entries committed whose deletion was waiting for the next pipeline.
-          const ids = deletable
-          deletable = []
-          yield* deleteNow(ids)
-          for (let i = 0; i < held.length; i += INSERT_BATCH_MAX) {
-            const batch = held.slice(i, i + INSERT_BATCH_MAX)
-            yield* commit(batch)
+          // Entries committed whose deletion was waiting for the next append.
+          yield* deleteNow(takeDeletable())
+          for (let i = 0; i < left.length; i += INSERT_BATCH_MAX) {
+            const batch = left.slice(i, i + INSERT_BATCH_MAX)
+            yield* commitHeld(batch)
+            yield* deleteNow(takeDeletable())
             written += batch.length
           }
         })
@@ -339,7 +316,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
         )
         if (!done) {
           yield* Effect.logWarning("Audit records left in the stream at shutdown; the next instance writes them").pipe(
-            Effect.annotateLogs({ written, left: held.length - written })
+            Effect.annotateLogs({ written, left: left.length - written })
           )
         }
       })
@@ -352,10 +329,10 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
           : closed
           ? buffer.offer(newEntry(entry))
           : Effect.callback<void>((resume) => {
-            // The request waits for its XADD (so an answered request has a durable record) but
-            // never longer than REQUEST_WAIT_MS from the first record of its batch: a Redis that
-            // accepts and does not answer must not slow requests (docs/audit.md#guarantees); the record still
-            // goes to the stream or the buffer.
+            // The request waits for its entry's append (so an answered request has a durable
+            // record) but never longer than REQUEST_WAIT_MS from the first record of its batch: a
+            // Redis that accepts and does not answer must not slow requests (docs/audit.md#guarantees);
+            // the record still goes to the stream or the buffer.
             let group = open
             if (group === undefined) {
               const waiters: Waiters = { left: 0, timer: undefined, all: [] }

@@ -6,7 +6,7 @@ export interface WriterOptions {
   readonly bufferMax: number
   /** Estimated bytes the in-process buffer holds at most (records are up to ~25 KB); records over it are refused and counted. */
   readonly bufferMaxBytes: number
-  /** Entries the Redis Stream may hold before new records are refused (and counted). */
+  /** Records the Redis Stream may hold before new records are refused (and counted); its entries hold several (Journal.ts). */
   readonly streamMax: number
   /**
    * Records appended to the stream that the Redis writer holds in memory until their batch

@@ -13,6 +13,7 @@ import { randomUUID } from "node:crypto"
 import { connect, type Socket } from "node:net"
 import pg from "pg"
 import { afterEach, describe, expect, it } from "vitest"
+import { journalRecords } from "../support/AuditJournal.ts"
 import { proxiedDatabase } from "../support/DatabaseServer.ts"
 import { type Cleanups, freePort, runCleanups, type Service, startService } from "../support/Launcher.ts"
 import { messageOf, QUIET, untilInFlight } from "../support/Faults.ts"
@@ -75,11 +76,11 @@ const droppedAtShutdown = (running: Service) =>
     .filter((line) => messageOf(line).startsWith("Audit records dropped: database unreachable at shutdown"))
     .reduce((sum, line) => sum + Number(line["dropped"] ?? 0), 0)
 
-/** Entries still in the audit stream (for the next consumer) of a service that used `prefix`. */
+/** Records still in the audit journal (for the next consumer) of a service that used `prefix`. */
 const pendingInStream = async (prefix: string) => {
   const redis = new Redis(TEST_REDIS_URL!, { maxRetriesPerRequest: 1 })
   try {
-    return await redis.xlen(`${prefix}audit:stream`)
+    return (await journalRecords(redis, prefix)).length
   } finally {
     redis.disconnect()
   }

@@ -1,29 +1,36 @@
 /**
- * The Redis Stream audit journal (AuditLogs/StreamWriter.ts):
+ * The Redis Stream audit journal (AuditLogs/StreamWriter.ts, AuditLogs/Journal.ts):
  * - it keeps its cap while PostgreSQL is down (docs/audit.md#guarantees: the Redis Stream buffer keeps its cap
- *   during a database outage): with nothing committed, the stream's length still comes back with
- *   every append, and records past the cap are counted, not appended;
- * - appended records are written from memory and deleted from the stream after their commit;
+ *   during a database outage): with nothing committed, the stream's record count still comes back
+ *   with every append, and records past the cap are counted, not appended;
+ * - the records of concurrent requests go to the stream as one entry: fewer entries than records,
+ *   and a new instance's recovery stores every record of them once;
+ * - appended records are written from memory and deleted from the stream after their commit; an
+ *   entry whose records were inserted in two batches is deleted only after the second;
  * - entries nobody writes (a killed instance's) are written by the recovery scan: at start all of
- *   them, later those older than `claimIdle` — each stored once;
- * - committed entries are deleted with the next pipeline of appends (or on their own when none
- *   comes), never before their record committed;
+ *   them, later those older than `claimIdle` — each stored once; in this release's stream and in
+ *   the previous release's (single-record entries, written during a rolling update);
+ * - committed entries are deleted with the next append (or on their own when none comes), never
+ *   before their records committed;
  * - a Redis that accepts and never answers does not hold requests: the concurrent records of a
- *   batch share one deadline, go on without their XADD, and are stored from the in-process buffer;
- * - an entry carries `request_data` as an object, as the entries of the previous version did.
+ *   batch share one deadline, go on without their append, and are stored from the in-process buffer;
+ * - a record in an entry carries `request_data` as an object, as the entries of the previous
+ *   release did.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Logger, Redacted, type Scope } from "effect"
 import { SqlError } from "effect/sql"
-import type { Redis } from "ioredis"
+import type { Command, Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import type { AuditEntry, StoredEntry } from "../../src/AuditLogs/Entry.ts"
-import { AuditRepo } from "../../src/AuditLogs/Repo.ts"
+import { JOURNAL_LUA } from "../../src/AuditLogs/Journal.ts"
+import { AuditRepo, INSERT_BATCH_MAX } from "../../src/AuditLogs/Repo.ts"
 import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
 import { makeStreamAuditLog } from "../../src/AuditLogs/StreamWriter.ts"
 import { defaultWriterOptions } from "../../src/AuditLogs/WriterOptions.ts"
 import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
-import { RedisClient } from "../../src/Store/Redis.ts"
+import { defineScript, RedisClient } from "../../src/Store/Redis.ts"
+import { journalEntries, journalKeys, journalRecords } from "../support/AuditJournal.ts"
 import { readMetric } from "../support/Metrics.ts"
 import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
@@ -35,101 +42,147 @@ const entry = (n: number): AuditEntry => ({
   response_status: 200, duration_ms: 1, request_data: {}, error_message: null
 })
 
+const range = (from: number, count: number) => Array.from({ length: count }, (_, i) => from + i)
+const requestIds = (from: number, count: number) => range(from, count).map((n) => `r${n}`).sort()
+
 /**
- * PostgreSQL as the writer sees it: every committed batch is kept in `inserted`; while `down` is
- * true each insert fails as an unreachable server does (the writer retries it).
+ * PostgreSQL as the writer sees it: every committed batch is kept in `inserted` (and in `batches`,
+ * as it came); while `down` is true each insert fails as an unreachable server does (the writer
+ * retries it); while `held` is set each insert waits for it, as a statement waits for a lock.
+ * `beforeInsert` sees each batch before it commits.
  */
-const fakeRepo = (options: { down: boolean }) => {
+const fakeRepo = (options: { down: boolean; held?: Promise<void> | undefined }) => {
   const inserted: Array<StoredEntry> = []
+  const batches: Array<ReadonlyArray<StoredEntry>> = []
+  const hooks: { beforeInsert?: (batch: ReadonlyArray<StoredEntry>) => Promise<void> } = {}
+  const commit = (batch: ReadonlyArray<StoredEntry>) =>
+    Effect.promise(async () => {
+      if (options.held !== undefined) await options.held
+      await hooks.beforeInsert?.(batch)
+      batches.push(batch)
+      inserted.push(...batch)
+    })
   const layer = Layer.succeed(AuditRepo, AuditRepo.of({
     // Decided when the insert runs (a retry runs the same effect again), as a real statement is.
     insertBatch: (batch) =>
       Effect.suspend(() =>
         options.down
           ? Effect.fail(new SqlError.SqlError({ reason: new SqlError.ConnectionError({ cause: new Error("ECONNREFUSED"), message: "down", operation: "connect" }) }))
-          : Effect.sync(() => void inserted.push(...batch))
+          : commit(batch)
       ),
     page: () => Effect.die("unused"),
     findById: () => Effect.die("unused"),
     statements: { pageRows: () => { throw new Error("unused") }, total: () => { throw new Error("unused") } }
   }))
-  return { inserted, layer }
+  return { inserted, batches, hooks, layer }
 }
-
-/** An entry as another instance appends it (StreamWriter's own field layout). */
-const foreignEntry = (client: Redis, stream: string, entryId: string, n: number) =>
-  client.xadd(stream, "*", "id", entryId, "e", JSON.stringify({ ...entry(n), timestamp: new Date().toISOString() }))
 
 /**
- * Watches the writer's pipelines: the XADDs and XDELs each carries, which stream entry is which
- * record (from the XADD replies), and every XDEL of an entry whose record `committed` does not hold.
+ * Records every batch inserted whose records were not all in the journal when it committed: an
+ * entry deleted before all its records committed (none should be).
  */
-const watchPipelines = (client: Redis, committed: (entryId: string) => boolean) => {
-  const pipelines: Array<{ xadds: Array<string>; xdels: number }> = []
-  const entryOf = new Map<string, string>()
-  const deletedEarly: Array<string> = []
-  const original = client.pipeline.bind(client)
-  client.pipeline = ((...args: Parameters<typeof original>) => {
-    const pipeline = original(...args)
-    const seen = { xadds: [] as Array<string>, xdels: 0 }
-    pipelines.push(seen)
-    const xadd = pipeline.xadd.bind(pipeline) as (...a: Array<string | number>) => typeof pipeline
-    const xdel = pipeline.xdel.bind(pipeline) as (...a: Array<string>) => typeof pipeline
-    const exec = pipeline.exec.bind(pipeline)
-    Object.assign(pipeline, {
-      xadd: (...a: Array<string | number>) => {
-        seen.xadds.push(String(a[3]))
-        return xadd(...a)
-      },
-      xdel: (stream: string, ...ids: Array<string>) => {
-        seen.xdels += ids.length
-        for (const id of ids) if (!committed(entryOf.get(id) ?? "")) deletedEarly.push(id)
-        return xdel(stream, ...ids)
-      },
-      // ioredis's auto-pipelining calls exec with a callback: passed on, and its own promise returned.
-      exec: (...a: Parameters<typeof exec>) => {
-        const results = exec(...a)
-        void results.then((replies) =>
-          seen.xadds.forEach((entryId, i) => {
-            const id = replies?.[i]?.[1]
-            if (typeof id === "string") entryOf.set(id, entryId)
-          }), () => {})
-        return results
-      }
-    })
-    return pipeline
-  }) as typeof client.pipeline
-  return { pipelines, deletedEarly }
+const watchEarlyDeletes = (repo: ReturnType<typeof fakeRepo>, client: Redis, prefix: string) => {
+  const missing: Array<string> = []
+  repo.hooks.beforeInsert = async (batch) => {
+    const journaled = new Set((await journalRecords(client, prefix)).map((r) => r.entryId))
+    for (const { entryId } of batch) if (!journaled.has(entryId)) missing.push(entryId)
+  }
+  return missing
 }
 
-/** Waits until the writer has written and deleted every entry of the stream (nothing signals it). */
-const untilEmpty = (client: Redis, stream: string) =>
-  Effect.gen(function*() {
-    yield* Effect.promise(() => eventually(async () => (await client.xlen(stream)) === 0, `${stream} emptied`))
-  })
+/** An entry as an instance of the previous release appends it to its stream: one record, fields `id` and `e`. */
+const legacyEntry = (client: Redis, prefix: string, entryId: string, n: number) =>
+  client.xadd(journalKeys(prefix).legacy, "*", "id", entryId, "e", JSON.stringify({ ...entry(n), timestamp: new Date().toISOString() }))
+
+/** An entry as another instance of this release appends it: `n` records, as a JSON array in `r`. */
+const currentEntry = (client: Redis, prefix: string, records: ReadonlyArray<{ entryId: string; n: number }>) =>
+  client.xadd(
+    journalKeys(prefix).current, "*", "n", records.length,
+    "r", JSON.stringify(records.map(({ entryId, n }) => ({ entry_id: entryId, ...entry(n), timestamp: new Date().toISOString() })))
+  )
+
+/**
+ * Watches the writer's journal calls (the commands its client sends, auto-pipelined): for each
+ * append/delete call on `prefix`'s stream, the records it appends and the entries it deletes.
+ */
+const watchJournal = (client: Redis, prefix: string) => {
+  const key = journalKeys(prefix).current
+  const calls: Array<{ records: number; deletions: number }> = []
+  const original = client.pipeline.bind(client)
+  client.pipeline = ((...args: Parameters<typeof original>) => {
+    const pipeline = original(...args) as ReturnType<typeof original> & { sendCommand: (command: Command) => unknown }
+    const send = pipeline.sendCommand.bind(pipeline)
+    pipeline.sendCommand = (command: Command) => {
+      // EVALSHA sha numkeys stream count records n [id count]…
+      const a = command.args.map(String)
+      if ((command.name === "evalsha" || command.name === "eval") && a[2] === key) calls.push({ records: Number(a[4]), deletions: (a.length - 6) / 2 })
+      return send(command)
+    }
+    return pipeline
+  }) as typeof client.pipeline
+  return calls
+}
+
+/** Waits until the writer has written and deleted every entry of both streams (nothing signals it). */
+const untilEmpty = (client: Redis, prefix: string) =>
+  Effect.promise(() => eventually(async () => (await journalRecords(client, prefix)).length === 0, `${prefix} journal emptied`))
 
 const streamFull = async () => (await readMetric(auditRecordsDroppedTotal)).firstOrZero("audit_records_dropped_total", { reason: "stream_full" })
-
-const prefix = `test:${randomUUID()}:`
 
 /** Runs a test's effect with `repo` as the database and Redis under `keyPrefix`. */
 const withRepo = (repo: ReturnType<typeof fakeRepo>, keyPrefix: string, redisUrl = TEST_REDIS_URL ?? "") =>
   <A, E>(self: Effect.Effect<A, E, RedisClient | AuditRepo | Scope.Scope>) =>
     self.pipe(Effect.scoped, Effect.provide(repo.layer), Effect.provide(RedisClient.layer(Redacted.make(redisUrl), keyPrefix)))
 
+/** `count` requests at once, each awaiting its record. */
+const burst = (audit: { record: (e: AuditEntry) => Effect.Effect<void> }, from: number, count: number) =>
+  Effect.forEach(range(from, count), (n) => audit.record(entry(n)), { concurrency: "unbounded", discard: true })
+
 describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () => {
-  it.live("during a PostgreSQL outage, holds its cap: records past streamMax are counted stream_full, the stream stops growing", () =>
-    Effect.gen(function*() {
+  it.live("during a PostgreSQL outage, holds its cap in records: records past streamMax are counted stream_full, the stream stops growing", () => {
+    const p = `test:${randomUUID()}:`
+    return Effect.gen(function*() {
       const before = yield* Effect.promise(streamFull)
       const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, streamMax: 5, flushTimeout: "100 millis" })
       // One at a time, each awaited as a request awaits its record.
       for (let i = 0; i < 12; i++) yield* audit.record(entry(i))
       const { client } = yield* RedisClient
-      const length = yield* Effect.promise(() => client.xlen(`${prefix}audit:stream`))
-      expect(length).toBe(5)
+      expect(yield* Effect.promise(() => client.xlen(journalKeys(p).current))).toBe(5)
+      expect(yield* Effect.promise(() => client.get(journalKeys(p).records))).toBe("5")
       expect((yield* Effect.promise(streamFull)) - before).toBe(7)
-      yield* Effect.promise(() => client.del(`${prefix}audit:stream`))
-    }).pipe(withRepo(fakeRepo({ down: true }), prefix)))
+      yield* Effect.promise(() => client.del(journalKeys(p).current, journalKeys(p).records))
+    }).pipe(withRepo(fakeRepo({ down: true }), p))
+  })
+
+  it.live("the stream's record count follows every append and deletion: an id deleted twice counts once, the count goes with the last entry", () => {
+    const p = `test:${randomUUID()}:`
+    return Effect.gen(function*() {
+      const { client } = yield* RedisClient
+      const keys = journalKeys(p)
+      const journal = defineScript<[string, number]>(client, "auditJournal", 2, JOURNAL_LUA)
+      const call = (...args: ReadonlyArray<string | number>) => Effect.promise(() => journal(keys.current, keys.records, ...args))
+      const [a, afterA] = yield* call(3, "[]")
+      const [b, afterB] = yield* call(2, "[]")
+      expect([afterA, afterB]).toEqual([3, 5])
+      // A (3 records) deleted with C appended; then A again (a scan came first) and nothing changes.
+      const [c, afterC] = yield* call(4, "[]", a, 3)
+      expect(afterC).toBe(6)
+      expect(yield* call(0, "", a, 3)).toEqual(["", 6])
+      // Deletions alone; the last one takes the count with it.
+      expect(yield* call(0, "", b, 2)).toEqual(["", 4])
+      expect(yield* Effect.promise(() => client.get(keys.records))).toBe("4")
+      expect(yield* call(0, "", c, 4)).toEqual(["", 0])
+      expect(yield* Effect.promise(() => client.exists(keys.records))).toBe(0)
+      // A count lost while entries remain (an evicted key) never goes below 0.
+      const [d] = yield* call(2, "[]")
+      const [e] = yield* call(1, "[]")
+      yield* Effect.promise(() => client.del(keys.records))
+      expect(yield* call(0, "", d, 2)).toEqual(["", 0])
+      expect(yield* call(0, "", e, 1)).toEqual(["", 0])
+      expect(yield* Effect.promise(() => client.exists(keys.current, keys.records))).toBe(1) // the empty stream stays
+      yield* Effect.promise(() => client.del(keys.current))
+    }).pipe(withRepo(fakeRepo({ down: false }), p))
+  })
 
   it.live("writes appended records from memory and deletes their entries once committed", () => {
     const p = `test:${randomUUID()}:`
@@ -140,68 +193,138 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       const { client } = yield* RedisClient
       // Committed batches leave the stream: wait for the inserter, then for the XDEL.
       yield* Effect.promise(() => eventually(() => repo.inserted.length >= 20, "20 record(s) stored"))
-      yield* untilEmpty(client, `${p}audit:stream`)
-      expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(Array.from({ length: 20 }, (_, i) => `r${i}`).sort())
+      yield* untilEmpty(client, p)
+      expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(requestIds(0, 20))
       expect(new Set(repo.inserted.map((s) => s.entryId)).size).toBe(20)
+      // The record count goes with the last entry.
+      expect(yield* Effect.promise(() => client.exists(journalKeys(p).records))).toBe(0)
     }).pipe(withRepo(repo, p))
   })
 
-  it.live("deletes committed entries with the next appends or on their own, never before their commit", () => {
+  it.live("a burst of concurrent records is fewer entries than records; after a restart the new instance stores every record once", () => {
+    const p = `test:${randomUUID()}:`
+    const down = fakeRepo({ down: true })
+    const up = fakeRepo({ down: false })
+    return Effect.gen(function*() {
+      // PostgreSQL away: 100 concurrent requests, each answered once its record is in the stream;
+      // then the instance stops (its flush cannot reach PostgreSQL: the records stay in the stream).
+      yield* Effect.gen(function*() {
+        const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "100 millis" })
+        yield* burst(audit, 500, 100)
+        const { client } = yield* RedisClient
+        const { current } = yield* Effect.promise(() => journalEntries(client, p))
+        console.log(`[audit stream] 100 concurrent records: ${current.length} stream entries`)
+        expect(current.length).toBeLessThan(100)
+        expect(current.flatMap((e) => e.records).map((r) => r.entry.request_id).sort()).toEqual(requestIds(500, 100))
+        expect(current.reduce((n, e) => n + e.counted, 0)).toBe(100)
+        expect(yield* Effect.promise(() => client.get(journalKeys(p).records))).toBe("100")
+      }).pipe(withRepo(down, p))
+      expect(down.inserted).toEqual([])
+      // The next instance, PostgreSQL back: its start scan writes every record of those entries.
+      yield* Effect.gen(function*() {
+        yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
+        const { client } = yield* RedisClient
+        yield* untilEmpty(client, p)
+        expect(up.inserted.map((s) => s.entry.request_id).sort()).toEqual(requestIds(500, 100))
+        expect(new Set(up.inserted.map((s) => s.entryId)).size).toBe(100)
+      }).pipe(withRepo(up, p))
+    })
+  })
+
+  it.live("an entry whose records are inserted in two batches is deleted only after the second committed", () => {
+    const p = `test:${randomUUID()}:`
+    let release = () => {}
+    const database: { down: boolean; held?: Promise<void> | undefined } = { down: false, held: new Promise<void>((resolve) => (release = resolve)) }
+    const repo = fakeRepo(database)
+    return Effect.gen(function*() {
+      const { client } = yield* RedisClient
+      const early = watchEarlyDeletes(repo, client, p)
+      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
+      // PostgreSQL holds the first batch; behind it two bursts wait in memory, more than one batch.
+      yield* audit.record(entry(0))
+      yield* burst(audit, 1, 300)
+      yield* burst(audit, 301, 300)
+      const { current } = yield* Effect.promise(() => journalEntries(client, p))
+      const entryOf = new Map(current.flatMap((e) => e.records.map((r) => [r.entryId, e.id] as const)))
+      expect(entryOf.size).toBe(601)
+      database.held = undefined
+      release()
+      yield* untilEmpty(client, p)
+      expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(requestIds(0, 601))
+      expect(repo.batches.every((b) => b.length <= INSERT_BATCH_MAX)).toBe(true)
+      // Some entry had records in two batches (the first after the held one ended inside an entry)…
+      const batchesOf = new Map<string, Set<number>>()
+      repo.batches.forEach((batch, i) => batch.forEach(({ entryId }) => batchesOf.set(entryOf.get(entryId)!, (batchesOf.get(entryOf.get(entryId)!) ?? new Set()).add(i))))
+      expect([...batchesOf.values()].some((batches) => batches.size > 1)).toBe(true)
+      // …and every record was still in the stream when its batch committed.
+      expect(early).toEqual([])
+    }).pipe(withRepo(repo, p))
+  })
+
+  it.live("deletes committed entries with the next appends or on their own, never before their records committed", () => {
     const p = `test:${randomUUID()}:`
     const repo = fakeRepo({ down: false })
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
-      const watched = watchPipelines(client, (entryId) => repo.inserted.some((s) => s.entryId === entryId))
+      const calls = watchJournal(client, p)
+      const early = watchEarlyDeletes(repo, client, p)
       // Batches committed as soon as they are taken, so that some commit while these records still come.
       const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, commitLinger: 0, flushTimeout: "1 second" })
       // 20 requests at a time, 10 each, each awaiting its record.
-      yield* Effect.forEach(Array.from({ length: 20 }, (_, w) => w), (w) =>
-        Effect.forEach(Array.from({ length: 10 }, (_, i) => entry(1000 + w * 10 + i)), (e) => audit.record(e), { discard: true }), {
+      yield* Effect.forEach(range(0, 20), (w) => Effect.forEach(range(1000 + w * 10, 10), (n) => audit.record(entry(n)), { discard: true }), {
         concurrency: "unbounded",
         discard: true
       })
       yield* Effect.promise(() => eventually(() => repo.inserted.length >= 200, "200 record(s) stored"))
-      yield* untilEmpty(client, `${p}audit:stream`)
-      const both = watched.pipelines.filter((x) => x.xadds.length > 0 && x.xdels > 0).length
-      const alone = watched.pipelines.filter((x) => x.xadds.length === 0 && x.xdels > 0).length
-      console.log(`[audit stream] 200 records: ${watched.pipelines.length} pipelines, ${both} carrying appends and deletions, ${alone} deletions alone`)
-      expect(watched.deletedEarly).toEqual([])
-      // Records keep coming while batches commit: their deletions ride the appends' pipelines.
+      yield* untilEmpty(client, p)
+      const appends = calls.filter((c) => c.records > 0)
+      const both = appends.filter((c) => c.deletions > 0).length
+      const alone = calls.filter((c) => c.records === 0).length
+      console.log(`[audit stream] 200 records: ${appends.length} entries, ${both} appends carrying deletions, ${alone} deletions alone`)
+      expect(early).toEqual([])
+      expect(appends.reduce((n, c) => n + c.records, 0)).toBe(200)
+      // Records keep coming while batches commit: their deletions ride the appends.
       expect(both).toBeGreaterThan(0)
-      expect(watched.pipelines.reduce((n, x) => n + x.xdels, 0)).toBe(200)
+      // Every entry deleted once.
+      expect(calls.reduce((n, c) => n + c.deletions, 0)).toBe(appends.length)
     }).pipe(withRepo(repo, p))
   })
 
-  it.live("at start, writes the entries already in the stream (a killed instance's) and deletes them", () => {
+  it.live("at start, writes the entries already in both streams (a killed instance's, of this release and of the previous one) and deletes them", () => {
     const p = `test:${randomUUID()}:`
     const repo = fakeRepo({ down: false })
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
-      const ids = Array.from({ length: 3 }, () => randomUUID())
-      for (const [n, id] of ids.entries()) yield* Effect.promise(() => foreignEntry(client, `${p}audit:stream`, id, 100 + n))
+      const legacy = range(0, 3).map(() => randomUUID())
+      for (const [i, id] of legacy.entries()) yield* Effect.promise(() => legacyEntry(client, p, id, 100 + i))
+      const current = range(0, 2).map(() => randomUUID())
+      yield* Effect.promise(() => currentEntry(client, p, current.map((entryId, i) => ({ entryId, n: 103 + i }))))
       yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
-      yield* untilEmpty(client, `${p}audit:stream`)
-      expect(repo.inserted.map((s) => s.entryId).sort()).toEqual([...ids].sort())
-      expect(repo.inserted.map((s) => s.entry.resource).sort()).toEqual(["/authors/100", "/authors/101", "/authors/102"])
+      yield* untilEmpty(client, p)
+      expect(repo.inserted.map((s) => s.entryId).sort()).toEqual([...legacy, ...current].sort())
+      expect(repo.inserted.map((s) => s.entry.resource).sort()).toEqual(range(100, 5).map((n) => `/authors/${n}`))
     }).pipe(withRepo(repo, p))
   })
 
-  it.live("while running, writes entries older than claimIdle that nobody wrote", () => {
+  it.live("while running, writes entries older than claimIdle that nobody wrote, in both streams", () => {
     const p = `test:${randomUUID()}:`
     const repo = fakeRepo({ down: false })
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
       // The start scan is over once this entry is written and gone.
       const early = randomUUID()
-      yield* Effect.promise(() => foreignEntry(client, `${p}audit:stream`, early, 6))
+      yield* Effect.promise(() => legacyEntry(client, p, early, 6))
       yield* makeStreamAuditLog({ ...defaultWriterOptions, claimIdle: "300 millis", flushTimeout: "1 second" })
-      yield* untilEmpty(client, `${p}audit:stream`)
+      yield* untilEmpty(client, p)
       expect(repo.inserted.map((s) => s.entryId)).toEqual([early])
-      // Appended after the start scan, by another (since killed) instance: only the periodic scan writes it.
-      const orphan = randomUUID()
-      yield* Effect.promise(() => foreignEntry(client, `${p}audit:stream`, orphan, 7))
-      yield* untilEmpty(client, `${p}audit:stream`)
-      expect(repo.inserted.map((s) => s.entryId)).toEqual([early, orphan])
+      // Appended after the start scan, by other (since killed) instances, one of each release:
+      // only the periodic scan writes them.
+      const legacyOrphan = randomUUID()
+      const currentOrphans = [randomUUID(), randomUUID()]
+      yield* Effect.promise(() => legacyEntry(client, p, legacyOrphan, 7))
+      yield* Effect.promise(() => currentEntry(client, p, currentOrphans.map((entryId, i) => ({ entryId, n: 8 + i }))))
+      yield* untilEmpty(client, p)
+      expect(repo.inserted.map((s) => s.entryId).sort()).toEqual([early, legacyOrphan, ...currentOrphans].sort())
     }).pipe(withRepo(repo, p))
   })
 
@@ -214,12 +337,14 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, streamHeldMax: 2, claimIdle: "300 millis", flushTimeout: "1 second" })
       // Each awaited as a request awaits its record: all 10 are in the stream, at most 2 (+ the batch being retried) in memory.
       for (let i = 0; i < 10; i++) yield* audit.record(entry(200 + i))
-      expect(yield* Effect.promise(() => client.xlen(`${p}audit:stream`))).toBe(10)
+      // And a burst: one entry, whose records are partly left out of memory.
+      yield* burst(audit, 210, 10)
+      expect((yield* Effect.promise(() => journalRecords(client, p))).map((r) => r.entry.request_id).sort()).toEqual(requestIds(200, 20))
       expect(repo.inserted).toEqual([])
       // Back: the held records are written by the writer, the others by the scan once claimIdle old.
       database.down = false
-      yield* untilEmpty(client, `${p}audit:stream`)
-      expect([...new Set(repo.inserted.map((s) => s.entry.request_id))].sort()).toEqual(Array.from({ length: 10 }, (_, i) => `r${200 + i}`).sort())
+      yield* untilEmpty(client, p)
+      expect([...new Set(repo.inserted.map((s) => s.entry.request_id))].sort()).toEqual(requestIds(200, 20))
     }).pipe(withRepo(repo, p))
   })
 
@@ -239,22 +364,19 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
           yield* audit.record(entry(400))
           yield* Effect.promise(() => eventually(() => repo.inserted.length >= 1, "1 record(s) stored"))
           proxy.blackhole()
-          yield* Effect.forEach(Array.from({ length: 50 }, (_, i) => entry(401 + i)), (e) => audit.record(e), {
-            concurrency: "unbounded",
-            discard: true
-          })
-          // They went on while their XADDs were still unanswered, not when the append gave up.
+          yield* burst(audit, 401, 50)
+          // They went on while their append was still unanswered, not when it gave up.
           expect(logged.filter((m) => m.startsWith("Audit stream unavailable"))).toEqual([])
           yield* Effect.promise(() => eventually(() => repo.inserted.length >= 51, "51 record(s) stored"))
           expect(logged.filter((m) => m.startsWith("Audit stream unavailable"))).toHaveLength(1)
-          expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(Array.from({ length: 51 }, (_, i) => `r${400 + i}`).sort())
+          expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(requestIds(400, 51))
           yield* Effect.promise(() => proxy.restore())
         }).pipe(withRepo(repo, p, viaProxy(TEST_REDIS_URL ?? "", proxy)), Effect.provide(logger)),
       (proxy) => Effect.promise(() => proxy.close())
     )
   })
 
-  it.live("a stream entry holds request_data as an object (the previous version's layout), captured text spliced in", () => {
+  it.live("an entry's records hold request_data as an object (the previous release's layout), captured text spliced in", () => {
     const p = `test:${randomUUID()}:`
     const repo = fakeRepo({ down: true })
     return Effect.gen(function*() {
@@ -262,16 +384,15 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       const data = captureRequestData({ page: "2" }, { name: "x\u0000", password: "secret" })
       yield* audit.record({ ...entry(300), request_data: data, error_message: "bad \"quote\"" })
       const { client } = yield* RedisClient
-      const entries = yield* Effect.promise(() => client.xrange(`${p}audit:stream`, "-", "+"))
+      const entries = yield* Effect.promise(() => client.xrange(journalKeys(p).current, "-", "+"))
       expect(entries).toHaveLength(1)
       const fields = entries[0]![1]
-      expect(fields[0]).toBe("id")
-      expect(fields[2]).toBe("e")
-      expect(JSON.parse(fields[3]!)).toEqual({
-        ...entry(300), timestamp: expect.any(String), request_data: { query: { page: "2" }, body: { name: "x\u0000", password: "[REDACTED]" } },
-        error_message: "bad \"quote\""
-      })
-      yield* Effect.promise(() => client.del(`${p}audit:stream`))
+      expect([fields[0], fields[1], fields[2]]).toEqual(["n", "1", "r"])
+      expect(JSON.parse(fields[3]!)).toEqual([{
+        entry_id: expect.any(String), ...entry(300), timestamp: expect.any(String),
+        request_data: { query: { page: "2" }, body: { name: "x\u0000", password: "[REDACTED]" } }, error_message: "bad \"quote\""
+      }])
+      yield* Effect.promise(() => client.del(journalKeys(p).current, journalKeys(p).records))
     }).pipe(withRepo(repo, p))
   })
 })

@@ -1,0 +1,55 @@
+/**
+ * The audit journal's entry layouts (src/AuditLogs/Journal.ts, docs/audit.md#the-redis-journal):
+ * an entry of this release holds its records as a JSON array and reads back as they were written;
+ * an entry of the previous release (one record, fields `id` and `e`) reads back as its one record;
+ * an entry that is neither reads back with no record (deleted unwritten).
+ */
+import { describe, expect, it } from "vitest"
+import type { AuditEntry, StoredEntry } from "../../src/AuditLogs/Entry.ts"
+import { encodeRecords, parseJournal } from "../../src/AuditLogs/Journal.ts"
+import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
+
+const entry = (n: number): AuditEntry => ({
+  timestamp: new Date(1_700_000_000_000 + n), user_id: "u1", username: "user", user_roles: ["admin"], action_type: "GET",
+  resource: `/authors/${n}`, outcome: "success", ip_address: "127.0.0.1", user_agent: "test", request_id: `r${n}`,
+  correlation_id: "c", response_status: 200, duration_ms: 1, request_data: {}, error_message: null
+})
+
+/** A record as it reads back: `request_data` as the object its captured text is. */
+const readBack = ({ entryId, entry: e }: StoredEntry) => ({
+  entryId,
+  entry: { ...e, request_data: typeof e.request_data === "string" ? JSON.parse(e.request_data) : e.request_data }
+})
+
+describe("audit journal entries", () => {
+  it("an entry of many records reads back as its records, request_data captured text included", () => {
+    const records: Array<StoredEntry> = [
+      { entryId: "a", entry: entry(1) },
+      { entryId: "b", entry: { ...entry(2), request_data: captureRequestData({ q: "x" }, { password: "p", name: "\u0000" }), error_message: "bad \"x\"" } }
+    ]
+    const [read] = parseJournal([["1-0", ["n", "2", "r", encodeRecords(records)]]])
+    expect(read).toEqual({ id: "1-0", counted: 2, records: records.map(readBack) })
+    expect(read!.records[1]!.entry.request_data).toEqual({ query: { q: "x" }, body: { password: "[REDACTED]", name: "\u0000" } })
+  })
+
+  it("an entry of the previous release reads back as its one record", () => {
+    const json = JSON.stringify({ ...entry(3), timestamp: entry(3).timestamp.toISOString() })
+    expect(parseJournal([["2-0", ["id", "c", "e", json]]])).toEqual([{ id: "2-0", counted: 0, records: [{ entryId: "c", entry: entry(3) }] }])
+  })
+
+  it("an entry that is neither, or not JSON, reads back with no record; a record without its entry_id is left out", () => {
+    const withoutId = JSON.stringify([{ ...entry(4), timestamp: entry(4).timestamp.toISOString() }])
+    expect(parseJournal([
+      ["3-0", ["x", "y"]],
+      ["4-0", ["n", "1", "r", "not json"]],
+      ["5-0", ["n", "1", "r", withoutId]],
+      ["6-0", ["id", "d", "e", "{"]]
+    ])).toEqual([
+      { id: "3-0", counted: 0, records: [] },
+      { id: "4-0", counted: 1, records: [] },
+      { id: "5-0", counted: 1, records: [] },
+      { id: "6-0", counted: 0, records: [] }
+    ])
+    expect(parseJournal("not an array")).toEqual([])
+  })
+})
