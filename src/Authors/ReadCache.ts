@@ -50,8 +50,8 @@ import {
   readCacheMissesTotal
 } from "../Observability/Metrics.ts"
 import { AppConfig } from "../Config.ts"
-import type { Observed } from "../Domain/RequestContext.ts"
-import { clockCounterLua, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import type { GenerationKey, Observed } from "../Domain/RequestContext.ts"
+import { clockCounterLua, clockRecordLua, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { CHANGES_CHANNEL, type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
 import { ReadAnswer, textBytes } from "./ReadAnswers.ts"
 
@@ -68,9 +68,54 @@ export const scopeOfId = (id: number): Scope => ((id % ID_SHARDS) + ID_SHARDS) %
 /** A read filtered by id depends on that id's row only; any other read on the whole list. */
 export const scopeOf = (filters: { readonly id?: number | undefined }): Scope =>
   filters.id === undefined ? LIST_SCOPE : scopeOfId(filters.id)
-export const scopeName = (scope: Scope) => (scope === LIST_SCOPE ? "list" : `id:${scope}`)
+/** The list's generations record (Store/Redis.ts `clockRecordLua`), without REDIS_KEY_PREFIX. */
+export const LIST_GENERATION_KEY = "authors:gen:all"
 /** The scope's Redis generation key, without REDIS_KEY_PREFIX. */
-export const generationKeyOf = (scope: Scope) => `authors:gen:${scopeName(scope)}`
+export const generationKeyOf = (scope: Scope) => (scope === LIST_SCOPE ? LIST_GENERATION_KEY : `authors:gen:id:${scope}`)
+const LIST_GENERATION: GenerationKey = { key: LIST_GENERATION_KEY, record: true }
+
+/** What a write did to its author: only a create can leave the list's rows as they were. */
+export type WriteKind = "create" | "update" | "delete"
+
+/**
+ * The list's generations: `rows` changes with every write but an *append* (a create whose id is
+ * above `high`, the largest id appended so far), `count` with every create and delete (and
+ * update: simpler, and rare). BUMP_LUA keeps them so in Redis; this class in the process.
+ */
+export class ListGenerations {
+  private rows = 0
+  private count = 0
+  private high = 0
+  written(id: number, kind: WriteKind) {
+    if (kind === "create" && id > this.high) this.high = id
+    else this.rows++
+    this.count++
+  }
+  /** As Redis's record reads: `rows.count.high`. */
+  get value() {
+    return `${this.rows}.${this.count}.${this.high}`
+  }
+}
+
+/** A list tag's parts: a page's rows and its total each depend on one of them (Authors.ts `readPage`). */
+export interface ListTags {
+  /** The tag of a full page's rows: its `rows` generation and the list's epoch. */
+  readonly rows: string
+  /** The tag of the total: its `count` generation and the list's epoch. */
+  readonly count: string
+  /** The largest id appended when the tag was read. */
+  readonly high: number
+}
+
+/** The parts of a list tag (`rows.count.high:epoch`); undefined when it is not one. */
+export const listTagsOf = (tag: string): ListTags | undefined => {
+  const colon = tag.lastIndexOf(":")
+  const parts = tag.slice(0, colon).split(".")
+  const high = Number(parts[2])
+  if (colon === -1 || parts.length !== 3 || !Number.isSafeInteger(high)) return undefined
+  const epoch = tag.slice(colon)
+  return { rows: `${parts[0]}${epoch}`, count: `${parts[1]}${epoch}`, high }
+}
 
 /** Bytes counted per entry besides its text: the entry, its key and tag, the map's slot. */
 export const ENTRY_OVERHEAD_BYTES = 256
@@ -147,7 +192,8 @@ export class AnswerStore {
 
 /**
  * This process's side of the tags: an epoch per scope, and whether tags can be checked at all (the
- * feed of outside writes is up).
+ * feed of outside writes is up). A write made here bumps its id's shard; the list's epoch moves
+ * only with outside writes (or a bump that failed), its writes move its generations.
  */
 export class LocalEpochs {
   private readonly epochs = new Float64Array(ID_SHARDS + 1)
@@ -155,13 +201,12 @@ export class LocalEpochs {
   constructor(checkable: boolean) {
     this.checkable = checkable
   }
-  /** `shared` is the scope's Redis generation (none without Redis). */
+  /** `shared` is the scope's generation: Redis's, or the list's `ListGenerations` (none for a shard without Redis). */
   tag(scope: Scope, shared: string | undefined): string {
     return shared === undefined ? `${this.epochs[scope]}` : `${shared}:${this.epochs[scope]}`
   }
-  /** A write of author `id`: the list and the id's shard. */
+  /** A write of author `id` made here: the id's shard. */
   written(id: number) {
-    this.epochs[LIST_SCOPE]!++
     this.epochs[scopeOfId(id)]!++
   }
   all() {
@@ -176,19 +221,27 @@ export class LocalEpochs {
   }
 }
 
-/** KEYS = the generations a write bumps. */
-const BUMP_LUA = `for i = 1, #KEYS do
-${clockCounterLua("_", "KEYS[i]")}  redis.call('INCR', KEYS[i])
+/**
+ * KEYS[1] = the list's record, KEYS[2] = the id's shard; ARGV = the write's kind, the id. The list's
+ * rule is `ListGenerations.written`'s.
+ */
+const BUMP_LUA = `${clockRecordLua("list", "KEYS[1]")}local id = tonumber(ARGV[2])
+if ARGV[1] == 'create' and id > tonumber(list_r[3] or '0') then
+  redis.call('HSET', KEYS[1], 'high', ARGV[2])
+else
+  redis.call('HINCRBY', KEYS[1], 'rows', 1)
 end
+redis.call('HINCRBY', KEYS[1], 'count', 1)
+${clockCounterLua("shard", "KEYS[2]")}redis.call('INCR', KEYS[2])
 return 1
 `
 
 export interface ReadCacheShape {
   /**
-   * The key (without REDIS_KEY_PREFIX) of the generation a read of `scope` needs from its rate
-   * check; undefined when it needs none (generations in process, or the cache off).
+   * The generation a read of `scope` needs from its rate check; undefined when it needs none
+   * (generations in process, or the cache off).
    */
-  readonly generationKey: (scope: Scope) => string | undefined
+  readonly generationKey: (scope: Scope) => GenerationKey | undefined
   /**
    * The tag of a read of `scope` starting now, from the generation its rate check observed (with
    * Redis); undefined when it cannot be checked: the read goes to the database and is not stored.
@@ -204,8 +257,10 @@ export interface ReadCacheShape {
    * counted: the caller goes on to `read`, which counts the miss and shares concurrent loads.
    */
   readonly peek: (key: string, tag: string) => ReadAnswer | undefined
+  /** Stores an answer read under `tag` (a part of a page read with its rows: Authors.ts `readPage`). */
+  readonly keep: (key: string, tag: string, answer: ReadAnswer) => void
   /** After the commit of a write of author `id`, before its response. Never fails. */
-  readonly written: (id: number) => Effect.Effect<void>
+  readonly written: (id: number, kind: WriteKind) => Effect.Effect<void>
   /** Differs on every process start: weak ETags built from tags carry it. */
   readonly bootId: string
 }
@@ -226,10 +281,14 @@ export const makeReadCache = (options: ReadCacheOptions) =>
     const enabled = options.maxBytes > 0
     const store = new AnswerStore(options.maxBytes)
     const epochs = new LocalEpochs(options.feed === undefined)
+    const list = new ListGenerations()
     const redis = options.redis
     // EVAL, not EVALSHA: after a script flush EVALSHA would be retried as EVAL behind the
     // broadcast issued with it (Authors.ts `announce`), which must not overtake the bump.
-    const bump = redis === undefined ? undefined : (...keys: ReadonlyArray<string>) => redis.client.eval(BUMP_LUA, keys.length, ...keys)
+    const bump = redis === undefined
+      ? undefined
+      : (id: number, kind: WriteKind) =>
+        redis.client.eval(BUMP_LUA, 2, `${redis.prefix}${LIST_GENERATION_KEY}`, `${redis.prefix}${generationKeyOf(scopeOfId(id))}`, kind, id)
     const inflight = new Map<string, { readonly tag: string; readonly done: Deferred.Deferred<ReadAnswer | undefined> }>()
 
     if (options.feed !== undefined) {
@@ -249,7 +308,7 @@ export const makeReadCache = (options: ReadCacheOptions) =>
 
     const tag = (scope: Scope, observed: Observed | undefined): string | undefined => {
       if (!enabled || !epochs.checkable) return undefined
-      if (redis === undefined) return epochs.tag(scope, undefined)
+      if (redis === undefined) return epochs.tag(scope, scope === LIST_SCOPE ? list.value : undefined)
       return observed !== undefined && observed.key === generationKeyOf(scope) ? epochs.tag(scope, observed.value) : undefined
     }
 
@@ -288,32 +347,39 @@ export const makeReadCache = (options: ReadCacheOptions) =>
     const bumpFailed = (id: number, cause: unknown) =>
       Effect.gen(function*() {
         readCacheInvalidationErrorsTotal.inc()
+        epochs.changed(String(id))
         yield* Effect.logWarning("Read cache: generations not bumped in Redis; other instances are told through PostgreSQL", cause)
         yield* options.notify(CHANGES_CHANNEL, String(id)).pipe(
           Effect.catch((error) => Effect.logError("Read cache: other instances could not be told of a write", error))
         )
       })
 
-    const written = (id: number): Effect.Effect<void> =>
+    const written = (id: number, kind: WriteKind): Effect.Effect<void> =>
       Effect.suspend(() => {
         epochs.written(id)
-        if (redis === undefined || bump === undefined) return Effect.void
+        if (redis === undefined || bump === undefined) {
+          list.written(id, kind)
+          return Effect.void
+        }
         if (isDisconnected(redis.client)) return bumpFailed(id, new Error(`Redis ${redis.client.status}`))
-        const keys = [`${redis.prefix}${generationKeyOf(LIST_SCOPE)}`, `${redis.prefix}${generationKeyOf(scopeOfId(id))}`]
-        return redisCommand("EVAL bump_generations", () => bump(...keys)).pipe(
+        return redisCommand("EVAL bump_generations", () => bump(id, kind)).pipe(
           Effect.asVoid,
           Effect.catch((error) => bumpFailed(id, error.cause))
         )
       })
 
     return ReadCache.of({
-      generationKey: (scope) => (enabled && redis !== undefined ? generationKeyOf(scope) : undefined),
+      generationKey: (scope) =>
+        !enabled || redis === undefined ? undefined : scope === LIST_SCOPE ? LIST_GENERATION : { key: generationKeyOf(scope), record: false },
       tag,
       read,
       peek: (key, tag) => {
         const hit = store.get(key, tag)
         if (hit !== undefined) readCacheHitsTotal.inc()
         return hit
+      },
+      keep: (key, tag, answer) => {
+        store.put(key, tag, answer)
       },
       written,
       bootId: randomBytes(6).toString("base64url")
@@ -344,6 +410,7 @@ export class ReadCache extends Context.Service<ReadCache, ReadCacheShape>()("Aut
     tag: () => undefined,
     read: (_key, _tag, load) => load,
     peek: () => undefined,
+    keep: () => {},
     written: () => Effect.void,
     bootId: "none"
   }))
