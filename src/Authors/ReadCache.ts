@@ -7,33 +7,51 @@
  * - A read that starts after the response to a write was sent reflects the write, on every
  *   instance. Each read depends on one *scope*: the whole list (`list`: lists, pages, totals) or,
  *   for reads filtered by id, the id's shard (`id:<id mod 65536>`), so a create leaves unrelated id
- *   lookups alone (below 65,536 authors, a shard is one id). Every write (create, rename, delete) bumps `list` and its id's shard after its
- *   commit and before its response. An answer is stored with the *tag* its reader observed before
- *   its database read, and served only to a reader observing the same tag. A reader that observed a
- *   tag from after a write's bump started after the bump, so after the commit: its database read
- *   saw the write. Tags never repeat (below), so an answer from before a write never matches again.
- * - With Redis, the tag's shared part is the scope's generation `<REDIS_KEY_PREFIX>authors:gen:<scope>`,
- *   read in the reply of the rate-limit script the request (or WebSocket message) runs anyway: no
- *   extra round trip (RateLimit/RedisRateLimiter.ts). Writes INCR it (one script for both scopes).
- *   A missing key starts at Redis's clock in µs (Store/Redis.ts `clockCounterLua`), so after a
- *   restart or a flush no value seen before comes back. When the generation could not be read
- *   (rate limiting off, Redis down with RATE_LIMIT_FAIL_MODE=open) the read is served from the
- *   database and not stored. When a bump fails, this instance drops its own scopes and tells the
- *   others through PostgreSQL (`NOTIFY authors_changed`), logged and counted: they drop theirs when
- *   it arrives (milliseconds), the one window where another instance may still answer from before
- *   the write. A Redis failover that loses acknowledged writes can likewise lose a bump.
+ *   lookups alone (below 65,536 authors, a shard is one id). Every write (create, rename, delete)
+ *   bumps `list` and its id's shard after its commit and before its response. An answer is stored
+ *   with the *tag* its reader observed before its database read, and served only to a reader
+ *   observing the same tag. A reader that observed a tag from after a write's bump started after
+ *   the bump, so after the commit: its database read saw the write. Tags never repeat (below), so
+ *   an answer from before a write never matches again.
+ * - The list's generation is three values (`ListGenerations`): `rows`, moved by every write but an
+ *   *append* (a create whose id is above `high`), `count`, moved by every write, and `high`, the
+ *   largest id appended. A read of the list depends on all three (any write changes its answer: an
+ *   unfiltered page carries the total). An unfiltered page's rows alone depend on `rows` only when
+ *   the page is full and the row after it (the largest id its statement read) is not above the
+ *   `high` its reader observed: a later append has an id above every `high` before it, so it lands
+ *   after that row, and a create committed but not bumped yet when the page was read has an id
+ *   above that `high`, so a page holding it is not kept this way. Such rows are kept apart, and so
+ *   is the total (under `count`): a page after an append is made from its kept rows and the total,
+ *   read alone when no reader has since (Authors.ts `readPage`).
+ * - With Redis, the tag's shared part is the scope's generation: `<REDIS_KEY_PREFIX>authors:gen:id:<n>`
+ *   for a shard, the hash `<REDIS_KEY_PREFIX>authors:gen:all` (read as `rows.count.high`) for the
+ *   list. It is read in the reply of the rate-limit script the request (or WebSocket message) runs
+ *   anyway: no extra round trip (RateLimit/RedisRateLimiter.ts). A write bumps both in one script.
+ *   A missing counter starts at Redis's clock in µs (Store/Redis.ts `clockCounterLua`,
+ *   `clockRecordLua`; a missing `high` at 0), so after a restart or a flush no value seen before
+ *   comes back. When the generation could not be read (rate limiting off, Redis down with
+ *   RATE_LIMIT_FAIL_MODE=open) the read is served from the database and not stored. When a bump
+ *   fails, this instance drops its own scopes and tells the others through PostgreSQL
+ *   (`NOTIFY authors_changed`), logged and counted: they drop theirs when it arrives
+ *   (milliseconds), the one window where another instance may still answer from before the write.
+ *   A Redis failover that loses acknowledged writes can likewise lose a bump.
  * - Without Redis (one instance), generations live in this process.
- * - Every tag also carries a per-scope epoch of this process, bumped by its own writes and by writes
- *   made outside the service, which arrive by LISTEN (ChangeFeed.ts) within milliseconds. While the
+ * - Every tag also carries a per-scope epoch of this process, bumped by its own writes (a shard's;
+ *   the list's own writes move its generations) and by writes made outside the service, which
+ *   arrive by LISTEN (ChangeFeed.ts) within milliseconds and move the list's whole tag. While the
  *   LISTEN connection is down every read bypasses the cache; when it is back the cache is flushed.
  *   With the embedded database (PGlite, no DATABASE_URL) there is no feed: notifications do not
  *   cross pglite-socket's connections (they share one session), and the database lives inside this
  *   process, so the only writers are the service itself and a local client of its loopback socket;
  *   such a client's writes are not seen by the cache.
  * - Memory: answers are kept least-recently-used first out, counted by their text's bytes plus a
- *   fixed overhead; `read_cache_bytes` never exceeds READ_CACHE_MAX_BYTES (0 switches the cache
- *   off). An answer larger than 1/16 of the bound, and a streamed list (more than one batch), is
- *   not stored. Concurrent misses of one key under one tag share one database read.
+ *   fixed overhead (a page kept both whole and for its rows counts twice); `read_cache_bytes` never
+ *   exceeds READ_CACHE_MAX_BYTES (0 switches the cache off). An answer larger than 1/16 of the
+ *   bound, and a streamed list (more than one batch), is not stored. Concurrent misses of one key
+ *   under one tag share one database read.
+ * - Counts: each entry looked up is a hit (held, or loaded by a concurrent identical read) or a
+ *   miss (its statement ran), so misses count database reads. A page made from its kept rows counts
+ *   those rows (a hit) and its total (a hit, or a miss when the total was read), not itself.
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type * as PgConnection from "@effect/sql-pg/PgConnection"

@@ -1,7 +1,9 @@
 /**
  * Authors SQL. Rows come back with `created_at` already formatted by PostgreSQL, and a page comes
  * back in one statement with its total (from the `author_stats` counter when unfiltered: a view
- * summing the counter's shard rows, migrations/0004, so concurrent creates do not queue on one row).
+ * summing the counter's shard rows, migrations/0004, so concurrent creates do not queue on one row)
+ * and, when full, the id of the row after it. The unfiltered total is also read alone (`total`):
+ * a page whose rows the read cache kept needs only that (ReadCache.ts).
  */
 import { Context, Effect, Layer, Option } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
