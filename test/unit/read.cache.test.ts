@@ -139,6 +139,16 @@ describe("tags", () => {
     }
   })
 
+  it("an outside write moves both parts of the list's tag (its rows and its total), whatever it was", () => {
+    const epochs = new LocalEpochs(true)
+    const before = listTagsOf(epochs.tag(LIST_SCOPE, "7.9.101"))!
+    epochs.changed("5")
+    const after = listTagsOf(epochs.tag(LIST_SCOPE, "7.9.101"))!
+    expect(after.rows).not.toBe(before.rows)
+    expect(after.count).not.toBe(before.count)
+    expect(after.high).toBe(101)
+  })
+
   it("the shared generation is part of the tag: another value is another tag", () => {
     const epochs = new LocalEpochs(true)
     expect(epochs.tag(3, "100")).not.toBe(epochs.tag(3, "101"))
