@@ -3,14 +3,28 @@
  * change is announced on `AuthorEvents` (broadcast to WebSocket clients, docs/websocket.md#broadcasts). Reads come
  * as the text they are sent as, through the read cache (ReadCache.ts), which every write bumps
  * after its commit and before its response — and before its broadcast, so a client that reads on
- * hearing of a change reads the change.
+ * hearing of a change reads the change. An unfiltered page whose answer a create outdated (its
+ * total changed) is made again from its rows kept apart and the total alone (`readPage`).
  */
 import { Context, Effect, Fiber, Layer, Option, Stream } from "effect"
-import type { AuthorEvent, AuthorFilters, AuthorPage, AuthorRow } from "../Domain/Author.ts"
+import { type AuthorEvent, type AuthorFilters, type AuthorPage, type AuthorRow, isFiltered } from "../Domain/Author.ts"
 import { encodeCursor, pageCount, type PageQuery } from "../Domain/Pagination.ts"
-import { authorAnswer, authorKey, listAnswer, listKey, pageAnswer, pageKey, type ReadAnswer } from "./ReadAnswers.ts"
-import { ReadCache } from "./ReadCache.ts"
-import { AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
+import {
+  authorAnswer,
+  authorKey,
+  listAnswer,
+  listKey,
+  pageAnswer,
+  pageKey,
+  pageRowsKey,
+  type ReadAnswer,
+  TOTAL_KEY,
+  totalAnswer,
+  totalOf,
+  withTotal
+} from "./ReadAnswers.ts"
+import { type ListTags, listTagsOf, ReadCache, type WriteKind } from "./ReadCache.ts"
+import { type AuthorPageResult, AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
 
 /** Where author changes are announced: the connection registry broadcasts them (Ws/Registry.ts). */
 export class AuthorEvents extends Context.Service<AuthorEvents, {
@@ -35,8 +49,8 @@ const make = Effect.gen(function*() {
    * write to Redis (one connection, auto-pipelined), which runs them in that order: the broadcast
    * still reaches no one before the bump. The response waits for the bump only.
    */
-  const announce = (event: AuthorEvent["event"]) => (author: AuthorRow) =>
-    Effect.flatMap(Effect.forkChild(cache.written(author.id), { startImmediately: true }), (bump) =>
+  const announce = (event: AuthorEvent["event"], kind: WriteKind) => (author: AuthorRow) =>
+    Effect.flatMap(Effect.forkChild(cache.written(author.id, kind), { startImmediately: true }), (bump) =>
       Effect.andThen(
         Effect.forkDetach(events.publish({ event, author }), { startImmediately: true }),
         Fiber.join(bump)
@@ -64,33 +78,67 @@ const make = Effect.gen(function*() {
       return { first, more: Option.isSome(next(first)), rest: Stream.filter(rest, (rows) => rows.length > 0) } as const
     })
 
-  const paginate = (filters: AuthorFilters, query: PageQuery) =>
-    Effect.map(
-      repo.page(filters, { page: query.page, perPage: query.perPage, afterId: query.cursor }),
-      ({ hasMore, items, total }): AuthorPage => ({
-        items,
-        meta: {
-          page: query.page,
-          per_page: query.perPage,
-          total,
-          pages: pageCount(total, query.perPage),
-          next_cursor: hasMore && items.length > 0 ? encodeCursor(items[items.length - 1]!.id) : null,
-          has_more: hasMore
-        }
-      })
-    )
+  const pageOf = (query: PageQuery, { hasMore, items, total }: AuthorPageResult): AuthorPage => ({
+    items,
+    meta: {
+      page: query.page,
+      per_page: query.perPage,
+      total,
+      pages: pageCount(total, query.perPage),
+      next_cursor: hasMore && items.length > 0 ? encodeCursor(items[items.length - 1]!.id) : null,
+      has_more: hasMore
+    }
+  })
+  const readRows = (filters: AuthorFilters, query: PageQuery) =>
+    repo.page(filters, { page: query.page, perPage: query.perPage, afterId: query.cursor })
+  const paginate = (filters: AuthorFilters, query: PageQuery) => Effect.map(readRows(filters, query), (result) => pageOf(query, result))
 
   // Reads as answers, through the cache; `tag` from `ReadCache.tag` (undefined: not cached).
   const readList = (filters: AuthorFilters, tag: string | undefined): Effect.Effect<ReadAnswer | ListBatches> =>
     cache.read(listKey(filters), tag, Effect.map(listBatches(filters), ({ first, more, rest }) => (more ? { first, rest } : listAnswer(first))))
-  const readPage = (filters: AuthorFilters, query: PageQuery, tag: string | undefined): Effect.Effect<ReadAnswer> =>
-    cache.read(pageKey(filters, query), tag, Effect.map(paginate(filters, query), pageAnswer))
+  const readPage = (filters: AuthorFilters, query: PageQuery, tag: string | undefined): Effect.Effect<ReadAnswer> => {
+    const parts = tag === undefined || isFiltered(filters) ? undefined : listTagsOf(tag)
+    return tag === undefined || parts === undefined
+      ? cache.read(pageKey(filters, query), tag, Effect.map(paginate(filters, query), pageAnswer))
+      : Effect.suspend(() => readListPage(query, tag, parts))
+  }
+
+  /**
+   * An unfiltered page under the list's tag (docs/architecture.md#the-read-cache): its answer; else
+   * its rows kept apart under the `rows` generation, with the total (kept under `count`, else read
+   * alone); else the page statement, whose total is kept, and whose rows are kept when the page is
+   * full and the row after it is not above the `high` its reader observed — so no create that
+   * leaves `rows` as it was (its id above every `high` before it) can land among them.
+   */
+  const readListPage = (query: PageQuery, tag: string, parts: ListTags): Effect.Effect<ReadAnswer> => {
+    const key = pageKey({}, query)
+    const kept = cache.peek(key, tag)
+    if (kept !== undefined) return Effect.succeed(kept)
+    const rows = cache.peek(pageRowsKey(query), parts.rows)
+    if (rows !== undefined) {
+      return Effect.map(cache.read(TOTAL_KEY, parts.count, Effect.map(repo.total, totalAnswer)), (total) => {
+        const answer = withTotal(rows, totalOf(total))
+        cache.keep(key, tag, answer)
+        return answer
+      })
+    }
+    return cache.read(
+      key,
+      tag,
+      Effect.map(readRows({}, query), (result) => {
+        const answer = pageAnswer(pageOf(query, result))
+        cache.keep(TOTAL_KEY, parts.count, totalAnswer(result.total))
+        if (result.lastId !== undefined && result.lastId <= parts.high) cache.keep(pageRowsKey(query), parts.rows, answer)
+        return answer
+      })
+    )
+  }
   const readAuthor = (id: number, tag: string | undefined): Effect.Effect<ReadAnswer> =>
     cache.read(authorKey(id), tag, Effect.map(repo.findById(id), (row) => authorAnswer(Option.getOrUndefined(row))))
 
-  const create = (name: string) => repo.create(name).pipe(Effect.tap(announce("author.created")))
-  const update = (id: number, name: string) => repo.update(id, name).pipe(Effect.tap(announce("author.updated")))
-  const remove = (id: number) => repo.remove(id).pipe(Effect.tap(announce("author.deleted")))
+  const create = (name: string) => repo.create(name).pipe(Effect.tap(announce("author.created", "create")))
+  const update = (id: number, name: string) => repo.update(id, name).pipe(Effect.tap(announce("author.updated", "update")))
+  const remove = (id: number) => repo.remove(id).pipe(Effect.tap(announce("author.deleted", "delete")))
 
   // No span of their own: the request's (or WebSocket message's) span names the operation and
   // each statement has its `sql.execute` span; a span costs a copy of the fiber's whole context.

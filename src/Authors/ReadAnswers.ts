@@ -7,7 +7,7 @@
  */
 import { hash } from "node:crypto"
 import { type AuthorFilters, type AuthorPage, type AuthorRow, authorRowsJson } from "../Domain/Author.ts"
-import type { PageMeta, PageQuery } from "../Domain/Pagination.ts"
+import { type PageMeta, pageCount, type PageQuery } from "../Domain/Pagination.ts"
 
 export class ReadAnswer {
   /** The HTTP body (for a missing author: empty, and `found` is false). */
@@ -50,11 +50,28 @@ export const listAnswer = (rows: ReadonlyArray<AuthorRow>): ReadAnswer => {
 }
 
 /** `GET /authors/paginated` and package 2: `{"items":[…],"meta":{…}}` (keys in `AuthorPage`'s order). */
-export const pageAnswer = (page: AuthorPage): ReadAnswer => {
-  const rows = `[${authorRowsJson(page.items)}]`
-  const body = `${ITEMS_LABEL}${rows}${META_LABEL}${JSON.stringify(page.meta)}}`
-  return new ReadAnswer(body, ITEMS_LABEL.length, ITEMS_LABEL.length + rows.length, page.meta, true)
+export const pageAnswer = (page: AuthorPage): ReadAnswer => pageOfRows(`[${authorRowsJson(page.items)}]`, page.meta)
+
+const pageOfRows = (rows: string, meta: PageMeta): ReadAnswer => {
+  const body = `${ITEMS_LABEL}${rows}${META_LABEL}${JSON.stringify(meta)}}`
+  return new ReadAnswer(body, ITEMS_LABEL.length, ITEMS_LABEL.length + rows.length, meta, true)
 }
+
+/**
+ * A page answer with another total of the list: the same rows, `next_cursor` and `has_more`; its
+ * meta's `total` and `pages` from `total`. Byte for byte `pageAnswer` of the same page read then.
+ */
+export const withTotal = (answer: ReadAnswer, total: number): ReadAnswer => {
+  const meta = answer.meta!
+  return pageOfRows(answer.dataJson, { ...meta, total, pages: pageCount(total, meta.per_page) })
+}
+
+/** The list's total as kept on its own (its JSON: the number). */
+export const totalAnswer = (total: number): ReadAnswer => {
+  const body = String(total)
+  return new ReadAnswer(body, 0, body.length, null, true)
+}
+export const totalOf = (answer: ReadAnswer): number => Number(answer.body)
 
 /** `GET /authors/{author_id}`: the author, or that there is none (kept too: a 404 is a read). */
 export const authorAnswer = (row: AuthorRow | undefined): ReadAnswer =>
@@ -69,10 +86,15 @@ const filterFields = (f: AuthorFilters) => `${field(f.id)}\u0000${field(f.name)}
 
 export const listKey = (filters: AuthorFilters) => `L\u0000${filterFields(filters)}`
 
-export const pageKey = (filters: AuthorFilters, query: PageQuery) =>
-  `P\u0000${query.page}\u0000${query.perPage}\u0000${query.cursor._tag === "Some" ? `=${query.cursor.value}` : "-"}\u0000${
-    filterFields(filters)
-  }`
+const pageFields = (query: PageQuery) => `${query.page}\u0000${query.perPage}\u0000${query.cursor._tag === "Some" ? `=${query.cursor.value}` : "-"}`
+
+export const pageKey = (filters: AuthorFilters, query: PageQuery) => `P\u0000${pageFields(query)}\u0000${filterFields(filters)}`
+
+/** An unfiltered page kept for its rows alone (Authors.ts `readPage`). */
+export const pageRowsKey = (query: PageQuery) => `R\u0000${pageFields(query)}`
+
+/** The unfiltered list's total, kept alone. */
+export const TOTAL_KEY = "T"
 
 export const authorKey = (id: number) => `A\u0000${id}`
 

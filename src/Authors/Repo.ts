@@ -1,13 +1,15 @@
 /**
  * Authors SQL. Rows come back with `created_at` already formatted by PostgreSQL, and a page comes
  * back in one statement with its total (from the `author_stats` counter when unfiltered: a view
- * summing the counter's shard rows, migrations/0004, so concurrent creates do not queue on one row).
+ * summing the counter's shard rows, migrations/0004, so concurrent creates do not queue on one row)
+ * and, when full, the id of the row after it. The unfiltered total is also read alone (`total`):
+ * a page whose rows the read cache kept needs only that (ReadCache.ts).
  */
 import { Context, Effect, Layer, Option } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import type * as SqlError from "effect/sql/SqlError"
 import type * as Statement from "effect/sql/Statement"
-import type { AuthorFilters, AuthorRow } from "../Domain/Author.ts"
+import { type AuthorFilters, type AuthorRow, isFiltered } from "../Domain/Author.ts"
 import type { PageRequest } from "../Domain/Pagination.ts"
 import { AuthorNameTaken, AuthorNotFound } from "../Errors.ts"
 
@@ -15,6 +17,8 @@ export interface AuthorPageResult {
   readonly items: ReadonlyArray<AuthorRow>
   readonly total: number
   readonly hasMore: boolean
+  /** With `hasMore`, the id of the row after the page (the largest the statement read). */
+  readonly lastId?: number
 }
 
 /** The largest id an author can have (answers carry it as a 32-bit `int`). */
@@ -29,6 +33,14 @@ const isUniqueViolation = (error: SqlError.SqlError) => error.reason._tag === "U
 /** `%`, `_` and `\` in user input are literals, not wildcards. */
 export const likePattern = (term: string) => `%${term.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
 
+/** A page from the rows read (its rows and, when there is one, the next: `perPage + 1` at most). */
+const pageResult = (rows: Array<AuthorRow>, total: number, perPage: number): AuthorPageResult => {
+  if (rows.length <= perPage) return { items: rows, total, hasMore: false }
+  const lastId = rows[perPage]!.id
+  rows.length = perPage
+  return { items: rows, total, hasMore: true, lastId }
+}
+
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const columns = sql`id::int AS id, name, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at`
@@ -41,7 +53,6 @@ const make = Effect.gen(function*() {
     if (Option.isSome(afterId)) clauses.push(sql`id > ${afterId.value}`)
     return clauses.length === 0 ? sql`` : sql`WHERE ${sql.and(clauses)}`
   }
-  const isFiltered = (f: AuthorFilters) => f.id !== undefined || f.name !== undefined || f.search !== undefined
 
   /**
    * One keyset batch of the list: at most LIST_BATCH_SIZE rows with an id above `afterId`, by id.
@@ -70,10 +81,14 @@ const make = Effect.gen(function*() {
       const rows = yield* sql<{ total: number; id: number | null; name: string; created_at: string }>`SELECT t.total, p.* FROM (${totalQuery}) AS t LEFT JOIN LATERAL (SELECT ${columns} FROM (${chosen}) AS page) AS p ON true ORDER BY p.id`
       const items: Array<AuthorRow> = []
       for (const row of rows) if (row.id !== null) items.push({ id: row.id, name: row.name, created_at: row.created_at })
-      const hasMore = items.length > request.perPage
-      if (hasMore) items.length = request.perPage
-      return { items, total: rows[0]?.total ?? 0, hasMore } satisfies AuthorPageResult
+      return pageResult(items, rows[0]?.total ?? 0, request.perPage)
     }).pipe(Effect.orDie)
+
+  /** The total of the unfiltered list (the `author_stats` counter), alone. */
+  const total = sql<{ total: number }>`SELECT total::int AS total FROM author_stats`.pipe(
+    Effect.orDie,
+    Effect.map((rows) => rows[0]?.total ?? 0)
+  )
 
   /**
    * One author by id. Ids are 32-bit (`id::int` in every answer): one beyond that range names an
@@ -108,8 +123,9 @@ const make = Effect.gen(function*() {
       Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id)))
     )
 
-  return { listBatch, page, findById, create, update, remove } as const
+  return { listBatch, page, total, findById, create, update, remove } as const
 })
+
 
 /** `created_at` as the SQL repository formats it: UTC, microseconds, no zone. */
 const formatCreatedAt = (date: Date) => `${date.toISOString().slice(0, 23)}000`
@@ -144,8 +160,9 @@ const makeMemory = Effect.sync((): AuthorRepo["Service"] => {
         const from = Option.isSome(request.afterId)
           ? matching(filters, request.afterId)
           : all.slice((request.page - 1) * request.perPage)
-        return { items: from.slice(0, request.perPage), total: all.length, hasMore: from.length > request.perPage }
+        return pageResult(from.slice(0, request.perPage + 1), all.length, request.perPage)
       }),
+    total: Effect.sync(() => rows.size),
     findById: (id) => Effect.sync(() => Option.fromUndefinedOr(rows.get(id))),
     create: (name) =>
       Effect.suspend(() => {

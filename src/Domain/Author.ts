@@ -22,6 +22,9 @@ export interface AuthorFilters {
   readonly search?: string | undefined
 }
 
+/** Whether a read is filtered at all (else it reads the whole list). */
+export const isFiltered = (f: AuthorFilters) => f.id !== undefined || f.name !== undefined || f.search !== undefined
+
 export interface AuthorRow {
   readonly id: number
   readonly name: string

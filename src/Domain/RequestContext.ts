@@ -10,6 +10,16 @@ import { Context, Effect, type Exit } from "effect"
 import type { Unauthenticated } from "../Errors.ts"
 import type { Principal } from "./User.ts"
 
+/**
+ * A read-cache generation a rate check reads (Authors/ReadCache.ts), by its key without
+ * REDIS_KEY_PREFIX: a counter (an id's shard), or a record of counters read as one value (the
+ * list's: Store/Redis.ts `clockRecordLua`).
+ */
+export interface GenerationKey {
+  readonly key: string
+  readonly record: boolean
+}
+
 /** A generation value a request's rate check read, and under which key (Authors/ReadCache.ts). */
 export interface Observed {
   readonly key: string

@@ -188,7 +188,7 @@ export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint>
               if (!decision.value.allowed) return { passage, response: rateLimit.reject(decision.value) }
               rate = decision.value
               if (read !== undefined && rate.observed !== undefined) {
-                passage = { ...passage, ctx: { ...passage.ctx, observed: { key: read, value: rate.observed } } }
+                passage = { ...passage, ctx: { ...passage.ctx, observed: { key: read.key, value: rate.observed } } }
               }
             }
           }

@@ -12,7 +12,7 @@ import { makeAdmission } from "../RateLimit/Admission.ts"
 import type { RateDecision } from "../RateLimit/Decision.ts"
 import { type FailMode, type RateLimiter, rateLimitHeaders } from "../RateLimit/RateLimiter.ts"
 import { clientErrorResponse } from "./ErrorResponse.ts"
-import type { RequestContext } from "../Domain/RequestContext.ts"
+import type { GenerationKey, RequestContext } from "../Domain/RequestContext.ts"
 
 /** The X-RateLimit-* headers (and Retry-After when refused); HTTP header names go out lower case. */
 export const applyRateHeaders = (response: HttpServerResponse.HttpServerResponse, d: RateDecision) =>
@@ -26,9 +26,9 @@ export const makeRateLimitStage = (limiter: RateLimiter["Service"], options: {
 
   /**
    * The decision for this request (`None`: the store failed and the mode is open). `read`: a
-   * read-cache generation key whose value the decision carries back (`observed`).
+   * read-cache generation whose value the decision carries back (`observed`).
    */
-  const check = (ctx: RequestContext, read?: string): Effect.Effect<Option.Option<RateDecision>> => {
+  const check = (ctx: RequestContext, read?: GenerationKey): Effect.Effect<Option.Option<RateDecision>> => {
     const key = ctx.user === undefined ? `ip:${ctx.ip}` : `user:${ctx.user.id}`
     return Effect.map(admission.check(`http:${key}`, read), (a) => (a._tag === "Refused" ? Option.some(a.decision) : a.decision))
   }

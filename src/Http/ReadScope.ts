@@ -7,6 +7,7 @@
  */
 import { LIST_SCOPE, type ReadCache, type Scope, scopeOfId } from "../Authors/ReadCache.ts"
 import { intFromText } from "../Domain/Params.ts"
+import type { GenerationKey } from "../Domain/RequestContext.ts"
 
 const idOfQuery = (url: string): number | undefined => {
   const start = url.indexOf("?")
@@ -45,11 +46,11 @@ const scopeOfRequest = (template: string, url: string): Scope | undefined => {
   }
 }
 
-/** The generation key (without REDIS_KEY_PREFIX) an HTTP request's rate check should read, if any. */
+/** The generation an HTTP request's rate check should read, if any. */
 export const makeReadKeys = (cache: ReadCache["Service"]) => {
   // Generations in this process (or the cache off): nothing rides on the rate check.
-  if (cache.generationKey(LIST_SCOPE) === undefined) return (): string | undefined => undefined
-  return (method: string, template: string | undefined, url: string): string | undefined => {
+  if (cache.generationKey(LIST_SCOPE) === undefined) return (): GenerationKey | undefined => undefined
+  return (method: string, template: string | undefined, url: string): GenerationKey | undefined => {
     if (method !== "GET" || template === undefined) return undefined
     const scope = scopeOfRequest(template, url)
     return scope === undefined ? undefined : cache.generationKey(scope)

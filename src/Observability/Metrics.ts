@@ -209,12 +209,12 @@ for (const reason of profilingRefusals) profilingCapturesRefusedTotal.inc({ reas
 /** The read cache of author reads (Authors/ReadCache.ts), bounded by READ_CACHE_MAX_BYTES. */
 export const readCacheHitsTotal = new client.Counter({
   name: "read_cache_hits_total",
-  help: "Author reads answered from the read cache (or by a concurrent identical read) without a database read",
+  help: "Author reads answered from the read cache (or by a concurrent identical read) without a database read; a page made from its kept rows counts them as one",
   registers: [registry]
 })
 export const readCacheMissesTotal = new client.Counter({
   name: "read_cache_misses_total",
-  help: "Author reads the read cache could check but did not hold: read from the database",
+  help: "Author reads the read cache could check but did not hold: read from the database (a page made from its kept rows whose total was read counts one)",
   registers: [registry]
 })
 export const readCacheBypassedTotal = new client.Counter({

@@ -5,6 +5,7 @@
  * headers, a refused upgrade, an error reply or a close, a refused login.
  */
 import { Effect, Option } from "effect"
+import type { GenerationKey } from "../Domain/RequestContext.ts"
 import type { RateDecision } from "./Decision.ts"
 import { type FailMode, RATE_WINDOW_MS, type RateLimiter, withFailMode } from "./RateLimiter.ts"
 
@@ -34,8 +35,8 @@ export const makeAdmission = (limiter: RateLimiter["Service"], rule: AdmissionRu
   const windowMs = rule.windowMs ?? RATE_WINDOW_MS
   const failMode = withFailMode(rule.failMode, rule.limitType, rule.limit)
   return {
-    /** One hit on `key`. `read`: a key whose value the decision carries back (`observed`). */
-    check: (key: string, read?: string): Effect.Effect<Admission> =>
+    /** One hit on `key`. `read`: a generation whose value the decision carries back (`observed`). */
+    check: (key: string, read?: GenerationKey): Effect.Effect<Admission> =>
       Effect.map(failMode(limiter.hit(key, rule.limit, windowMs, read)), admissionOf),
     /**
      * A hit that can be taken back: `release` undoes an admission whose outcome does not count

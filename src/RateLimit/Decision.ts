@@ -4,6 +4,7 @@
  * provides it.
  */
 import { Data, type Effect } from "effect"
+import type { GenerationKey } from "../Domain/RequestContext.ts"
 
 export interface RateDecision {
   readonly allowed: boolean
@@ -36,11 +37,11 @@ export interface Reservation {
 
 export interface RateLimiterShape {
   /**
-   * One hit. `read`: a key (REDIS_KEY_PREFIX added by the store) whose value the decision carries
-   * as `observed`, initialised when missing (Store/Redis.ts `clockCounterLua`); the read cache's
-   * generations (Authors/ReadCache.ts).
+   * One hit. `read`: a generation (REDIS_KEY_PREFIX added by the store) whose value the decision
+   * carries as `observed`, initialised when missing (Store/Redis.ts `clockCounterLua`,
+   * `clockRecordLua`); the read cache's generations (Authors/ReadCache.ts).
    */
-  readonly hit: (key: string, limit: number, windowMs: number, read?: string) => Effect.Effect<RateDecision, RateLimiterUnavailable>
+  readonly hit: (key: string, limit: number, windowMs: number, read?: GenerationKey) => Effect.Effect<RateDecision, RateLimiterUnavailable>
   /**
    * `hit`, with the means to take the admission back: a budget for outcomes known only later
    * (failed logins: docs/errors-and-limits.md#failed-logins) is reserved before the attempt, atomically, and released when the

@@ -10,7 +10,8 @@
  */
 import { Clock, Context, Effect } from "effect"
 import { randomBytes } from "node:crypto"
-import { clockCounterLua, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import type { GenerationKey } from "../Domain/RequestContext.ts"
+import { clockCounterLua, clockRecordLua, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { decision, RateLimiterUnavailable, type RateLimiterShape } from "./Decision.ts"
 
 /** The script up to its reply: `allowed`, `count`, `oldestScore` and `now` set. */
@@ -54,6 +55,10 @@ export const SLIDING_WINDOW_LUA = `${SLIDING_WINDOW_BODY}return {allowed, count,
 export const SLIDING_WINDOW_READ_LUA = `${SLIDING_WINDOW_BODY}${clockCounterLua("value", "KEYS[2]")}return {allowed, count, oldestScore, now, value}
 `
 
+/** The same, KEYS[2] a generations record (a hash, read as one value: `clockRecordLua`). */
+export const SLIDING_WINDOW_READ_RECORD_LUA = `${SLIDING_WINDOW_BODY}${clockRecordLua("value", "KEYS[2]")}return {allowed, count, oldestScore, now, value}
+`
+
 /** Effect's own clock (`Clock.Clock`'s default): in its presence Redis's TIME is the clock. */
 const liveClock = Context.get(Context.empty(), Clock.Clock)
 
@@ -61,10 +66,16 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
   const { client, prefix } = yield* RedisClient
   const slidingWindow = defineScript<[number, number, number, number]>(client, "adsSlidingWindow", 1, SLIDING_WINDOW_LUA)
   const slidingWindowRead = defineScript<[number, number, number, number, string]>(client, "adsSlidingWindowRead", 2, SLIDING_WINDOW_READ_LUA)
+  const slidingWindowReadRecord = defineScript<[number, number, number, number, string]>(
+    client,
+    "adsSlidingWindowReadRecord",
+    2,
+    SLIDING_WINDOW_READ_RECORD_LUA
+  )
   // ZSET members must be unique per hit: two hits in the same millisecond are two admissions.
   const instance = randomBytes(6).toString("hex")
   let sequence = 0
-  const admit = (key: string, limit: number, windowMs: number, read?: string) =>
+  const admit = (key: string, limit: number, windowMs: number, read?: GenerationKey) =>
     Effect.clockWith((clock) => {
       const member = `${instance}:${(sequence = (sequence + 1) % Number.MAX_SAFE_INTEGER)}`
       // Not connected: fail now (RATE_LIMIT_FAIL_MODE) rather than queue behind reconnects.
@@ -76,7 +87,7 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
         (): Promise<readonly [number, number, number, number, string?]> =>
           read === undefined
             ? slidingWindow(windowKey, now, windowMs, limit, member)
-            : slidingWindowRead(windowKey, `${prefix}${read}`, now, windowMs, limit, member)
+            : (read.record ? slidingWindowReadRecord : slidingWindowRead)(windowKey, `${prefix}${read.key}`, now, windowMs, limit, member)
       ).pipe(
         Effect.mapError((error) => new RateLimiterUnavailable({ cause: error.cause })),
         Effect.map(([allowed, count, oldest, at, value]) => ({

@@ -173,3 +173,21 @@ if not ${name} then
   redis.call('SET', ${key}, ${name})
 end
 `
+
+/**
+ * Lua: `local <name>` = the *generations record* at hash `<key>`, read as one value
+ * `rows.count.high`: `rows` and `count` are counters kept like `clockCounterLua`'s (a missing one is
+ * first set to Redis's clock in µs), `high` a mark that only its writer sets (missing: 0). One hash,
+ * so a flush or an eviction loses all three together. `<name>_r` holds the three fields (`high`
+ * false when missing) for a script that goes on to change them. The read cache keeps the list's
+ * generations this way (Authors/ReadCache.ts).
+ */
+export const clockRecordLua = (name: string, key: string) => `local ${name}_r = redis.call('HMGET', ${key}, 'rows', 'count', 'high')
+if not ${name}_r[1] or not ${name}_r[2] then
+  local clock = redis.call('TIME')
+  local start = clock[1] .. string.format('%06d', tonumber(clock[2]))
+  if not ${name}_r[1] then ${name}_r[1] = start; redis.call('HSET', ${key}, 'rows', start) end
+  if not ${name}_r[2] then ${name}_r[2] = start; redis.call('HSET', ${key}, 'count', start) end
+end
+local ${name} = ${name}_r[1] .. '.' .. ${name}_r[2] .. '.' .. (${name}_r[3] or '0')
+`

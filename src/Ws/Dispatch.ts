@@ -10,7 +10,7 @@ import type { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData } from "../AuditLogs/RequestData.ts"
 import { LIST_SCOPE, type ReadCache, scopeOfId } from "../Authors/ReadCache.ts"
 import type { AppConfigShape } from "../Config.ts"
-import type { Observed } from "../Domain/RequestContext.ts"
+import type { GenerationKey, Observed } from "../Domain/RequestContext.ts"
 import type { Principal } from "../Domain/User.ts"
 import { messageEntry } from "../AuditLogs/Entries.ts"
 import { errorStatus, RateLimited, WsStatus } from "../Errors.ts"
@@ -93,11 +93,11 @@ export const makeDispatch = (deps: DispatchDeps) => {
    * Rate check: `retryAfter` when refused. `read`: the read cache's generation key the
    * check also reads (packages 1 and 2, with Redis), observed in the same round trip.
    */
-  const messageRate = (user: Principal, read?: string) =>
+  const messageRate = (user: Principal, read?: GenerationKey) =>
     Effect.map(messageAdmission.check(`ws:msg:user:${user.id}`, read), (a): { readonly retryAfter?: number; readonly observed?: Observed } => {
       if (a._tag === "Refused") return { retryAfter: a.retryAfterSeconds }
       const observed = Option.getOrUndefined(a.decision)?.observed
-      return read !== undefined && observed !== undefined ? { observed: { key: read, value: observed } } : {}
+      return read !== undefined && observed !== undefined ? { observed: { key: read.key, value: observed } } : {}
     })
 
   /** docs/websocket.md#limits: a client refused `WS_MESSAGE_RATE_LIMIT` times in the trailing 60 s is flooding. */

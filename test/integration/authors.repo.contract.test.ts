@@ -49,19 +49,22 @@ const contract = (name: string, layer: () => Layer.Layer<AuthorRepo>) =>
         expect(names(yield* repo.listBatch({}, Option.some(rows[2]!.id)))).toEqual(["100% Banks", "a_b"])
       }).pipe(Effect.provide(layer())))
 
-    it.live("pages by offset and by cursor, with the total of the filtered rows", () =>
+    it.live("pages by offset and by cursor, with the total of the filtered rows and the id of the row after a full page; the total alone", () =>
       Effect.gen(function*() {
         const repo = yield* AuthorRepo
         const rows = yield* Effect.forEach(["a", "b", "c", "d", "e"], (n) => repo.create(n))
         const second = yield* repo.page({}, { page: 2, perPage: 2, afterId: Option.none() })
-        expect({ ...second, items: names(second.items) }).toEqual({ items: ["c", "d"], total: 5, hasMore: true })
+        expect({ ...second, items: names(second.items) }).toEqual({ items: ["c", "d"], total: 5, hasMore: true, lastId: rows[4]!.id })
         const last = yield* repo.page({}, { page: 3, perPage: 2, afterId: Option.none() })
         expect({ ...last, items: names(last.items) }).toEqual({ items: ["e"], total: 5, hasMore: false })
         expect(yield* repo.page({}, { page: 9, perPage: 2, afterId: Option.none() })).toEqual({ items: [], total: 5, hasMore: false })
         const after = yield* repo.page({}, { page: 1, perPage: 2, afterId: Option.some(rows[1]!.id) })
-        expect({ ...after, items: names(after.items) }).toEqual({ items: ["c", "d"], total: 5, hasMore: true })
+        expect({ ...after, items: names(after.items) }).toEqual({ items: ["c", "d"], total: 5, hasMore: true, lastId: rows[4]!.id })
         const filtered = yield* repo.page({ search: "D" }, { page: 1, perPage: 2, afterId: Option.none() })
         expect({ ...filtered, items: names(filtered.items) }).toEqual({ items: ["d"], total: 1, hasMore: false })
+        expect(yield* repo.total).toBe(5)
+        yield* repo.remove(rows[0]!.id)
+        expect(yield* repo.total).toBe(4)
       }).pipe(Effect.provide(layer())))
   })
 

@@ -1,9 +1,11 @@
 /**
  * The read cache at the boundary (docs/http-api.md#read-after-write): a read (HTTP or WebSocket) that
  * starts after a write's response was sent reflects the write, on every instance; a write made
- * directly in the database is reflected within 1 s; READ_CACHE_MAX_BYTES=0 switches the cache off;
- * Redis down in open mode still gives correct answers. Every read below is first made once before
- * the write (so a stale answer would be in the cache), then after it.
+ * directly in the database is reflected within 1 s; an unfiltered page after a create is made from
+ * its kept rows and the new total (docs/architecture.md#the-read-cache), equal to what the database
+ * says; READ_CACHE_MAX_BYTES=0 switches the cache off; Redis down in open mode still gives correct
+ * answers. Every read below is first made once before the write (so a stale answer would be in the
+ * cache), then after it.
  */
 import { Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
@@ -47,10 +49,13 @@ const readers = (app: TestApp, token: string, ws: WsClient, markerOf: (id: numbe
     async (id: number) => find(rows((await get(`/authors?id=${id}`)).body), id),
     async (id: number) => find(await items(`/authors/paginated?id=${id}`), id),
     async (id: number) => find(await items(`/authors/paginated?per_page=1&cursor=${encodeCursor(id - 1)}`), id),
+    // A full page around the author (when later authors exist): its rows may be kept apart from its total.
+    async (id: number) => find(await items(`/authors/paginated?per_page=20&cursor=${encodeCursor(Math.max(0, id - 10))}`), id),
     async (id: number) => find(rows((await get(`/authors?search=${encodeURIComponent(markerOf(id))}`)).body), id),
     async (id: number) => find(rows((await ws.request(1, { filters: { id } })).data), id),
     async (id: number) => find(rows((await ws.request(1, { filters: { search_term: markerOf(id) } })).data), id),
     async (id: number) => find(rows((await ws.request(2, { page: 1, per_page: 1, cursor: encodeCursor(id - 1) })).data), id),
+    async (id: number) => find(rows((await ws.request(2, { page: 1, per_page: 20, cursor: encodeCursor(Math.max(0, id - 10)) })).data), id),
     async (id: number) => find(rows((await ws.request(2, { page: 1, per_page: 5, filters: { id } })).data), id)
   ] as const
 }
@@ -178,6 +183,61 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     }
   })
 
+  it("an unfiltered page read after a create on the other instance: its kept rows and the new total, as the database says; a rename on it shows", async () => {
+    const client = new pg.Client({ connectionString: a.databaseUrl })
+    await client.connect()
+    try {
+      const ws = socket()
+      const create = async () => {
+        const res = await request(a, "POST", "/authors", { token: writer, body: { name: `Page ${randomUUID()}` } })
+        expect(res.status).toBe(201)
+      }
+      /** The first page of 20 as the database says it now. */
+      const database = async () => {
+        const total = Number((await client.query<{ n: string }>("SELECT count(*) AS n FROM authors")).rows[0]!.n)
+        const items = (await client.query<{ id: number; name: string }>("SELECT id::int AS id, name FROM authors ORDER BY id LIMIT 20")).rows
+        return { items, total, pages: Math.ceil(total / 20), has_more: total > 20 }
+      }
+      const onB = async () => {
+        const body = (await request(b, "GET", "/authors/paginated?page=1&per_page=20", { token: reader })).body as {
+          items: ReadonlyArray<Author>
+          meta: { total: number; pages: number; has_more: boolean }
+        }
+        return { items: body.items.map(({ id, name }) => ({ id, name })), total: body.meta.total, pages: body.meta.pages, has_more: body.meta.has_more }
+      }
+      const onWs = async () => {
+        const reply = await ws.request(2, { page: 1, per_page: 20 })
+        const meta = reply.meta as { total: number; pages: number; has_more: boolean }
+        return { items: rows(reply.data).map(({ id, name }) => ({ id, name })), total: meta.total, pages: meta.pages, has_more: meta.has_more }
+      }
+      // At least 21 authors, the last created through the service (the page's next row is below it).
+      for (let i = 0; i < 21; i++) await create()
+      for (let i = 0; i < 2; i++) {
+        expect(await onB()).toEqual(await database())
+        expect(await onWs()).toEqual(await database())
+      }
+
+      await create()
+      const hits = await metricOf(b, "read_cache_hits_total")
+      const misses = await metricOf(b, "read_cache_misses_total")
+      const after = await onB()
+      // The page's rows were kept (a hit); only the total was read (a miss).
+      expect(await metricOf(b, "read_cache_hits_total")).toBe(hits + 1)
+      expect(await metricOf(b, "read_cache_misses_total")).toBe(misses + 1)
+      expect(after).toEqual(await database())
+      expect(await onWs()).toEqual(await database())
+
+      const first = after.items[0]!
+      expect((await request(a, "PUT", `/authors/${first.id}`, { token: writer, body: { name: `${first.name} renamed` } })).status).toBe(200)
+      const renamed = await onB()
+      expect(renamed.items[0]).toEqual({ id: first.id, name: `${first.name} renamed` })
+      expect(renamed).toEqual(await database())
+      expect(await onWs()).toEqual(await database())
+    } finally {
+      await client.end()
+    }
+  })
+
   it("serves repeated reads from memory (the counters move)", async () => {
     const created = await request(a, "POST", "/authors", { token: writer, body: { name: `Hit ${randomUUID()}` } })
     const id = (created.body as Author).id
@@ -234,6 +294,12 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("one instance on PostgreSQL, no 
     expect(await read()).toBe((created.body as Author).name)
     expect((await request(app, "PUT", `/authors/${id}`, { token: admin, body: { name: "Local renamed" } })).status).toBe(200)
     expect(await read()).toBe("Local renamed")
+    // An unfiltered page, read before and after a create: the new total (its rows kept).
+    const page = async () => ((await request(app, "GET", "/authors/paginated?per_page=1", { token: admin })).body as { meta: { total: number } }).meta.total
+    const total = await page()
+    expect(await page()).toBe(total)
+    expect((await request(app, "POST", "/authors", { token: admin, body: { name: `Local ${randomUUID()}` } })).status).toBe(201)
+    expect(await page()).toBe(total + 1)
     const client = new pg.Client({ connectionString: app.databaseUrl })
     await client.connect()
     try {

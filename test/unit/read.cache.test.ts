@@ -1,10 +1,12 @@
 /**
  * The read cache's parts (src/Authors/ReadCache.ts, ReadAnswers.ts): the byte-bounded LRU, the tag
- * logic (which writes change which reads' tags), the in-process cache end to end, and the answers'
- * text (byte for byte what Schema encoding gives, the same ETag for the same body).
+ * logic (which writes change which reads' tags, the list's generations), the in-process cache end
+ * to end, unfiltered pages made again from their kept rows after an append (Authors.ts `readPage`),
+ * and the answers' text (byte for byte what Schema encoding gives, the same ETag for the same body).
  */
-import { Effect, Option, Schema } from "effect"
+import { Context, Effect, Layer, Option, Schema } from "effect"
 import { describe, expect, it } from "vitest"
+import { AuthorEvents, Authors } from "../../src/Authors/Authors.ts"
 import {
   authorAnswer,
   authorKey,
@@ -13,7 +15,8 @@ import {
   pageAnswer,
   pageKey,
   ReadAnswer,
-  textBytes
+  textBytes,
+  withTotal
 } from "../../src/Authors/ReadAnswers.ts"
 import {
   AnswerStore,
@@ -21,11 +24,16 @@ import {
   ENTRY_OVERHEAD_BYTES,
   generationKeyOf,
   LIST_SCOPE,
+  ListGenerations,
+  listTagsOf,
   LocalEpochs,
   makeReadCache,
+  ReadCache,
   scopeOf,
   scopeOfId
 } from "../../src/Authors/ReadCache.ts"
+import { AuthorRepo } from "../../src/Authors/Repo.ts"
+import { readCacheHitsTotal, readCacheMissesTotal } from "../../src/Observability/Metrics.ts"
 import { Author, AuthorPage } from "../../src/Domain/Author.ts"
 
 const row = (id: number, name = `Author ${id}`) => ({ id, name, created_at: "2026-01-31T12:00:00.000000" })
@@ -81,17 +89,39 @@ describe("tags", () => {
     expect(scopeOf({ id: ID_SHARDS + 5 })).toBe(5)
     expect(scopeOfId(-1)).toBe(ID_SHARDS - 1)
     expect(scopeOfId(9_007_199_254_740_991)).toBe(9_007_199_254_740_991 % ID_SHARDS)
-    expect(generationKeyOf(LIST_SCOPE)).toBe("authors:gen:list")
+    expect(generationKeyOf(LIST_SCOPE)).toBe("authors:gen:all")
     expect(generationKeyOf(7)).toBe("authors:gen:id:7")
   })
 
-  it("a write of id 5 changes the list's tag and shard 5's, and no other shard's", () => {
+  it("a write of id 5 made here changes shard 5's epoch and no other (the list's generations record writes)", () => {
     const epochs = new LocalEpochs(true)
     const before = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope, undefined))
     epochs.written(5)
     const after = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope, undefined))
     const changed = after.flatMap((tag, scope) => (tag !== before[scope] ? [scope] : []))
-    expect(changed).toEqual([5, LIST_SCOPE])
+    expect(changed).toEqual([5])
+  })
+
+  it("the list's generations: an append (a create above the high-water) leaves `rows`; any other write moves it", () => {
+    const list = new ListGenerations()
+    const parts = () => list.value.split(".").map(Number)
+    expect(parts()).toEqual([0, 0, 0])
+    list.written(101, "create") // an append
+    expect(parts()).toEqual([0, 1, 101])
+    list.written(100, "create") // committed before 101, bumped after it: not an append
+    expect(parts()).toEqual([1, 2, 101])
+    list.written(102, "create")
+    expect(parts()).toEqual([1, 3, 102])
+    list.written(5, "update")
+    expect(parts()).toEqual([2, 4, 102])
+    list.written(5, "delete")
+    expect(parts()).toEqual([3, 5, 102])
+  })
+
+  it("a list tag splits into the rows' tag, the total's tag and the high-water, each with the list's epoch", () => {
+    expect(listTagsOf("7.9.101:3")).toEqual({ rows: "7:3", count: "9:3", high: 101 })
+    expect(listTagsOf("1712345678901234.1712345678901240.0:0")).toEqual({ rows: "1712345678901234:0", count: "1712345678901240:0", high: 0 })
+    for (const tag of ["5:3", "3", "1.2:3", "1.2.x:3", "1.2.3"]) expect(listTagsOf(tag), tag).toBeUndefined()
   })
 
   it("a notification of outside writes changes the ids' shards and the list; `all` or garbage changes every scope", () => {
@@ -107,6 +137,16 @@ describe("tags", () => {
       after = snapshot()
       expect(after.every((t, s) => t !== before[s]), payload).toBe(true)
     }
+  })
+
+  it("an outside write moves both parts of the list's tag (its rows and its total), whatever it was", () => {
+    const epochs = new LocalEpochs(true)
+    const before = listTagsOf(epochs.tag(LIST_SCOPE, "7.9.101"))!
+    epochs.changed("5")
+    const after = listTagsOf(epochs.tag(LIST_SCOPE, "7.9.101"))!
+    expect(after.rows).not.toBe(before.rows)
+    expect(after.count).not.toBe(before.count)
+    expect(after.high).toBe(101)
   })
 
   it("the shared generation is part of the tag: another value is another tag", () => {
@@ -132,9 +172,9 @@ describe("the in-process cache", () => {
       const first = yield* readId(5)
       expect(yield* readId(5)).toBe(first)
       expect(loads).toBe(1)
-      yield* cache.written(70) // another shard: untouched
+      yield* cache.written(70, "update") // another shard: untouched
       expect(yield* readId(5)).toBe(first)
-      yield* cache.written(ID_SHARDS + 5) // shard 5
+      yield* cache.written(ID_SHARDS + 5, "update") // shard 5
       expect(yield* readId(5)).not.toBe(first)
       expect(loads).toBe(2)
     })))
@@ -183,12 +223,131 @@ describe("the in-process cache", () => {
         feed: undefined,
         notify: () => Effect.void
       })
-      expect(cache.generationKey(5)).toBe("authors:gen:id:5")
+      expect(cache.generationKey(5)).toEqual({ key: "authors:gen:id:5", record: false })
+      expect(cache.generationKey(LIST_SCOPE)).toEqual({ key: "authors:gen:all", record: true })
       expect(cache.tag(5, undefined)).toBeUndefined()
       expect(cache.tag(5, { key: "authors:gen:list", value: "1" })).toBeUndefined()
       const tag = cache.tag(5, { key: "authors:gen:id:5", value: "1" })
       expect(tag).toBeDefined()
       expect(cache.tag(5, { key: "authors:gen:id:5", value: "2" })).not.toBe(tag)
+    })))
+  })
+})
+
+describe("unfiltered pages after an append (Authors.readPage, in process)", () => {
+  /** The service on the in-memory repository, counting its page and total statements. */
+  const setup = Effect.gen(function*() {
+    const statements = { page: 0, total: 0 }
+    const Counted = Layer.effect(
+      AuthorRepo,
+      Effect.gen(function*() {
+        const repo = yield* AuthorRepo
+        return AuthorRepo.of({
+          ...repo,
+          page: (filters, request) =>
+            Effect.suspend(() => {
+              statements.page++
+              return repo.page(filters, request)
+            }),
+          total: Effect.suspend(() => {
+            statements.total++
+            return repo.total
+          })
+        })
+      })
+    ).pipe(Layer.provide(AuthorRepo.layerMemory))
+    const cache = yield* memoryCache()
+    const context = yield* Layer.build(Authors.layer.pipe(
+      Layer.provideMerge(Counted),
+      Layer.provide([AuthorEvents.layerNone, Layer.succeed(ReadCache, cache)])
+    ))
+    const authors = Context.get(context, Authors)
+    const repo = Context.get(context, AuthorRepo)
+    const read = (perPage: number, page: number, cursor = Option.none<number>()) =>
+      authors.readPage({}, { page, perPage, cursor }, cache.tag(LIST_SCOPE, undefined))
+    /** The answer from what the repository holds now (not through the cache; counted). */
+    const fresh = (perPage: number, page: number, cursor = Option.none<number>()) =>
+      Effect.map(authors.paginate({}, { page, perPage, cursor }), pageAnswer)
+    return { statements, cache, authors, repo, read, fresh } as const
+  })
+  const counters = Effect.promise(async () => ({
+    hits: (await readCacheHitsTotal.get()).values[0]?.value ?? 0,
+    misses: (await readCacheMissesTotal.get()).values[0]?.value ?? 0
+  }))
+
+  it("a full page's kept rows serve the page after an append: the total statement runs, not the page's", async () => {
+    await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+      const { statements, authors, read, fresh } = yield* setup
+      for (let i = 1; i <= 6; i++) yield* authors.create(`Author ${i}`)
+      const first = yield* read(2, 1)
+      expect(statements).toEqual({ page: 1, total: 0 })
+      expect(yield* read(2, 1)).toBe(first) // the answer itself
+      expect(statements).toEqual({ page: 1, total: 0 })
+
+      yield* authors.create("Author 7") // an append: the rows of page 1 stand, the total does not
+      const before = yield* counters
+      const after = yield* read(2, 1)
+      expect(statements).toEqual({ page: 1, total: 1 })
+      // The rows entry was a hit, the total a miss (its statement); the page answer itself is not counted.
+      expect(yield* counters).toEqual({ hits: before.hits + 1, misses: before.misses + 1 })
+      expect(after.body).toBe(withTotal(first, 7).body)
+      expect(after.meta).toEqual({ ...first.meta, total: 7, pages: 4 })
+      expect(yield* read(2, 1)).toBe(after) // kept under the new tag
+      // Another full page shares the total kept by the first: no statement but its own page's.
+      yield* read(2, 2)
+      expect(statements).toEqual({ page: 2, total: 1 })
+      // Byte for byte the answer read whole.
+      expect(after.body).toBe((yield* fresh(2, 1)).body) // a page statement, not through the cache
+
+      // A rename (not an append) moves `rows`: the page is read again, with the new name.
+      yield* authors.update(2, "Renamed")
+      const renamed = yield* read(2, 1)
+      expect(statements).toEqual({ page: 4, total: 1 })
+      expect(JSON.parse(renamed.dataJson).map((a: { name: string }) => a.name)).toEqual(["Author 1", "Renamed"])
+      yield* authors.remove(7) // a delete too
+      yield* read(2, 1)
+      expect(statements).toEqual({ page: 5, total: 1 })
+    })))
+  })
+
+  it("pages by cursor are kept the same way", async () => {
+    await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+      const { statements, authors, read, fresh } = yield* setup
+      for (let i = 1; i <= 6; i++) yield* authors.create(`Author ${i}`)
+      yield* read(2, 1, Option.some(2))
+      yield* authors.create("Author 7")
+      const after = yield* read(2, 1, Option.some(2))
+      expect(statements).toEqual({ page: 1, total: 1 })
+      expect(after.body).toBe((yield* fresh(2, 1, Option.some(2))).body)
+      expect(after.meta).toMatchObject({ total: 7, pages: 4, has_more: true })
+    })))
+  })
+
+  it("no rows are kept of a page that is not full, nor of one whose next row is above the high-water its reader saw", async () => {
+    await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+      const { statements, cache, authors, repo, read, fresh } = yield* setup
+      for (let i = 1; i <= 7; i++) yield* authors.create(`Author ${i}`)
+      // The last page (not full): after an append it is read again, whole.
+      yield* read(3, 3)
+      yield* authors.create("Author 8")
+      const last = yield* read(3, 3)
+      expect(statements).toEqual({ page: 2, total: 0 })
+      expect(last.meta).toMatchObject({ total: 8, has_more: false })
+
+      // Author 9 committed, its bump not made yet (high-water still 8): the page 6, 7, 8 has 9 as
+      // its next row, above what its reader saw, so its rows are not kept…
+      const nine = yield* repo.create("Author 9")
+      yield* read(3, 1, Option.some(5))
+      // …and 9's bump, an append, leaves `rows` as it was: the page is read whole again.
+      yield* cache.written(nine.id, "create")
+      yield* read(3, 1, Option.some(5))
+      expect(statements).toEqual({ page: 4, total: 0 })
+      // Now the high-water is 9: kept, and the next append costs the total only.
+      yield* authors.create("Author 10")
+      const page = yield* read(3, 1, Option.some(5))
+      expect(statements).toEqual({ page: 4, total: 1 })
+      expect(page.body).toBe((yield* fresh(3, 1, Option.some(5))).body)
+      expect(page.meta).toMatchObject({ total: 10, pages: 4, has_more: true })
     })))
   })
 })
