@@ -92,7 +92,8 @@ const LENGTH_DELIMITED = 2
 const FIXED32 = 5
 
 const utf8Encoder = new TextEncoder()
-const utf8Decoder = new TextDecoder()
+// `ignoreBOM`: a string that starts with U+FEFF is content in protobuf, not a byte-order mark to drop.
+const utf8Decoder = new TextDecoder("utf-8", { ignoreBOM: true })
 
 // --- encoding ----------------------------------------------------------------------------------
 

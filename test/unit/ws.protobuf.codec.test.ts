@@ -84,6 +84,12 @@ describe("the protobuf codec", () => {
     )
   })
 
+  it("keeps a string that starts with U+FEFF: in protobuf it is content, not a byte-order mark", () => {
+    const message = { pkg_id: 1, req_id: "\ufeffr", method: "", data_json: "\ufeff{}" }
+    expect(decodeRequest(encodeRequest(message))).toEqual(message)
+    expect(decodeRequest(type("Request").encode(type("Request").fromObject(message)).finish())).toEqual(message)
+  })
+
   it("writes a negative int32 as ten bytes, as protobufjs does", () => {
     const bytes = encodeRequest({ pkg_id: -1, req_id: "", method: "", data_json: "" })
     expect(bytes.length).toBe(11)
