@@ -64,6 +64,9 @@ const make = Effect.gen(function*() {
       Effect.orDie
     )
 
+  /** The unfiltered list's total: a page joins it, and `total` reads it alone. */
+  const unfilteredTotal = sql<{ total: number }>`SELECT total::int AS total FROM author_stats`
+
   const page = (filters: AuthorFilters, request: PageRequest) =>
     Effect.gen(function*() {
       const limit = request.perPage + 1
@@ -74,9 +77,7 @@ const make = Effect.gen(function*() {
         : sql`SELECT id, name, created_at FROM authors ${where(filters)} ORDER BY authors.id LIMIT ${limit} OFFSET ${
           (request.page - 1) * request.perPage
         }`
-      const totalQuery = isFiltered(filters)
-        ? sql`SELECT count(*)::int AS total FROM authors ${where(filters)}`
-        : sql`SELECT total::int AS total FROM author_stats`
+      const totalQuery = isFiltered(filters) ? sql`SELECT count(*)::int AS total FROM authors ${where(filters)}` : unfilteredTotal
       // One statement: the total's single row, joined with the page's rows (none past the end).
       const rows = yield* sql<{ total: number; id: number | null; name: string; created_at: string }>`SELECT t.total, p.* FROM (${totalQuery}) AS t LEFT JOIN LATERAL (SELECT ${columns} FROM (${chosen}) AS page) AS p ON true ORDER BY p.id`
       const items: Array<AuthorRow> = []
@@ -85,7 +86,7 @@ const make = Effect.gen(function*() {
     }).pipe(Effect.orDie)
 
   /** The total of the unfiltered list (the `author_stats` counter), alone. */
-  const total = sql<{ total: number }>`SELECT total::int AS total FROM author_stats`.pipe(
+  const total = unfilteredTotal.pipe(
     Effect.orDie,
     Effect.map((rows) => rows[0]?.total ?? 0)
   )
@@ -125,7 +126,6 @@ const make = Effect.gen(function*() {
 
   return { listBatch, page, total, findById, create, update, remove } as const
 })
-
 
 /** `created_at` as the SQL repository formats it: UTC, microseconds, no zone. */
 const formatCreatedAt = (date: Date) => `${date.toISOString().slice(0, 23)}000`
