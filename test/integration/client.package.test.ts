@@ -142,16 +142,20 @@ describe("the client package, installed from its tarball into an empty project",
       .toBe(readFileSync(join(PACKAGE, "dist/index.js"), "utf8"))
   })
 
-  it("packs only the build and the README, at the service's version, depending on effect alone", () => {
-    expect(packed.filter((p) => !p.startsWith("dist/types/"))).toEqual(["README.md", "dist/index.js", "package.json"])
+  it("packs only the build, the README and the licence, at the service's version, depending on effect alone", () => {
+    expect(packed.filter((p) => !p.startsWith("dist/types/"))).toEqual(["LICENSE", "README.md", "dist/index.js", "package.json"])
+    // The project's licence, word for word, and named in the package's metadata.
+    expect(readFileSync(join(project, "node_modules/@author-directory/client/LICENSE"), "utf8")).toBe(readFileSync(join(ROOT, "LICENSE"), "utf8"))
     expect(packed.filter((p) => p.startsWith("dist/types/")).every((p) => p.endsWith(".d.ts"))).toBe(true)
     expect(packed).toContain("dist/types/Client/index.d.ts")
     const service = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string }
     const installed = JSON.parse(readFileSync(join(project, "node_modules/@author-directory/client/package.json"), "utf8")) as {
       version: string
+      license: string
       dependencies: Record<string, string>
     }
     expect(installed.version).toBe(service.version)
+    expect(installed.license).toBe("MIT")
     expect(installed.dependencies).toEqual({ effect: "4.1.0" })
     const modules = readdirSync(join(project, "node_modules"), { withFileTypes: true })
       .filter((e) => !e.name.startsWith("."))
