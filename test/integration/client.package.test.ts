@@ -3,8 +3,10 @@
  * dist/ from src/ if stale), the tarball installed into an empty project outside this repository
  * (effect from the npm cache), a program type-checked there by TypeScript (strict, nodenext, the
  * DOM library and no Node types: what the package's declarations need from the consumer) and run
- * as plain JavaScript by node against a running service — and the package README's examples
- * likewise. The tarball holds only the build; its bundle imports only `effect`.
+ * as plain JavaScript against a running service by each runtime the package claims besides
+ * browsers (client.browser.test.ts): the tests' Node, the oldest Node of its `engines`, Bun and
+ * Deno (test/support/Runtimes.ts installs the last three) — and the package README's examples by node. The tarball holds only the build and the
+ * licence; its bundle imports only `effect`.
  */
 import { execFile } from "node:child_process"
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
@@ -13,6 +15,7 @@ import { join } from "node:path"
 import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { isClientBuildFresh } from "../../scripts/build-client.ts"
+import { RUNTIME_VERSIONS, runtimeBinary } from "../support/Runtimes.ts"
 import { startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const ROOT = process.cwd()
@@ -176,14 +179,32 @@ describe("the client package, installed from its tarball into an empty project",
     }
   })
 
-  it("type-checks the program and the README's examples with strict nodenext, then runs them with plain node", async () => {
+  it("type-checks the program and the README's examples with strict nodenext", async () => {
     const tsc = await run(join(ROOT, "node_modules/.bin/tsc"), ["-p", "."], { cwd: project }).then(
       (r) => r.stdout,
       (e: { stdout?: string; message: string }) => e.stdout ?? e.message
     )
     expect(tsc).toBe("")
+  })
 
-    const { stdout, stderr } = await run(process.execPath, ["out/program.js", app.url], { cwd: project, timeout: 60_000 })
+  // The same JavaScript on each runtime the package claims, from the same installed tarball: the
+  // Node of the tests, the oldest its engines admit, Bun and Deno.
+  const runtimes: Record<string, () => Promise<[string, Array<string>]>> = {
+    [`node ${process.versions.node}`]: async () => [process.execPath, []],
+    [`node ${RUNTIME_VERSIONS.node}`]: async () => [await runtimeBinary("node"), []],
+    bun: async () => [await runtimeBinary("bun"), []],
+    // Deno asks for network access; nothing else (files it imports are not reads it must be granted).
+    deno: async () => [await runtimeBinary("deno"), ["run", "--allow-net=127.0.0.1"]]
+  }
+
+  it("the older Node it runs on is the oldest its engines admit", () => {
+    const { engines } = JSON.parse(readFileSync(join(PACKAGE, "package.json"), "utf8")) as { engines: { node: string } }
+    expect(`${engines.node}.0`).toBe(`>=${RUNTIME_VERSIONS.node}`)
+  })
+
+  it.each(Object.keys(runtimes))("runs the program on %s: login, create, 409, /web requests and broadcasts (JSON and protobuf), the Promise facade", async (runtime) => {
+    const [command, args] = await runtimes[runtime]!()
+    const { stdout, stderr } = await run(command, [...args, "out/program.js", app.url], { cwd: project, timeout: 120_000 })
     expect(stderr).toBe("")
     const lines = stdout.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>)
     const step = (name: string) => lines.filter((l) => l["step"] === name)
@@ -209,7 +230,9 @@ describe("the client package, installed from its tarball into an empty project",
       renamed: expect.stringMatching(/^Facade renamed \d+$/)
     })
     expect(lines.map((l) => l["step"])).toEqual(["create", "list", "409", "ws", "ws", "facade"])
+  }, 900_000)
 
+  it("runs the README's examples with plain node: they print what they say", async () => {
     const local = (file: string) => readFileSync(join(project, file), "utf8").replaceAll("http://localhost:8000", app.url)
     writeFileSync(join(project, "out/readme-promise.js"), local("out/readme-promise.js"))
     writeFileSync(join(project, "out/readme-effect.js"), local("out/readme-effect.js"))
