@@ -27,6 +27,7 @@ import { Packages } from "../../src/Ws/Packages.ts"
 import { Close } from "../../src/Ws/Protocol.ts"
 import { onPath } from "../support/Binaries.ts"
 import { freePort } from "../support/Launcher.ts"
+import { packageReadmeBlock } from "../support/ClientKit.ts"
 import { commandsOf, startShell, type Step } from "../support/Shell.ts"
 import { login, seedEmbeddedDatabase } from "../support/TestApp.ts"
 
@@ -468,9 +469,7 @@ describe("README and docs examples", () => {
     }, 60_000)
 
     it("the README's client-kit install lines are the package README's, which test/integration/client.install.test.ts runs", () => {
-      const packageReadme = readFileSync(join(ROOT, "packages/client/README.md"), "utf8")
-      const install = parseBlocks("packages/client/README.md", packageReadme).filter((b) => b.name === "install")
-      expect(install.map((b) => b.body)).toEqual([example("client-install")])
+      expect(packageReadmeBlock("sh", "install")).toBe(example("client-install"))
       expect(existsSync(join(ROOT, "test/integration/client.install.test.ts"))).toBe(true)
     })
 

@@ -11,20 +11,13 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { packageReadmeBlock, writeConsumerTsconfig } from "../support/ClientKit.ts"
 import { commandsOf, startShell, type Step } from "../support/Shell.ts"
 import { startTestApp } from "../support/TestApp.ts"
 
 const ROOT = process.cwd()
 const VERSION = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string }).version
 const TARBALL = `author-directory-client-${VERSION}.tgz`
-const README = readFileSync(join(ROOT, "packages/client/README.md"), "utf8")
-
-/** The package README's fenced block `example=<name>`. */
-const block = (lang: string, name: string): string => {
-  const match = new RegExp("```" + lang + " example=" + name + "\\n([\\s\\S]*?)\\n```").exec(README)
-  if (match === null) throw new Error(`packages/client/README.md has no block example=${name}`)
-  return match[1]!
-}
 
 /** What a reader's shell has: no variable of the test run; npm quiet, and the cache used first. */
 const ENV = {
@@ -99,7 +92,7 @@ describe("the client kit installed as its README says, from a fresh clone", () =
         })
       }]
     ]
-    const commands = commandsOf(block("sh", "install"))
+    const commands = commandsOf(packageReadmeBlock("sh", "install"))
     expect(commands.map((c) => outcomes.filter(([pattern]) => pattern.test(c.text)).length), commands.map((c) => c.text).join(" / "))
       .toEqual(commands.map(() => 1))
     for (const { label, text } of commands) {
@@ -120,23 +113,8 @@ describe("the client kit installed as its README says, from a fresh clone", () =
   }, 600_000)
 
   it("the package README's first example type-checks strictly in the new project and prints what it says against the service", async () => {
-    writeFileSync(join(project, "tsconfig.json"), JSON.stringify({
-      compilerOptions: {
-        target: "ES2022",
-        lib: ["ES2024", "DOM"],
-        types: [],
-        module: "NodeNext",
-        moduleResolution: "NodeNext",
-        strict: true,
-        exactOptionalPropertyTypes: true,
-        noUncheckedIndexedAccess: true,
-        skipLibCheck: false,
-        outDir: "out"
-      },
-      include: ["first.ts"]
-    }))
-    const first = block("ts", "promise")
-    writeFileSync(join(project, "first.ts"), first)
+    writeConsumerTsconfig(project, ["first.ts"])
+    writeFileSync(join(project, "first.ts"), packageReadmeBlock("ts", "promise"))
     const tsc = await shell.run("", `cd ${project} && ${join(clone, "node_modules/.bin/tsc")} -p .`)
     expect({ status: tsc.status, output: tsc.output }).toEqual({ status: 0, output: "" })
 

@@ -15,19 +15,13 @@ import { join } from "node:path"
 import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { isClientBuildFresh } from "../../scripts/build-client.ts"
+import { CLIENT_PACKAGE, packageReadmeBlock, writeConsumerTsconfig } from "../support/ClientKit.ts"
 import { RUNTIME_VERSIONS, runtimeBinary } from "../support/Runtimes.ts"
 import { startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const ROOT = process.cwd()
-const PACKAGE = join(ROOT, "packages", "client")
+const PACKAGE = CLIENT_PACKAGE
 const run = promisify(execFile)
-
-/** The package README's fenced blocks `example=<name>`. */
-const readmeExample = (name: string): string => {
-  const match = new RegExp("```ts example=" + name + "\\n([\\s\\S]*?)\\n```").exec(readFileSync(join(PACKAGE, "README.md"), "utf8"))
-  if (match === null) throw new Error(`packages/client/README.md has no block example=${name}`)
-  return match[1]!
-}
 
 /**
  * The consumer's program. `@ts-expect-error` lines fail the type-check if the declarations lose
@@ -111,26 +105,12 @@ describe("the client package, installed from its tarball into an empty project",
     mkdirSync(project)
     writeFileSync(join(project, "package.json"), JSON.stringify({ name: "consumer", private: true, type: "module" }))
     await run("npm", ["install", tarball, "--prefer-offline", "--no-audit", "--no-fund"], { cwd: project })
-    writeFileSync(join(project, "tsconfig.json"), JSON.stringify({
-      compilerOptions: {
-        target: "ES2022",
-        lib: ["ES2024", "DOM"],
-        types: [],
-        module: "NodeNext",
-        moduleResolution: "NodeNext",
-        strict: true,
-        exactOptionalPropertyTypes: true,
-        noUncheckedIndexedAccess: true,
-        skipLibCheck: false,
-        outDir: "out"
-      },
-      include: ["*.ts"]
-    }))
+    writeConsumerTsconfig(project, ["*.ts"])
     // `process.argv` without Node's types: the one global the program needs beyond the DOM library.
     writeFileSync(join(project, "globals.d.ts"), "declare const process: { readonly argv: ReadonlyArray<string> }\n")
     writeFileSync(join(project, "program.ts"), PROGRAM)
-    writeFileSync(join(project, "readme-promise.ts"), readmeExample("promise"))
-    writeFileSync(join(project, "readme-effect.ts"), readmeExample("effect"))
+    writeFileSync(join(project, "readme-promise.ts"), packageReadmeBlock("ts", "promise"))
+    writeFileSync(join(project, "readme-effect.ts"), packageReadmeBlock("ts", "effect"))
   }, 180_000)
 
   afterAll(async () => {
