@@ -4,8 +4,9 @@
  *
  * The function has no loop: V8 compiles a hot loop while it runs (on-stack replacement), and Node
  * 24's V8 charges the samples of such code, when it was compiled before a capture started, to the
- * caller (`processImmediate`) — for the whole capture when the machine is busy and the function's
- * ordinary optimised code comes late. Recursion gives the profile the same function in every frame.
+ * caller (`processImmediate`) — until the function's ordinary optimised code replaces it, which a
+ * busy machine delays (half of a capture, once). Recursion gives the profile the same function in
+ * every frame.
  */
 function burnCpuForProfilerTest(depth: number): number {
   return depth < 2 ? depth : burnCpuForProfilerTest(depth - 1) + burnCpuForProfilerTest(depth - 2)
