@@ -17,7 +17,7 @@ import { Deployment } from "kubernetes-models/apps/v1"
 import { HorizontalPodAutoscaler } from "kubernetes-models/autoscaling/v2"
 import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1"
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1"
-import { ConfigMap, Secret, Service } from "kubernetes-models/v1"
+import { ConfigMap, Namespace, Secret, Service } from "kubernetes-models/v1"
 import { describe, expect, it } from "vitest"
 import { parseAllDocuments } from "yaml"
 import { appConfig } from "../../src/Config.ts"
@@ -33,6 +33,7 @@ type Json = Record<string, unknown>
 /** The kinds the directories may hold, each with its schema-validating model. */
 const MODELS: Record<string, new (data: never) => { validate(): void }> = {
   "v1/ConfigMap": ConfigMap,
+  "v1/Namespace": Namespace,
   "v1/Secret": Secret,
   "v1/Service": Service,
   "apps/v1/Deployment": Deployment,
@@ -317,7 +318,7 @@ describe("deploy/kubernetes/overlays/example", () => {
   const templateKeys = template.split("\n").flatMap((l) => /^([A-Z][A-Z0-9_]+)=/.exec(l)?.[1] ?? [])
 
   it("generates the Secret from a git-ignored env file, whose template holds placeholders for variables the service reads", () => {
-    expect(overlay["resources"]).toEqual(["../../base", "networkpolicy.yaml"])
+    expect(overlay["resources"]).toEqual(["namespace.yaml", "../../base", "networkpolicy.yaml"])
     expect(overlay["secretGenerator"]).toEqual([expect.objectContaining({ name: "author-directory-secrets", envs: ["secrets.env"] })])
     expect(readFileSync(`${EXAMPLE}/.gitignore`, "utf8").split("\n")).toContain("secrets.env")
     expect([...templateKeys].sort()).toEqual(["DATABASE_URL", "OIDC_CLIENT_SECRET", "REDIS_URL"])
@@ -327,6 +328,12 @@ describe("deploy/kubernetes/overlays/example", () => {
     expect(spawnSync("git", ["check-ignore", "-q", `${EXAMPLE}/secrets.env`]).status).toBe(0)
   })
 
+  it("creates the namespace it puts everything in (a fresh cluster has none by that name)", () => {
+    const [namespace] = readYaml(`${EXAMPLE}/namespace.yaml`)
+    expect(() => validate(namespace!, "namespace.yaml")).not.toThrow()
+    expect(namespace).toEqual({ apiVersion: "v1", kind: "Namespace", metadata: { name: overlay["namespace"] } })
+  })
+
   it("pins its own registry's image with the version label equal to the tag", () => {
     const [image] = overlay["images"] as Array<{ newTag: string }>
     const labels = overlay["labels"] as Array<{ pairs: Record<string, string> }>
@@ -334,7 +341,7 @@ describe("deploy/kubernetes/overlays/example", () => {
     expect(image!.newTag).toMatch(/^\d+\.\d+\.\d+/)
   })
 
-  it("has a NetworkPolicy that admits the API port from the cluster and the admin port from the monitoring namespace only", () => {
+  it("has a NetworkPolicy that admits the API port from any source and the admin port from the monitoring namespace only", () => {
     const [policy] = readYaml(`${EXAMPLE}/networkpolicy.yaml`)
     expect(() => validate(policy!, "networkpolicy.yaml")).not.toThrow()
     expect(at(policy, "spec", "podSelector", "matchLabels")).toEqual(at(deployment, "spec", "selector", "matchLabels"))
@@ -378,8 +385,11 @@ describe("deploy/kubernetes/overlays/example", () => {
           object["data"] = Object.fromEntries(Object.entries(object["data"] as Record<string, string>).map(([k, v]) => [k, v.replace(/\n/g, "")]))
         }
         expect(() => validate(object, "overlay")).not.toThrow()
-        expect(at(object, "metadata", "namespace"), String(object["kind"])).toBe(overlay["namespace"])
+        // The Namespace itself is not namespaced: it is the one of the rest, applied before them.
+        if (object["kind"] === "Namespace") expect(at(object, "metadata", "name")).toBe(overlay["namespace"])
+        else expect(at(object, "metadata", "namespace"), String(object["kind"])).toBe(overlay["namespace"])
       }
+      expect(rendered[0]?.["kind"]).toBe("Namespace")
       const secret = rendered.find((o) => o["kind"] === "Secret")!
       const secretName = String(at(secret, "metadata", "name"))
       expect(secretName).toMatch(/^author-directory-secrets-[a-z0-9]+$/)
@@ -389,7 +399,7 @@ describe("deploy/kubernetes/overlays/example", () => {
       const [image] = overlay["images"] as Array<{ newName: string; newTag: string }>
       expect(at(renderedDeployment, "spec", "template", "spec", "containers", 0, "image")).toBe(`${image!.newName}:${image!.newTag}`)
       expect(rendered.map((o) => o["kind"]).sort()).toEqual(
-        ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service"])
+        ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Namespace", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service"])
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
