@@ -19,7 +19,7 @@ import { answered } from "../Authors/Http.ts"
 import { authorKey, listKey, pageKey } from "../Authors/ReadAnswers.ts"
 import { LIST_SCOPE, type ReadCache, type Scope, scopeOfId } from "../Authors/ReadCache.ts"
 import { hasRoles } from "../Auth/Rbac.ts"
-import { AUTHORS_MAX_PER_PAGE, decodeCursor, MAX_PAGE } from "../Domain/Pagination.ts"
+import { AUTHORS_MAX_PER_PAGE, decodeCursor, INT32_MAX, MAX_PAGE } from "../Domain/Pagination.ts"
 import type { RequestContext } from "../Domain/RequestContext.ts"
 import { OperationRoles, type Role } from "../Domain/User.ts"
 
@@ -86,7 +86,7 @@ export const readOf = (template: string, pathname: string, url: string): Read | 
       const page = pageText === undefined ? 1 : canonicalInt(pageText)
       const perPage = perPageText === undefined ? 20 : canonicalInt(perPageText)
       const cursor = cursorText === undefined ? Option.none() : decodeCursor(cursorText)
-      if (filter === null || page === undefined || page < 1 || page > MAX_PAGE || perPage === undefined || perPage < 1) return undefined
+      if (filter === null || page === undefined || page < 1 || page > MAX_PAGE || perPage === undefined || perPage < 1 || perPage > INT32_MAX) return undefined
       if (cursorText !== undefined && Option.isNone(cursor)) return undefined
       const key = pageKey(filter, { page, perPage: Math.min(perPage, AUTHORS_MAX_PER_PAGE), cursor })
       return { key, scope: scopeOfFilter(filter), list: false, roles: OperationRoles.listAuthors }

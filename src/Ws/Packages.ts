@@ -12,7 +12,7 @@ import { Authors } from "../Authors/Authors.ts"
 import { ReadAnswer } from "../Authors/ReadAnswers.ts"
 import { ReadCache, scopeOf } from "../Authors/ReadCache.ts"
 import { Author, type AuthorFilters, AuthorPayload } from "../Domain/Author.ts"
-import { AUTHORS_MAX_PER_PAGE, clampPerPage, Cursor, MAX_PAGE, type PageMeta } from "../Domain/Pagination.ts"
+import { AUTHORS_MAX_PER_PAGE, clampPerPage, Cursor, INT32_MAX, MAX_PAGE, type PageMeta } from "../Domain/Pagination.ts"
 import type { Observed } from "../Domain/RequestContext.ts"
 import { OperationRoles, type Role, type User } from "../Domain/User.ts"
 import { type ClientError, errorStatus, WsStatus } from "../Errors.ts"
@@ -140,7 +140,7 @@ const toFilters = (filters: Filters | null | undefined): AuthorFilters => ({
   search: filters?.name ?? filters?.search_term ?? undefined
 })
 
-const PerPage = clampPerPage(Schema.Int.check(atLeast(1)).annotate({ description: `Clamped to ${AUTHORS_MAX_PER_PAGE}` }))
+const PerPage = clampPerPage(Schema.Int.check(atLeast(1), atMost(INT32_MAX)).annotate({ description: `Clamped to ${AUTHORS_MAX_PER_PAGE}` }))
 
 const GetAuthorsData = Schema.Struct({ filters: Schema.optional(Schema.NullOr(Filters)) })
 
