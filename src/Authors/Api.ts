@@ -1,4 +1,8 @@
-/** The authors HTTP contract (docs/http-api.md#authors). */
+/**
+ * The authors contract: the HTTP endpoints (docs/http-api.md#authors), and the data of the
+ * WebSocket packages that read authors (docs/websocket.md#messages), which the read model decodes
+ * with them (Reads.ts).
+ */
 import { Effect, Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
@@ -44,7 +48,25 @@ export const PageParams = Schema.Struct({
   cursor: Schema.optional(Cursor)
 })
 
-const AuthorIdParams = { author_id: AuthorId }
+export const AuthorIdParams = { author_id: AuthorId }
+
+/** Package filters: `name` and its alias `search_term` are case-insensitive substrings (docs/websocket.md#messages). */
+export const PackageFilters = Schema.Struct({
+  id: Schema.optional(Schema.NullOr(Schema.Int)),
+  name: Schema.optional(Schema.NullOr(ParamText)),
+  search_term: Schema.optional(Schema.NullOr(ParamText))
+})
+
+/** Package 1 (`GET_AUTHORS`): the whole list, filtered. */
+export const ListPackageData = Schema.Struct({ filters: Schema.optional(Schema.NullOr(PackageFilters)) })
+
+/** Package 2 (`GET_PAGINATED_AUTHORS`): a page, as over HTTP but without defaults. */
+export const PagePackageData = Schema.Struct({
+  page: Schema.Int.check(atLeast(1), atMost(MAX_PAGE)),
+  per_page: clampPerPage(Schema.Int.check(atLeast(1), atMost(INT32_MAX)).annotate({ description: `Clamped to ${AUTHORS_MAX_PER_PAGE}` })),
+  filters: Schema.optional(Schema.NullOr(PackageFilters)),
+  cursor: Schema.optional(Schema.NullOr(Cursor))
+})
 
 type OpenApiObject = Record<string, unknown>
 
