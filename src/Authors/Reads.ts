@@ -11,7 +11,7 @@
 import { Option, Result, Schema, type SchemaIssue, SchemaParser } from "effect"
 import { FindMyWay } from "effect/http"
 import type { AuthorFilters } from "../Domain/Author.ts"
-import type { PageQuery } from "../Domain/Pagination.ts"
+import { AUTHORS_MAX_PER_PAGE, type PageQuery } from "../Domain/Pagination.ts"
 import { OperationRoles, type Role } from "../Domain/User.ts"
 import { AuthorIdParams, ListParams, ListPackageData, PackageFilters, PageParams, PagePackageData } from "./Api.ts"
 import { authorKey, listKey, pageKey } from "./ReadAnswers.ts"
@@ -84,9 +84,6 @@ const packageFilters = (filters: typeof PackageFilters.Type | null | undefined):
 
 // --- HTTP --------------------------------------------------------------------------------------
 
-/** The templates of the read routes, as the front door names routes (Http/Validation.ts). */
-const READ_TEMPLATES: ReadonlySet<string> = new Set(["/authors", "/authors/paginated", "/authors/{author_id}"])
-
 type Parsed = (params: Readonly<Record<string, string | undefined>>, query: Readonly<Record<string, string | Array<string>>>) => AuthorRead | undefined
 
 /** A decoder that, like HttpApi's, reads a repeated query parameter as an array (which these schemas refuse). */
@@ -96,24 +93,96 @@ const decodeList = queryDecoder(ListParams)
 const decodePage = queryDecoder(PageParams)
 const decodeAuthorId = Schema.decodeUnknownResult(Schema.Struct(AuthorIdParams))
 
+/** A page's defaults, as `PageParams` decodes a query without them (never written here). */
+const PAGE_DEFAULTS = Schema.decodeUnknownSync(PageParams)({})
+
 /**
- * The reader of HTTP requests, built once with the app's router settings (HttpRouter.RouterConfig):
- * its own router over the three read routes parses the path and the query as the app's router does
- * (the same FindMyWay: percent-decoding, repeated parameters), and the endpoints' schemas decode
- * them as HttpApi does. It gives the read a `GET` names, or undefined when the request is not one
- * (another route or method, a query that does not decode: the app answers those).
+ * A number the canonical form admits: digits, no sign, no leading zero, at most 9 of them — so
+ * below every bound of `page`, `per_page` and `id` (32-bit, safe): the schemas decode it to itself.
  */
-export const makeHttpReads = (routerConfig: Partial<FindMyWay.RouterConfig>) => {
+const CANONICAL_NUMBER = /^[1-9]\d{0,8}$/
+const AUTHOR_PATH = /^\/authors\/([1-9]\d{0,8})$/
+
+/** `a=1&b=2`, each name among `names` once, each value canonical; undefined for anything else. */
+const canonicalParams = (query: string, names: ReadonlyArray<string>): Record<string, number> | undefined => {
+  const params: Record<string, number> = {}
+  if (query === "") return params
+  for (const pair of query.split("&")) {
+    const eq = pair.indexOf("=")
+    const name = pair.slice(0, eq)
+    const value = pair.slice(eq + 1)
+    if (eq <= 0 || !names.includes(name) || Object.hasOwn(params, name) || !CANONICAL_NUMBER.test(value)) return undefined
+    params[name] = Number(value)
+  }
+  return params
+}
+
+const LIST_NAMES = ["id"]
+const PAGE_NAMES = ["id", "page", "per_page"]
+
+/**
+ * The fast path of the front door's reads: a request in the one form clients write by default —
+ * the route's own path, and only numeric parameters written canonically (`?page=2&per_page=20`,
+ * `?id=17`, `/authors/17`) — read without the router and the schemas, as they would read it: a
+ * canonical number is itself, an absent `page` or `per_page` is `PAGE_DEFAULTS`, and a `per_page`
+ * up to AUTHORS_MAX_PER_PAGE is not clamped (a larger one is left to the schema). Undefined for
+ * anything else, which the schemas read. test/unit/reads.test.ts pins that both agree.
+ */
+const canonicalRead = (template: string, url: string): AuthorRead | undefined => {
+  const start = url.indexOf("?")
+  const pathname = start === -1 ? url : url.slice(0, start)
+  const query = start === -1 ? "" : url.slice(start + 1)
+  switch (template) {
+    case "/authors": {
+      const params = pathname === "/authors" ? canonicalParams(query, LIST_NAMES) : undefined
+      return params === undefined ? undefined : listRead(params)
+    }
+    case "/authors/paginated": {
+      const params = pathname === "/authors/paginated" ? canonicalParams(query, PAGE_NAMES) : undefined
+      if (params === undefined) return undefined
+      const { page = PAGE_DEFAULTS.page, per_page = PAGE_DEFAULTS.per_page, ...filters } = params
+      return per_page > AUTHORS_MAX_PER_PAGE ? undefined : pageRead(filters, { page, perPage: per_page, cursor: Option.none() })
+    }
+    case "/authors/{author_id}": {
+      const match = start === -1 ? AUTHOR_PATH.exec(pathname) : null
+      return match === null ? undefined : authorRead(Number(match[1]))
+    }
+    default:
+      return undefined
+  }
+}
+
+/**
+ * The two ways the front door reads a request: `canonical` (the fast path, for the usual forms;
+ * undefined for the others) and `decoded` — its own router over the three read routes, with the
+ * app's router settings (HttpRouter.RouterConfig), parses the path and the query as the app's
+ * router does (the same FindMyWay: percent-decoding, repeated parameters), and the endpoints'
+ * schemas decode them as HttpApi does; undefined when the request is not a read (another route, a
+ * query that does not decode: the app answers those).
+ */
+export const httpReaders = (routerConfig: Partial<FindMyWay.RouterConfig>) => {
   const router = FindMyWay.make<Parsed>(routerConfig)
   router.on("GET", "/authors", (_, query) => Result.getOrUndefined(Result.map(decodeList(query), listRead)))
   router.on("GET", "/authors/paginated", (_, query) => Result.getOrUndefined(Result.map(decodePage(query), pageQueryRead)))
   router.on("GET", "/authors/:author_id", (params) => Result.getOrUndefined(Result.map(decodeAuthorId(params), (p) => authorRead(p.author_id))))
-  /** `template`: the front door's route for the request, so that other routes cost no parsing. */
-  return (method: string, template: string | undefined, url: string): AuthorRead | undefined => {
-    if (method !== "GET" || template === undefined || !READ_TEMPLATES.has(template)) return undefined
-    const found = router.find(method, url)
+  const decoded = (url: string): AuthorRead | undefined => {
+    const found = router.find("GET", url)
     return found === undefined ? undefined : found.handler(found.params, found.searchParams)
   }
+  return { canonical: canonicalRead, decoded }
+}
+
+/** The read routes, as the front door names routes (Http/Validation.ts). */
+const READ_TEMPLATES: ReadonlySet<string> = new Set(["/authors", "/authors/paginated", "/authors/{author_id}"])
+
+/**
+ * The reader of HTTP requests, built once with the app's router settings: the read a `GET` of
+ * route `template` (the front door's; other routes cost no parsing) names, or undefined.
+ */
+export const makeHttpReads = (routerConfig: Partial<FindMyWay.RouterConfig>) => {
+  const { canonical, decoded } = httpReaders(routerConfig)
+  return (method: string, template: string | undefined, url: string): AuthorRead | undefined =>
+    method !== "GET" || template === undefined || !READ_TEMPLATES.has(template) ? undefined : canonical(template, url) ?? decoded(url)
 }
 
 // --- WebSocket ---------------------------------------------------------------------------------
