@@ -49,8 +49,11 @@ const layerApi = HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }).pip
   Layer.provide([BearerAuth.layer, CommonResponses.layer])
 )
 
-/** Every route on the one router, behind the front door (a global router middleware). */
-const layerRoutes = Layer.mergeAll(layerApi, Docs.layer, WsHttp.layer, FrontDoor.layer(Api)).pipe(
+/**
+ * Every route on the one router, behind the front door (a global router middleware), which answers
+ * the author reads the read cache holds itself (the authors' stage: docs/architecture.md#the-request-path).
+ */
+const layerRoutes = Layer.mergeAll(layerApi, Docs.layer, WsHttp.layer, FrontDoor.layer(Api, { early: [AuthorsHttp.cachedRead] })).pipe(
   Layer.provide(NodeHttpServer.layerHttpServices)
 )
 
