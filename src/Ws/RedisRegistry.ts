@@ -37,12 +37,11 @@
  * Every key and channel carries REDIS_KEY_PREFIX.
  */
 import { Effect, FiberSet, Queue, Schedule } from "effect"
-import type { Redis } from "ioredis"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
 import { AppConfig } from "../Config.ts"
 import { wsBroadcastsInvalidTotal } from "../Observability/Metrics.ts"
-import { COMMAND_TIMEOUT_MS, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { COMMAND_TIMEOUT_MS, databaseOf, defineScript, isDisconnected, RedisClient, redisCommand, type RedisConnection } from "../Store/Redis.ts"
 import { ACQUIRE_SLOT_LUA, parseBroadcast, RENEW_SLOTS_LUA } from "./RedisWire.ts"
 import {
   type BroadcastMessage,
@@ -83,7 +82,7 @@ export type ExpiredEvents =
 const isReplyError = (cause: unknown) => cause instanceof Error && cause.name === "ReplyError"
 
 /** Turns on expired-key events unless CONFIG GET shows them on already. */
-export const enableExpiredEvents = (client: Redis): Effect.Effect<ExpiredEvents> =>
+export const enableExpiredEvents = (client: RedisConnection): Effect.Effect<ExpiredEvents> =>
   Effect.gen(function*() {
     const reply = yield* redisCommand("CONFIG GET", () => client.config("GET", "notify-keyspace-events"), COMMAND_TIMEOUT_MS * 2)
     const flags = Array.isArray(reply) && typeof reply[1] === "string" ? reply[1] : ""
@@ -96,7 +95,8 @@ export const enableExpiredEvents = (client: Redis): Effect.Effect<ExpiredEvents>
 
 export const makeRedisRegistry = (options: RedisRegistryOptions) =>
   Effect.gen(function*() {
-    const { client, duplicate, prefix } = yield* RedisClient
+    const redis = yield* RedisClient
+    const { client, prefix } = redis
     const acquireSlot = defineScript<number>(client, "adsAcquireSlot", 1, ACQUIRE_SLOT_LUA)
     const renewSlots = defineScript<Array<string>>(client, "adsRenewSlots", 1, RENEW_SLOTS_LUA)
     const instance = `${hostname()}:${process.pid}:${randomBytes(4).toString("hex")}`
@@ -104,7 +104,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     const sessionPrefix = `${prefix}ws:session:${instance}:`
     const sessionKey = (connectionId: string) => `${sessionPrefix}${connectionId}`
     const broadcastChannel = `${prefix}ws:broadcast`
-    const expiredChannel = `__keyevent@${client.options.db ?? 0}__:expired`
+    const expiredChannel = `__keyevent@${databaseOf(client)}__:expired`
     const fibers = yield* FiberSet.make()
     const run = yield* FiberSet.runtime(fibers)<never>()
 
@@ -160,8 +160,8 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
      * comes (the subscriber was reconnecting) is forgotten after OWN_ECHOES_MAX newer ones.
      */
     const ownEchoes = new Map<string, BroadcastMessage>()
-    const subscriber = yield* duplicate
-    subscriber.on("message", (channel: string, message: string) => {
+    const subscriber = yield* redis.subscriber
+    subscriber.onMessage((channel, message) => {
       if (channel === broadcastChannel) {
         const own = ownEchoes.get(message)
         if (own !== undefined) {
@@ -182,7 +182,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         else expire(connectionId)
       }
     })
-    const subscribe = redisCommand("SUBSCRIBE", () => subscriber.subscribe(broadcastChannel, expiredChannel), COMMAND_TIMEOUT_MS * 2).pipe(
+    const subscribe = redisCommand("SUBSCRIBE", () => subscriber.subscribe([broadcastChannel, expiredChannel]), COMMAND_TIMEOUT_MS * 2).pipe(
       Effect.catch((error) => Effect.logWarning("Redis SUBSCRIBE failed; retried when the connection is back", error.cause))
     )
 
@@ -266,7 +266,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     /** Everything a Redis restart takes away, put back; run on every (re)connection. */
     const recover = Effect.gen(function*() {
       yield* ensureExpiredEvents
-      if (subscriber.status === "ready") yield* subscribe
+      if (subscriber.connection.status === "ready") yield* subscribe
       yield* renew
       yield* restoreSessions
     })
@@ -282,12 +282,12 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     yield* Effect.acquireRelease(
       Effect.sync(() => {
         client.on("ready", signal)
-        subscriber.on("ready", signal)
+        subscriber.connection.on("ready", signal)
       }),
       () =>
         Effect.sync(() => {
           client.off("ready", signal)
-          subscriber.off("ready", signal)
+          subscriber.connection.off("ready", signal)
         })
     )
     yield* Effect.forkScoped(Effect.forever(Effect.andThen(Queue.take(reconnected), recover)))
@@ -366,9 +366,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         ),
       listen: (listener) => Effect.asVoid(listeners.add(listener)),
       check: Effect.suspend((): Effect.Effect<void, unknown> =>
-        subscriber.status === "ready"
-          ? Effect.asVoid(redisCommand("PING", () => client.ping()))
-          : Effect.fail(new Error(`Redis subscriber ${subscriber.status}`))
+        subscriber.connection.status === "ready" ? redis.ping : Effect.fail(new Error(`Redis subscriber ${subscriber.connection.status}`))
       ),
       localConnections: Effect.sync(() => held.size),
       // Not part of the interface: one renewal pass now (what the schedule runs), for tests.

@@ -9,7 +9,7 @@
  * The window is 5 s here, so "after the window" is reached by polling (test/support/Eventually.ts), not by sleeping
  * for the Retry-After.
  */
-import { Option, Redacted, Result } from "effect"
+import { Option, Result } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
@@ -17,6 +17,7 @@ import { parseCidrList } from "../../src/Domain/Cidr.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 const MAX_FAILURES = 3
 // Long enough that the failures and the check after them fit in it on a loaded CI machine.
@@ -169,7 +170,7 @@ suite("in-process store", () => ({}), 1)
 
 describe.runIf(TEST_REDIS_URL !== undefined)("on Redis", () => {
   suite("Redis, two instances", () => ({
-    redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")),
+    redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")),
     redisKeyPrefix: `test:${randomUUID()}:`
   }), 2)
 })

@@ -7,13 +7,14 @@
  * same status, body and headers (all but the per-request ids, the date and the rate-limit window).
  */
 import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base"
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { encodeCursor } from "../../src/Domain/Pagination.ts"
 import { layerTracingTo } from "../../src/Observability/Tracing.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { login, request, signToken, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp, type TestAppOptions } from "../support/TestApp.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 /** Headers that differ between two answers to the same request by design. */
 const PER_REQUEST = new Set(["date", "x-request-id", "x-ratelimit-reset", "x-ratelimit-remaining", "keep-alive"])
@@ -34,7 +35,7 @@ const fetchAnswer = async (app: TestApp, path: string, headers: Record<string, s
 const options = (prefix: string | undefined): TestAppOptions => ({
   database: "postgres",
   config: {
-    ...(prefix !== undefined ? { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")), redisKeyPrefix: prefix } : {}),
+    ...(prefix !== undefined ? { redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")), redisKeyPrefix: prefix } : {}),
     rateLimitEnabled: true,
     rateLimitPerMinute: 1_000_000
   }

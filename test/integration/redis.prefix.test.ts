@@ -14,7 +14,7 @@
  * The one channel that cannot carry a prefix is Redis's own expiry notification
  * (`__keyevent@<db>__:expired`), whose name Redis fixes.
  */
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import { connect } from "node:net"
@@ -23,6 +23,7 @@ import { awaitAuditRecord } from "../support/AuditTrail.ts"
 import { eventually } from "../support/Eventually.ts"
 import { login, request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 interface Monitored {
   /** `ip:port` of the connection, or `lua` for a command a script ran. */
@@ -154,7 +155,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("REDIS_KEY_PREFIX on every key and 
     try {
       app = await startTestApp({
         config: {
-          redisUrl: Option.some(Redacted.make(serviceUrl.toString())),
+          redis: Option.some(singleRedis(serviceUrl.toString())),
           redisKeyPrefix: prefix,
           rateLimitEnabled: true,
           auditLogEnabled: true

@@ -5,13 +5,12 @@
  * instance's timers instead of Redis's key-expiry events.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import type { Redis } from "ioredis"
 import { vi } from "vitest"
 import { Context, Effect, Layer, Option, Redacted, type Scope } from "effect"
 import { randomUUID } from "node:crypto"
-import { AppConfig } from "../../src/Config.ts"
+import { AppConfig, singleRedis } from "../../src/Config.ts"
 import { registry as metricsRegistry } from "../../src/Observability/Metrics.ts"
-import { RedisClient } from "../../src/Store/Redis.ts"
+import { RedisClient, type RedisConnection } from "../../src/Store/Redis.ts"
 import { enableExpiredEvents, hasExpiredEvents, makeRedisRegistry } from "../../src/Ws/RedisRegistry.ts"
 import { ConnectionRegistry } from "../../src/Ws/Registry.ts"
 import type { BroadcastMessage } from "../../src/Ws/RegistryBase.ts"
@@ -174,11 +173,11 @@ const capturingLogs = () => {
 const MODE_LINE = "WebSocket session expiry:"
 
 /** Redis's clock, in ms (what the slot scripts measure leases on). */
-const redisNow = (client: Redis) =>
+const redisNow = (client: RedisConnection) =>
   Effect.promise(() => client.time()).pipe(Effect.map(([s, us]) => Number(s) * 1000 + Math.floor(Number(us) / 1000)))
 
 /** A user's slots as Redis holds them: member → lease end (Redis ms). */
-const slots = (client: Redis, key: string) =>
+const slots = (client: RedisConnection, key: string) =>
   Effect.promise(() => client.zrange(key, 0, -1, "WITHSCORES")).pipe(Effect.map((flat) => {
     const out = new Map<string, number>()
     for (let i = 0; i < flat.length; i += 2) out.set(flat[i]!, Number(flat[i + 1]))
@@ -332,11 +331,11 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
     Effect.gen(function*() {
       // A Redis of its own: the shared one has had them turned on by every earlier test.
       const server = yield* Effect.acquireRelease(Effect.promise(() => startRedisServer()), (s) => Effect.promise(() => s.kill()))
-      const flags = (client: Redis) =>
+      const flags = (client: RedisConnection) =>
         Effect.promise(() => client.config("GET", "notify-keyspace-events")).pipe(Effect.map((reply) => (reply as Array<string>)[1] ?? ""))
       const layer = ConnectionRegistry.layerRedis.pipe(
         Layer.provideMerge(RedisClient.layer(Redacted.make(server.url), `test-registry-${randomUUID()}:`)),
-        Layer.provide(AppConfig.layerTest({ redisUrl: Option.some(Redacted.make(server.url)) }))
+        Layer.provide(AppConfig.layerTest({ redis: Option.some(singleRedis(server.url)) }))
       )
       const probe = Context.get(yield* Layer.build(RedisClient.layer(Redacted.make(server.url), "probe:")), RedisClient).client
       expect(hasExpiredEvents(yield* flags(probe))).toBe(false)
