@@ -93,6 +93,8 @@ export const makeRedis = (target: RedisTarget | string): RedisConnection => {
         ...(topology.sentinelPassword._tag === "Some" ? { sentinelPassword: Redacted.value(topology.sentinelPassword.value) } : {}),
         ...(resolved.tls ? { enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),
         sentinelRetryStrategy: backoff,
+        // A Sentinel that accepts and never answers must not hold the reconnection: the next one is asked.
+        sentinelCommandTimeout: 1000,
         // Sentinels announce a failover (+switch-master): the connection moves at once, also when
         // the old primary is still reachable (it would answer READONLY once demoted).
         failoverDetector: true
@@ -174,19 +176,21 @@ const makeSubscriber = (client: RedisConnection): RedisSubscriber => {
  * PING on one server; in a cluster, PING on the primary of every slot: a primary that is down
  * (before its replica has taken its slots over) fails it, though the others answer.
  */
-const pingAll = (client: RedisConnection): Promise<void> => {
-  if (!(client instanceof Cluster)) return client.ping().then(() => undefined)
+const pingAll = async (client: RedisConnection): Promise<void> => {
+  // Answered once the client is ready (the slot map known, in a cluster): the offline queue holds it until then.
+  await client.ping()
+  if (!(client instanceof Cluster)) return
   const nodes = new Map<string, Redis>(client.nodes("master").map((node) => [`${node.options.host}:${node.options.port}`, node]))
   const owners = new Set<string>()
   for (let slot = 0; slot < 16384; slot++) {
     const owner = client.slots[slot]?.[0]
-    if (owner === undefined) return Promise.reject(new Error(`Redis Cluster: slot ${slot} has no primary`))
+    if (owner === undefined) throw new Error(`Redis Cluster: slot ${slot} has no primary`)
     owners.add(owner)
   }
-  return Promise.all([...owners].map((key) => {
+  await Promise.all([...owners].map((key) => {
     const node = nodes.get(key)
     return node === undefined ? Promise.reject(new Error(`Redis Cluster: primary ${key} is not connected`)) : node.ping()
-  })).then(() => undefined)
+  }))
 }
 
 export interface RedisClientShape {
