@@ -10,16 +10,7 @@
  */
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
-import { startRedisCluster, startRedisSentinelGroup } from "../test/support/RedisTopology.ts"
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
+import { startRedisCluster, startRedisSentinelGroup, stopProcesses } from "../test/support/RedisTopology.ts"
 
 const start = async (dir: string) => {
   const cluster = await startRedisCluster({ detached: true })
@@ -42,11 +33,7 @@ const stop = async (dir: string) => {
   const file = join(dir, "pids")
   if (!existsSync(file)) return
   const [pids = "", ...dirs] = readFileSync(file, "utf8").split("\n")
-  const started = pids.split(" ").map(Number).filter((pid) => Number.isInteger(pid) && pid > 0 && alive(pid))
-  for (const pid of started) process.kill(pid, "SIGTERM")
-  const deadline = Date.now() + 10_000
-  while (started.some(alive) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
-  for (const pid of started.filter(alive)) process.kill(pid, "SIGKILL")
+  await stopProcesses(pids.split(" ").map(Number).filter((pid) => Number.isInteger(pid) && pid > 0))
   for (const d of dirs.filter((d) => d.trim() !== "")) rmSync(d, { recursive: true, force: true })
   rmSync(file)
 }

@@ -138,6 +138,23 @@ const clientList = (text: string) =>
     new Map(line.trim().split(" ").map((pair) => [pair.slice(0, pair.indexOf("=")), pair.slice(pair.indexOf("=") + 1)] as const))
   )
 
+/**
+ * What touches Redis: logins (one failed: counted per username), requests keyed by IP and by user,
+ * a WebSocket (connection slot, session, message limit) and a broadcast reaching it, still open.
+ */
+const touchRedis = async (app: TestApp, run: string, user: string) => {
+  expect((await request(app, "POST", "/login", { body: { username: user, password: "wrong" } })).status).toBe(401)
+  const token = await signToken(app, { sub: user, preferred_username: user, roles: ["get-authors", "create-author"] })
+  expect((await request(app, "GET", "/authors", { token })).status).toBe(200)
+  expect((await request(app, "GET", "/authors")).status).toBe(401)
+  const ws = connectWs(app.url, { token })
+  expect((await ws.request(1, {})).status_code).toBe(0)
+  const created = await request(app, "POST", "/authors", { token, body: { name: `Prefixed ${run}` } })
+  expect(created.status).toBe(201)
+  expect((await ws.broadcasts.take()).data).toMatchObject({ event: "author.created" })
+  return { ws, created }
+}
+
 const SUBSCRIBING = new Set(["subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe"])
 const PUBLISHING = new Set(["publish", "spublish"])
 
@@ -164,21 +181,10 @@ describe.runIf(TEST_REDIS_URL !== undefined)("REDIS_KEY_PREFIX on every key and 
           auditLogEnabled: true
         }
       })
-      // HTTP: logins (one failed: counted per username), requests keyed by IP and by user.
       const admin = (await login(app, "admin")).access_token
-      expect((await request(app, "POST", "/login", { body: { username: user, password: "wrong" } })).status).toBe(401)
-      const token = await signToken(app, { sub: user, preferred_username: user, roles: ["get-authors", "create-author"] })
-      expect((await request(app, "GET", "/authors", { token })).status).toBe(200)
-      expect((await request(app, "GET", "/authors")).status).toBe(401)
-
-      // A WebSocket (connection slot, session, message limit) and a broadcast reaching it.
-      const ws = connectWs(app.url, { token })
-      expect((await ws.request(1, {})).status_code).toBe(0)
+      const { ws, created } = await touchRedis(app, run, user)
       const channels = await probe.pubsub("CHANNELS", `${prefix}*`) as Array<string>
       expect(channels).toContain(`${prefix}ws:broadcast`)
-      const created = await request(app, "POST", "/authors", { token, body: { name: `Prefixed ${run}` } })
-      expect(created.status).toBe(201)
-      expect((await ws.broadcasts.take()).data).toMatchObject({ event: "author.created" })
       // The audit stream: the record went through it into the database.
       await awaitAuditRecord(app, admin, created.headers.get("x-request-id")!)
 
@@ -289,15 +295,7 @@ describe.runIf(onPath("redis-server"))("REDIS_KEY_PREFIX in a Redis Cluster and 
       let app: TestApp | undefined
       try {
         app = await startTestApp({ config: { redis: Option.some(topology.mode.target), redisKeyPrefix: prefix, rateLimitEnabled: true } })
-        expect((await request(app, "POST", "/login", { body: { username: user, password: "wrong" } })).status).toBe(401)
-        const token = await signToken(app, { sub: user, preferred_username: user, roles: ["get-authors", "create-author"] })
-        expect((await request(app, "GET", "/authors", { token })).status).toBe(200)
-        expect((await request(app, "GET", "/authors")).status).toBe(401)
-        const ws = connectWs(app.url, { token })
-        expect((await ws.request(1, {})).status_code).toBe(0)
-        const created = await request(app, "POST", "/authors", { token, body: { name: `Prefixed ${run}` } })
-        expect(created.status).toBe(201)
-        expect((await ws.broadcasts.take()).data).toMatchObject({ event: "author.created" })
+        const { ws } = await touchRedis(app, run, user)
 
         // While the connection is open: the keyspace and the subscriptions of every primary.
         const keys: Array<string> = []

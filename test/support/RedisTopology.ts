@@ -149,6 +149,18 @@ const alive = (pid: number) => {
   }
 }
 
+/** Stops the processes `pids` (SIGTERM, then SIGKILL for one still there after 10 s); resolves once none is left. */
+export const stopProcesses = async (pids: ReadonlyArray<number>) => {
+  const running = pids.filter(alive)
+  for (const pid of running) {
+    process.kill(pid, "SIGTERM")
+    process.kill(pid, "SIGCONT") // a paused process handles it only once it runs
+  }
+  const deadline = Date.now() + 10_000
+  while (running.some(alive) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+  for (const pid of running.filter(alive)) process.kill(pid, "SIGKILL")
+}
+
 /** A `redis-server` with `args` on `port`, its output in `<dir>/redis-<port>.log`. */
 const redisProcess = (dir: string, port: number, args: ReadonlyArray<string>, options: TopologyOptions): RedisProcess => {
   let child: ChildProcess | undefined
