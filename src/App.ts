@@ -108,8 +108,8 @@ const layerInfrastructure = Layer.mergeAll(
 
 /**
  * The read cache of author reads: its generations in Redis when configured (shared by every
- * instance, read by the rate check), else in this process. The HTTP front door and the WebSocket
- * dispatch use it too.
+ * instance, read by the rate check), else in this process; off on a Redis Cluster (`oneKeyspace`).
+ * The HTTP front door and the WebSocket dispatch use it too.
  */
 const layerReadCache = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
@@ -172,8 +172,8 @@ const layerStartupLog = Layer.effectDiscard(Effect.gen(function*() {
   if (Option.isSome(config.redis)) yield* Effect.logInfo(describeRedis(config.redis.value))
   if (config.appEnv === "production" && Option.isNone(config.redis)) {
     yield* Effect.logWarning(
-      "REDIS_URL is not set: rate limits, WebSocket connection counts, broadcasts and session expiry are per instance " +
-        "(in-process stores); with more than one instance, set REDIS_URL"
+      "REDIS_URL is not set (nor REDIS_CLUSTER_NODES or REDIS_SENTINELS): rate limits, WebSocket connection counts, broadcasts " +
+        "and session expiry are per instance (in-process stores); with more than one instance, set one of them"
     )
   }
 }))

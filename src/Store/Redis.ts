@@ -12,8 +12,7 @@
  */
 import { Context, Data, Effect, Layer, Redacted, type Scope } from "effect"
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis"
-import type { RedisTarget } from "../Config.ts"
-import { singleRedis } from "../Config.ts"
+import { type RedisTarget, singleRedis } from "../Config.ts"
 import { withSpanIfTraced } from "../Observability/Spans.ts"
 
 /** One server or a Sentinel group's primary (a `Redis`), or a Redis Cluster. */
