@@ -107,7 +107,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     /**
      * A Redis Cluster sends each key's expiry event from the node that holds the key, and only to
      * that node's subscribers: sessions end on this instance's timers there, which ask Redis for
-     * the key at the session's end (docs/websocket.md#sessions).
+     * the key at the session's end (docs/websocket.md#many-instances).
      */
     const expiryEvents = redis.mode !== "cluster"
     const acquireSlot = defineScript<number>(client, "adsAcquireSlot", 1, ACQUIRE_SLOT_LUA)
