@@ -5,7 +5,7 @@
 import { SqlClient } from "effect/sql"
 import { Context, Effect, Exit, Layer } from "effect"
 import { detached } from "../Db/Deadline.ts"
-import { RedisClient, redisCommand } from "../Store/Redis.ts"
+import { RedisClient } from "../Store/Redis.ts"
 
 export type Status = "healthy" | "unhealthy"
 
@@ -31,11 +31,8 @@ export class DatabaseProbe extends Context.Service<DatabaseProbe, Probe>()("Heal
 export class CacheProbe extends Context.Service<CacheProbe, Probe>()("Health/CacheProbe") {
   /** The in-process store: always healthy. */
   static readonly layerMemory = Layer.succeed(CacheProbe, Effect.void)
-  /** PING (needs `RedisClient`). */
-  static readonly layerRedis = Layer.effect(
-    CacheProbe,
-    Effect.map(RedisClient, ({ client }) => Effect.asVoid(redisCommand("PING", () => client.ping())))
-  )
+  /** PING; in a Redis Cluster, every slot's primary (needs `RedisClient`). */
+  static readonly layerRedis = Layer.effect(CacheProbe, Effect.map(RedisClient, (redis) => redis.ping))
 }
 
 /** The WebSocket subsystem: its registry's store, and this instance's open connections. */

@@ -1,11 +1,25 @@
 /**
- * One Redis connection per process, present only when `REDIS_URL` is set.
- * Subscribers need their own connection (a subscribed connection runs no other command):
- * `duplicate()` them from here. Every key and channel carries `REDIS_KEY_PREFIX` (docs/configuration.md#redis-keys).
+ * The service's connection to Redis, present only when Redis is configured: one server
+ * (`REDIS_URL`), a Redis Cluster (`REDIS_CLUSTER_NODES`) or the primary of a Sentinel group
+ * (`REDIS_SENTINELS`), each through ioredis's own support for it — ioredis follows a Sentinel
+ * failover to the promoted primary and a cluster's slots to whichever node holds them
+ * (docs/configuration.md#redis-cluster-and-sentinel). What every feature needs is here, the same in
+ * every mode: commands and scripts (`defineScript`, EVALSHA) with a deadline each
+ * (`redisCommand`), auto-pipelining, readiness (`isDisconnected`), a subscriber connection and
+ * publishing (sharded pub/sub in a cluster), a health check that reaches every primary, and the
+ * key prefix. In a cluster every script and multi-key command must name keys of one slot
+ * (docs/configuration.md#redis-keys). Every key and channel carries `REDIS_KEY_PREFIX`.
  */
 import { Context, Data, Effect, Layer, Redacted, type Scope } from "effect"
-import { Redis } from "ioredis"
+import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis"
+import { type RedisTarget, singleRedis } from "../Config.ts"
 import { withSpanIfTraced } from "../Observability/Spans.ts"
+
+/** One server or a Sentinel group's primary (a `Redis`), or a Redis Cluster. */
+export type RedisConnection = Redis | Cluster
+
+/** Which kind of Redis the connection reaches. */
+export type RedisMode = "single" | "sentinel" | "cluster"
 
 /**
  * A Redis that accepts and never answers (half-open, blackholed) must not hold
@@ -17,33 +31,95 @@ import { withSpanIfTraced } from "../Observability/Spans.ts"
 const SOCKET_TIMEOUT_MS = 2000
 
 /** Clients that were ready once: their reconnections count as down (`isDisconnected`). */
-const everReady = new WeakSet<Redis>()
+const everReady = new WeakSet<RedisConnection>()
 
-export const makeRedis = (url: string) => {
-  const client = new Redis(url, {
-    // Fail commands fast while disconnected instead of queueing them forever.
-    maxRetriesPerRequest: 1,
-    enableOfflineQueue: true,
-    connectTimeout: 2000,
-    socketTimeout: SOCKET_TIMEOUT_MS,
-    retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
-    lazyConnect: false,
-    // Commands issued in the same tick (audit XADDs, rate-limit scripts) share one write.
-    enableAutoPipelining: true
-  })
-  return trackReady(client)
+/** Reconnection backoff: 100 ms more per attempt, at most 2 s. */
+const backoff = (attempt: number) => Math.min(attempt * 100, 2000)
+
+/** Every connection to a Redis node, in every mode: deadlines, credentials, TLS. */
+const nodeOptions = (target: RedisTarget): RedisOptions => ({
+  connectTimeout: 2000,
+  socketTimeout: SOCKET_TIMEOUT_MS,
+  ...(target.username._tag === "Some" ? { username: target.username.value } : {}),
+  ...(target.password._tag === "Some" ? { password: Redacted.value(target.password.value) } : {}),
+  ...(target.tls ? { tls: {} } : {})
+})
+
+/** A connection of its own (one server, a Sentinel group's primary): fail fast while disconnected. */
+const ownOptions = (target: RedisTarget): RedisOptions => ({
+  ...nodeOptions(target),
+  // Fail commands fast while disconnected instead of queueing them forever.
+  maxRetriesPerRequest: 1,
+  enableOfflineQueue: true,
+  retryStrategy: backoff,
+  lazyConnect: false,
+  // Commands issued in the same tick (audit XADDs, rate-limit scripts) share one write.
+  enableAutoPipelining: true
+})
+
+/**
+ * A Redis Cluster. A command for a primary that went down is retried by ioredis (every
+ * `retryDelayOnFailover` while its replica takes over), behind the caller's deadline; the slot map
+ * is refreshed every 5 s besides the refreshes MOVED replies and lost nodes trigger. With TLS the
+ * nodes are reached by the names the cluster announces, so their certificates match (ioredis's note
+ * on ElastiCache).
+ */
+const clusterOptions = (target: RedisTarget): ClusterOptions => ({
+  redisOptions: { ...nodeOptions(target), maxRetriesPerRequest: 1 },
+  enableOfflineQueue: true,
+  enableReadyCheck: true,
+  enableAutoPipelining: true,
+  clusterRetryStrategy: backoff,
+  slotsRefreshInterval: 5000,
+  lazyConnect: false,
+  ...(target.tls ? { dnsLookup: (address: string, callback: (error: null, address: string) => void) => callback(null, address) } : {})
+})
+
+/** A new connection to `target` (a URL: one server). Errors surface on its commands; give it an "error" listener. */
+export const makeRedis = (target: RedisTarget | string): RedisConnection => {
+  const resolved = typeof target === "string" ? singleRedis(target) : target
+  const topology = resolved.topology
+  switch (topology._tag) {
+    case "Single":
+      // The URL's own credentials and `rediss://` win over REDIS_USERNAME / REDIS_PASSWORD.
+      return trackReady(new Redis(Redacted.value(topology.url), ownOptions(resolved)))
+    case "Sentinel":
+      return trackReady(new Redis({
+        ...ownOptions(resolved),
+        sentinels: topology.sentinels.map(({ host, port }) => ({ host, port })),
+        name: topology.master,
+        ...(topology.sentinelUsername._tag === "Some" ? { sentinelUsername: topology.sentinelUsername.value } : {}),
+        ...(topology.sentinelPassword._tag === "Some" ? { sentinelPassword: Redacted.value(topology.sentinelPassword.value) } : {}),
+        ...(resolved.tls ? { enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),
+        sentinelRetryStrategy: backoff,
+        // A Sentinel that accepts and never answers must not hold the reconnection: the next one is asked.
+        sentinelCommandTimeout: 1000,
+        // Sentinels announce a failover (+switch-master): the connection moves at once, also when
+        // the old primary is still reachable (it would answer READONLY once demoted).
+        failoverDetector: true
+      }))
+    case "Cluster":
+      return trackReady(new Cluster(topology.nodes.map(({ host, port }) => ({ host, port })), clusterOptions(resolved)))
+  }
 }
 
-const trackReady = (client: Redis) => {
+const trackReady = <C extends RedisConnection>(client: C): C => {
   client.once("ready", () => everReady.add(client))
   return client
 }
+
+/** The database number a connection uses (a cluster has only 0). */
+export const databaseOf = (client: RedisConnection): number => (client instanceof Cluster ? 0 : client.options.db ?? 0)
+
+/** The mode a connection was made for. */
+export const modeOf = (client: RedisConnection): RedisMode =>
+  client instanceof Cluster ? "cluster" : client.options.sentinels !== undefined && client.options.sentinels !== null ? "sentinel" : "single"
 
 /** How long `QUIT` may take at shutdown before the connection is simply dropped. */
 const QUIT_TIMEOUT_MS = 300
 
 /** QUIT (Redis closes the connection after what was sent), or a plain disconnect when Redis does not answer in time. */
-const closeRedis = (redis: Redis) =>
+const closeRedis = (redis: RedisConnection) =>
   Effect.callback<void>((resume) => {
     const timer = setTimeout(() => {
       redis.disconnect()
@@ -55,31 +131,111 @@ const closeRedis = (redis: Redis) =>
     })
   })
 
-export class RedisClient extends Context.Service<RedisClient, {
-  readonly client: Redis
+/**
+ * A connection that only subscribes (a subscribed connection runs no other command). On one
+ * server or a Sentinel group's primary: SUBSCRIBE, and its owner subscribes again on every "ready"
+ * (ioredis's own resubscribe is off: it would be a second SUBSCRIBE whose promise nobody holds, an
+ * unhandled rejection when the connection drops again meanwhile). In a cluster: sharded pub/sub
+ * (SSUBSCRIBE, Redis 7), one connection per primary holding a subscribed channel's slot, which
+ * ioredis moves and subscribes again itself after a failover or a resharding — so subscribing a
+ * channel again is a no-op there.
+ */
+export interface RedisSubscriber {
+  /** Its status and its "ready" events. */
+  readonly connection: RedisConnection
+  readonly subscribe: (channels: ReadonlyArray<string>) => Promise<void>
+  /** Each message on a subscribed channel. */
+  readonly onMessage: (listener: (channel: string, message: string) => void) => void
+}
+
+const makeSubscriber = (client: RedisConnection): RedisSubscriber => {
+  if (client instanceof Cluster) {
+    const connection = trackReady(client.duplicate([], { shardedSubscribers: true }))
+    const subscribed = new Set<string>()
+    return {
+      connection,
+      // One channel per SSUBSCRIBE: each may hash to another slot.
+      subscribe: (channels) =>
+        Promise.all(channels.filter((channel) => !subscribed.has(channel)).map(async (channel) => {
+          subscribed.add(channel) // ioredis keeps it from here on, even when this first attempt fails
+          await connection.ssubscribe(channel)
+        })).then(() => undefined),
+      onMessage: (listener) => connection.on("smessage", listener)
+    }
+  }
+  const connection = trackReady(client.duplicate({ autoResubscribe: false }))
+  return {
+    connection,
+    subscribe: (channels) => connection.subscribe(...channels).then(() => undefined),
+    onMessage: (listener) => connection.on("message", listener)
+  }
+}
+
+/**
+ * PING on one server; in a cluster, PING on the primary of every slot: a primary that is down
+ * (before its replica has taken its slots over) fails it, though the others answer.
+ */
+const pingAll = async (client: RedisConnection): Promise<void> => {
+  // Answered once the client is ready (the slot map known, in a cluster): the offline queue holds it until then.
+  await client.ping()
+  if (!(client instanceof Cluster)) return
+  const nodes = new Map<string, Redis>(client.nodes("master").map((node) => [`${node.options.host}:${node.options.port}`, node]))
+  const owners = new Set<string>()
+  for (let slot = 0; slot < 16384; slot++) {
+    const owner = client.slots[slot]?.[0]
+    if (owner === undefined) throw new Error(`Redis Cluster: slot ${slot} has no primary`)
+    owners.add(owner)
+  }
+  await Promise.all([...owners].map((key) => {
+    const node = nodes.get(key)
+    return node === undefined ? Promise.reject(new Error(`Redis Cluster: primary ${key} is not connected`)) : node.ping()
+  }))
+}
+
+export interface RedisClientShape {
+  readonly client: RedisConnection
+  readonly mode: RedisMode
   readonly prefix: string
-  /** A new connection with the same options (for SUBSCRIBE); closed with the scope. */
-  readonly duplicate: Effect.Effect<Redis, never, Scope.Scope>
-}>()("Store/RedisClient") {
-  /** One connection to `url`; every key and channel carries `prefix` (REDIS_KEY_PREFIX). */
-  static readonly layer = (url: Redacted.Redacted<string>, prefix: string) =>
+  /** A subscriber connection (sharded in a cluster); closed with the scope. */
+  readonly subscriber: Effect.Effect<RedisSubscriber, never, Scope.Scope>
+  /** PUBLISH; SPUBLISH in a cluster (the channel's message goes to its slot's primary only). */
+  readonly publish: (channel: string, message: string) => Promise<unknown>
+  /** Succeeds when Redis answers — in a cluster, every slot's primary (health). */
+  readonly ping: Effect.Effect<void, RedisError>
+}
+
+export class RedisClient extends Context.Service<RedisClient, RedisClientShape>()("Store/RedisClient") {
+  /** The service over a connection made elsewhere (`makeRedis`); its owner closes it. */
+  static readonly make = (client: RedisConnection, prefix: string): RedisClientShape => {
+    const mode = modeOf(client)
+    return {
+      client,
+      mode,
+      prefix,
+      subscriber: Effect.acquireRelease(
+        Effect.sync(() => {
+          const subscriber = makeSubscriber(client)
+          subscriber.connection.on("error", () => {})
+          return subscriber
+        }),
+        (subscriber) => closeRedis(subscriber.connection)
+      ),
+      publish: mode === "cluster" ? (channel, message) => client.spublish(channel, message) : (channel, message) => client.publish(channel, message),
+      ping: redisCommand("PING", () => pingAll(client))
+    }
+  }
+
+  /** A connection to `target` (a URL: one server); every key and channel carries `prefix` (REDIS_KEY_PREFIX). */
+  static readonly layer = (target: RedisTarget | Redacted.Redacted<string>, prefix: string) =>
     Layer.effect(
       RedisClient,
       Effect.gen(function*() {
-        const client = yield* Effect.acquireRelease(Effect.sync(() => makeRedis(Redacted.value(url))), closeRedis)
+        const client = yield* Effect.acquireRelease(
+          Effect.sync(() => makeRedis(Redacted.isRedacted(target) ? singleRedis(target) : target)),
+          closeRedis
+        )
         client.on("error", () => {}) // reconnects on its own; failures surface on the commands
-        return RedisClient.of({
-          client,
-          prefix,
-          duplicate: Effect.acquireRelease(Effect.sync(() => {
-            // A subscriber: its owner subscribes again on every "ready" (Ws/RedisRegistry.ts
-            // `recover`); ioredis's own resubscribe would be a second SUBSCRIBE whose promise
-            // nobody holds, an unhandled rejection when the connection drops again meanwhile.
-            const dup = trackReady(client.duplicate({ autoResubscribe: false }))
-            dup.on("error", () => {})
-            return dup
-          }), closeRedis)
-        })
+        return RedisClient.of(RedisClient.make(client, prefix))
       })
     )
 }
@@ -94,7 +250,7 @@ export class RedisError extends Data.TaggedError("RedisError")<{ readonly comman
  * Callers with a fallback (rate-limit fail mode, the audit buffer) use it to fail at once. A
  * connection still being established the first time is not "down".
  */
-export const isDisconnected = (client: Redis) =>
+export const isDisconnected = (client: RedisConnection) =>
   client.status === "reconnecting" || client.status === "close" || client.status === "end" ||
   ((client.status === "connecting" || client.status === "connect") && everReady.has(client))
 
@@ -153,7 +309,7 @@ export const redisCommand = <A>(
  * A Lua script as a function of its keys and arguments. ioredis sends EVALSHA and falls back to
  * EVAL once after a script flush (NOSCRIPT), so each call is one round trip.
  */
-export const defineScript = <R>(client: Redis, name: string, numberOfKeys: number, lua: string) => {
+export const defineScript = <R>(client: RedisConnection, name: string, numberOfKeys: number, lua: string) => {
   if (!(name in client)) client.defineCommand(name, { numberOfKeys, lua })
   const command = (client as unknown as Record<string, (...args: ReadonlyArray<string | number>) => Promise<R>>)[name]!
   return (...args: ReadonlyArray<string | number>): Promise<R> => command.apply(client, [...args])

@@ -20,7 +20,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Logger, Redacted, type Scope } from "effect"
 import { SqlError } from "effect/sql"
-import type { Command, Redis } from "ioredis"
+import type { Command } from "ioredis"
 import { randomUUID } from "node:crypto"
 import type { AuditEntry, StoredEntry } from "../../src/AuditLogs/Entry.ts"
 import { JOURNAL_LUA } from "../../src/AuditLogs/Journal.ts"
@@ -29,7 +29,7 @@ import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
 import { makeStreamAuditLog } from "../../src/AuditLogs/StreamWriter.ts"
 import { defaultWriterOptions } from "../../src/AuditLogs/WriterOptions.ts"
 import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
-import { defineScript, RedisClient } from "../../src/Store/Redis.ts"
+import { defineScript, RedisClient, type RedisConnection } from "../../src/Store/Redis.ts"
 import { journalEntries, journalKeys, journalRecords } from "../support/AuditJournal.ts"
 import { readMetric } from "../support/Metrics.ts"
 import { eventually } from "../support/Eventually.ts"
@@ -81,7 +81,7 @@ const fakeRepo = (options: { down: boolean; held?: Promise<void> | undefined }) 
  * Records every batch inserted whose records were not all in the journal when it committed: an
  * entry deleted before all its records committed (none should be).
  */
-const watchEarlyDeletes = (repo: ReturnType<typeof fakeRepo>, client: Redis, prefix: string) => {
+const watchEarlyDeletes = (repo: ReturnType<typeof fakeRepo>, client: RedisConnection, prefix: string) => {
   const missing: Array<string> = []
   repo.hooks.beforeInsert = async (batch) => {
     const journaled = new Set((await journalRecords(client, prefix)).map((r) => r.entryId))
@@ -91,11 +91,11 @@ const watchEarlyDeletes = (repo: ReturnType<typeof fakeRepo>, client: Redis, pre
 }
 
 /** An entry as an instance of the previous release appends it to its stream: one record, fields `id` and `e`. */
-const legacyEntry = (client: Redis, prefix: string, entryId: string, n: number) =>
+const legacyEntry = (client: RedisConnection, prefix: string, entryId: string, n: number) =>
   client.xadd(journalKeys(prefix).legacy, "*", "id", entryId, "e", JSON.stringify({ ...entry(n), timestamp: new Date().toISOString() }))
 
 /** An entry as another instance of this release appends it: `n` records, as a JSON array in `r`. */
-const currentEntry = (client: Redis, prefix: string, records: ReadonlyArray<{ entryId: string; n: number }>) =>
+const currentEntry = (client: RedisConnection, prefix: string, records: ReadonlyArray<{ entryId: string; n: number }>) =>
   client.xadd(
     journalKeys(prefix).current, "*", "n", records.length,
     "r", JSON.stringify(records.map(({ entryId, n }) => ({ entry_id: entryId, ...entry(n), timestamp: new Date().toISOString() })))
@@ -105,7 +105,7 @@ const currentEntry = (client: Redis, prefix: string, records: ReadonlyArray<{ en
  * Watches the writer's journal calls (the commands its client sends, auto-pipelined): for each
  * append/delete call on `prefix`'s stream, the records it appends and the entries it deletes.
  */
-const watchJournal = (client: Redis, prefix: string) => {
+const watchJournal = (client: RedisConnection, prefix: string) => {
   const key = journalKeys(prefix).current
   const calls: Array<{ records: number; deletions: number }> = []
   const original = client.pipeline.bind(client)
@@ -124,7 +124,7 @@ const watchJournal = (client: Redis, prefix: string) => {
 }
 
 /** Waits until the writer has written and deleted every entry of both streams (nothing signals it). */
-const untilEmpty = (client: Redis, prefix: string) =>
+const untilEmpty = (client: RedisConnection, prefix: string) =>
   Effect.promise(() => eventually(async () => (await journalRecords(client, prefix)).length === 0, `${prefix} journal emptied`))
 
 const streamFull = async () => (await readMetric(auditRecordsDroppedTotal)).firstOrZero("audit_records_dropped_total", { reason: "stream_full" })

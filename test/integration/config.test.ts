@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { appConfig, tokenAudience } from "../../src/Config.ts"
+import { appConfig, type RedisTarget, tokenAudience } from "../../src/Config.ts"
 import { startDatabaseServer } from "../support/DatabaseServer.ts"
 import { freePort, type Service, startService } from "../support/Launcher.ts"
 
@@ -30,7 +30,9 @@ const cases: ReadonlyArray<readonly [string, string, Record<string, string>?]> =
   ["DATABASE_URL", "mysql://authors@db.example/authors"],
   ["STARTUP_TIMEOUT_SECONDS", "0"],
   ["ADMIN_PORT", "70000"],
-  ["ADMIN_PORT", "18555", { PORT: "18555" }]
+  ["ADMIN_PORT", "18555", { PORT: "18555" }],
+  ["REDIS_CLUSTER_NODES", "10.0.0.1:6379,10.0.0.2"],
+  ["REDIS_SENTINELS", "10.0.0.1:26379", { REDIS_URL: "redis://:secret-password@10.0.0.9:6379/0" }]
 ]
 
 /** A production environment that passes every check (the database URL need not answer for configuration checks). */
@@ -97,6 +99,12 @@ describe("invalid configuration stops startup", () => {
     expect(failureOf(runs[cases.findIndex(([name]) => name === "DATABASE_URL")]!.service)).not.toContain("db.example")
   })
 
+  it("two of REDIS_URL, REDIS_CLUSTER_NODES, REDIS_SENTINELS: the failure names both and repeats no password", () => {
+    const message = failureOf(runs[cases.findIndex(([name]) => name === "REDIS_SENTINELS")]!.service)
+    expect(message).toMatch(/found REDIS_URL and REDIS_SENTINELS/)
+    expect(message).not.toContain("secret-password")
+  })
+
   it("APP_ENV=production without DATABASE_URL refuses to start, naming DATABASE_URL (the embedded database would live on the pod's disk)", async () => {
     const service = await startService({ env: { DATA_DIR: dataDir, APP_ENV: "production", OIDC_ISSUER_URL: "https://idp.example/realms/author-directory", DATABASE_URL: undefined }, ready: "none" })
     expect(await service.exited).toBe(1)
@@ -110,6 +118,48 @@ describe("invalid configuration stops startup", () => {
     const service = await startService({ env: { ...PRODUCTION, DATABASE_URL: `postgres://authors@127.0.0.1:${await freePort()}/authors`, DATA_DIR: dataDir }, ready: "none" })
     expect(await service.exited).toBe(1)
     expect(failureOf(service)).toMatch(/built-in identity provider.*OIDC_ISSUER_URL/)
+  })
+})
+
+describe("Redis: one server, a Redis Cluster or a Sentinel group (docs/configuration.md#redis-cluster-and-sentinel)", () => {
+  const redisOf = async (env: Record<string, string>) => {
+    const result = await Effect.runPromise(Effect.result(
+      appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })))
+    ))
+    return result._tag === "Success" ? result.success.redis : String(result.failure)
+  }
+
+  it("none of the three: no Redis; each one alone: its topology, with the credentials and TLS that apply to every mode", async () => {
+    expect(await redisOf({ REDIS_PASSWORD: "p" })).toEqual(Option.none())
+    const single = await redisOf({ REDIS_URL: "redis://127.0.0.1:6379/2" })
+    expect(Option.getOrThrow(single as Option.Option<RedisTarget>)).toMatchObject({ topology: { _tag: "Single" }, tls: false })
+    expect(Option.getOrThrow(await redisOf({
+      REDIS_CLUSTER_NODES: " redis-0.redis:6379, 10.0.0.2:6380 ,[::1]:7000",
+      REDIS_USERNAME: "svc",
+      REDIS_PASSWORD: "pw",
+      REDIS_TLS: "true"
+    }) as Option.Option<RedisTarget>)).toMatchObject({
+      topology: { _tag: "Cluster", nodes: [{ host: "redis-0.redis", port: 6379 }, { host: "10.0.0.2", port: 6380 }, { host: "::1", port: 7000 }] },
+      username: Option.some("svc"),
+      tls: true
+    })
+    const sentinel = Option.getOrThrow(await redisOf({ REDIS_SENTINELS: "s1:26379,s2:26379" }) as Option.Option<RedisTarget>)
+    expect(sentinel.topology).toMatchObject({ _tag: "Sentinel", master: "mymaster", sentinels: [{ host: "s1", port: 26379 }, { host: "s2", port: 26379 }] })
+    expect(Option.getOrThrow(await redisOf({ REDIS_SENTINELS: "s1:26379", REDIS_SENTINEL_MASTER: "authors" }) as Option.Option<RedisTarget>).topology)
+      .toMatchObject({ master: "authors" })
+  })
+
+  it("more than one of REDIS_URL, REDIS_CLUSTER_NODES, REDIS_SENTINELS refuses to start, naming them; a password is never repeated", async () => {
+    const both = await redisOf({ REDIS_URL: "redis://:hunter2@db.example:6379", REDIS_CLUSTER_NODES: "10.0.0.1:6379" })
+    expect(both).toMatch(/Set only one of REDIS_URL, REDIS_CLUSTER_NODES and REDIS_SENTINELS .*found REDIS_URL and REDIS_CLUSTER_NODES/)
+    expect(both).not.toContain("hunter2")
+    expect(await redisOf({ REDIS_CLUSTER_NODES: "a:1", REDIS_SENTINELS: "b:2", REDIS_URL: "redis://c" })).toMatch(/found REDIS_URL and REDIS_CLUSTER_NODES and REDIS_SENTINELS/)
+  })
+
+  it("a node list that is not host:port pairs is refused, naming the variable", async () => {
+    for (const bad of ["10.0.0.1", "10.0.0.1:0", "10.0.0.1:65536", "host:port", ":6379", "a b:1"]) {
+      expect(await redisOf({ REDIS_SENTINELS: bad }), bad).toMatch(/REDIS_SENTINELS must be a comma-separated list of host:port/)
+    }
   })
 })
 

@@ -11,7 +11,7 @@
  * copy of one database written before either started.
  */
 import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base"
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { rmSync } from "node:fs"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -19,6 +19,7 @@ import { encodeCursor } from "../../src/Domain/Pagination.ts"
 import { layerTracingTo } from "../../src/Observability/Tracing.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { login, request, signToken, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp, type TestAppOptions } from "../support/TestApp.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 type Backend = "embedded" | "postgres" | "redis"
 
@@ -41,7 +42,7 @@ const fetchAnswer = async (app: TestApp, path: string, headers: Record<string, s
 const options = (backend: Backend, prefix: string | undefined): TestAppOptions => ({
   database: backend === "embedded" ? "embedded" : "postgres",
   config: {
-    ...(prefix !== undefined ? { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")), redisKeyPrefix: prefix } : {}),
+    ...(prefix !== undefined ? { redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")), redisKeyPrefix: prefix } : {}),
     rateLimitEnabled: true,
     rateLimitPerMinute: 1_000_000
   }

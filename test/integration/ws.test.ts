@@ -2,7 +2,7 @@
  * The `/web` protocol row by row (docs/websocket.md) with real `ws` clients over a real server, on
  * the in-process stores and (when TEST_REDIS_URL is set) on Redis.
  */
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import WebSocket from "ws"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -12,6 +12,7 @@ import { eventually } from "../support/Eventually.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type Envelope, protoCodec, type ProtoCodec, type WsClient, ZERO_REQ_ID } from "../support/WsClient.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 const stores = ["memory", ...(TEST_REDIS_URL !== undefined ? ["redis"] as const : [])] as const
 
@@ -19,7 +20,7 @@ const ALL_ROLES = ["admin", "get-authors", "create-author", "update-author", "de
 
 const storeConfig = (store: (typeof stores)[number]): Partial<AppConfigShape> =>
   store === "redis"
-    ? { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL!)), redisKeyPrefix: `ads-ws-test-${randomUUID().slice(0, 8)}:` }
+    ? { redis: Option.some(singleRedis(TEST_REDIS_URL!)), redisKeyPrefix: `ads-ws-test-${randomUUID().slice(0, 8)}:` }
     : {}
 
 describe.each(stores)("WebSocket /web (%s stores)", (store) => {

@@ -95,7 +95,7 @@ export const startTestApp = async (options: TestAppOptions = {}): Promise<TestAp
     dataDir,
     databaseUrl: database.url === undefined ? Option.none() : Option.some(Redacted.make(database.url)),
     databasePoolMax: 5,
-    redisUrl: Option.none(),
+    redis: Option.none(),
     oidcIssuerUrl: Option.none(),
     authUsersFile: "config/dev-users.json",
     profilingEnabled: false,

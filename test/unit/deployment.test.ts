@@ -208,6 +208,6 @@ describe(".env.example", () => {
       OTEL_SERVICE_NAME: defaults.otelServiceName
     }
     for (const [name, value] of Object.entries(expected)) expect(documented.get(name), name).toBe(value)
-    expect(Option.isNone(defaults.databaseUrl) && Option.isNone(defaults.redisUrl) && Option.isNone(defaults.oidcIssuerUrl)).toBe(true)
+    expect(Option.isNone(defaults.databaseUrl) && Option.isNone(defaults.redis) && Option.isNone(defaults.oidcIssuerUrl)).toBe(true)
   })
 })
