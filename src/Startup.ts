@@ -12,27 +12,13 @@
 import { Cause, Data, Effect, Exit, Layer, Scope } from "effect"
 import { AppConfig } from "./Config.ts"
 import { isDatabaseTimeout } from "./Db/Deadline.ts"
-import { scrubText } from "./Observability/Logging.ts"
+import { causeChain, errorText } from "./Observability/Logging.ts"
 
 /** Start-up gave up on the database after STARTUP_TIMEOUT_SECONDS. */
 export class DatabaseUnreachable extends Data.TaggedError("DatabaseUnreachable")<{ readonly message: string }> {}
 
-/** The error, then its causes (a few levels: SqlError → reason → the socket's error). */
-const causeChain = (error: unknown): ReadonlyArray<unknown> => {
-  const chain: Array<unknown> = []
-  let current = error
-  while (current !== undefined && current !== null && chain.length < 8 && !chain.includes(current)) {
-    chain.push(current)
-    current = typeof current === "object" && "cause" in current ? current.cause : undefined
-  }
-  return chain
-}
-
 const codeOf = (error: unknown): string | undefined =>
   typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : undefined
-
-const messageOf = (error: unknown): string | undefined =>
-  error instanceof Error ? error.message : typeof error === "object" && error !== null && "message" in error && typeof error.message === "string" ? error.message : undefined
 
 /** A socket error (ECONNREFUSED, ENOTFOUND, EAI_AGAIN, ETIMEDOUT, EHOSTUNREACH, ECONNRESET, …); not ERR_* (a bad URL, a TLS setting). */
 const SOCKET_ERROR = /^E(?!RR_)[A-Z_]+$/
@@ -52,30 +38,8 @@ export const isUnreachable = (error: unknown): boolean =>
     if (isDatabaseTimeout(e)) return true
     const code = codeOf(e)
     if (code !== undefined && (SOCKET_ERROR.test(code) || isTransientSqlState(code))) return true
-    const message = messageOf(e)
-    return message !== undefined && TRANSIENT_MESSAGES.has(message)
+    return e instanceof Error && TRANSIENT_MESSAGES.has(e.message)
   })
-
-/**
- * An error as one line: its message and those of its causes, repeats left out
- * (`PgConnection: Failed to connect: connect ECONNREFUSED 10.0.0.5:5432`). A configuration error
- * becomes `NAME: what is wrong`.
- */
-export const errorText = (error: unknown): string => {
-  const parts: Array<string> = []
-  for (const e of causeChain(error)) {
-    const message = messageOf(e)?.trim()
-    if (message === undefined || message === "" || parts.some((p) => p.includes(message))) continue
-    parts.push(message)
-  }
-  const text = parts.length > 0 ? parts.join(": ") : String(error)
-  // Config errors read `SchemaError(<what> at ["NAME"])`.
-  const setting = /^(?:ConfigError\()?SchemaError\(([\s\S]*?)\s+at \["([A-Z][A-Z0-9_]*)"\]\)+(?::[\s\S]*)?$/.exec(text)
-  const line = setting === undefined || setting === null
-    ? text
-    : setting[1]!.startsWith(setting[2]!) ? setting[1]! : `${setting[2]!}: ${setting[1]!}`
-  return scrubText(line.replace(/\s*\n\s*/g, " "))
-}
 
 /** What stopped the service, as one line (interruptions left out). */
 export const causeText = (cause: Cause.Cause<unknown>): string => {

@@ -84,8 +84,13 @@ export class RedisClient extends Context.Service<RedisClient, {
     )
 }
 
-/** A Redis command failed (`cause`: the client's error, or a `RedisTimeout`). */
-export class RedisError extends Data.TaggedError("RedisError")<{ readonly command: string; readonly cause: unknown }> {}
+/** A Redis command failed (`cause`: the client's error — Redis's own reply — or a `RedisTimeout`). */
+export class RedisError extends Data.TaggedError("RedisError")<{ readonly command: string; readonly cause: unknown }> {
+  /** Names the command; the reply follows in `cause` (a log line shows both: Observability/Logging.ts `errorText`). */
+  override get message() {
+    return `Redis ${this.command} failed`
+  }
+}
 
 /**
  * True when the connection was lost and is not ready again: ioredis is between reconnect

@@ -8,7 +8,8 @@ import * as SqlError from "effect/sql/SqlError"
 import { describe, expect, it } from "vitest"
 import { appConfig } from "../../src/Config.ts"
 import { databaseTimeout } from "../../src/Db/Deadline.ts"
-import { causeText, errorText, failureLine, isUnreachable } from "../../src/Startup.ts"
+import { errorText } from "../../src/Observability/Logging.ts"
+import { causeText, failureLine, isUnreachable } from "../../src/Startup.ts"
 
 const connectionError = (cause: unknown, message = "PgConnection: Failed to connect") =>
   new SqlError.SqlError({ reason: new SqlError.ConnectionError({ cause, message, operation: "connect" }) })
