@@ -23,7 +23,7 @@ import { Authors } from "./Authors/Authors.ts"
 import * as AuthorsHttp from "./Authors/Http.ts"
 import { AuthorRepo } from "./Authors/Repo.ts"
 import { ReadCache } from "./Authors/ReadCache.ts"
-import { AppConfig } from "./Config.ts"
+import { AppConfig, modeLine } from "./Config.ts"
 import { Database } from "./Db/Database.ts"
 import * as Docs from "./Http/Docs.ts"
 import * as FrontDoor from "./Http/FrontDoor.ts"
@@ -137,6 +137,9 @@ const layerServices = Layer.mergeAll(
 const layerStartupLog = Layer.effectDiscard(Effect.gen(function*() {
   const config = yield* AppConfig
   setAppInfo(config.appEnv)
+  // docs/configuration.md#the-mode: which rules apply, and why.
+  const mode = modeLine(config)
+  yield* mode.warn ? Effect.logWarning(mode.text) : Effect.logInfo(mode.text)
   const embedded = [
     Option.isNone(config.databaseUrl) ? `database (PGlite in ${config.dataDir})` : undefined,
     Option.isNone(config.redisUrl) ? "cache store (in-process)" : undefined,

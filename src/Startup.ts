@@ -10,7 +10,7 @@
  * or a bad URL stop start-up at once.
  */
 import { Cause, Data, Effect, Exit, Layer, Scope } from "effect"
-import { AppConfig } from "./Config.ts"
+import { AppConfig, appEnvOf } from "./Config.ts"
 import { isDatabaseTimeout } from "./Db/Deadline.ts"
 import { causeChain, errorText } from "./Observability/Logging.ts"
 
@@ -100,7 +100,7 @@ export const untilDatabaseReachable = <A, E, R>(
  */
 export const failureLine = (env: Readonly<Record<string, string | undefined>>, message: string, now = new Date()): string => {
   const format = env["LOG_FORMAT"]?.trim()
-  const json = format === "json" || (format !== "pretty" && env["APP_ENV"]?.trim() === "production")
+  const json = format === "json" || (format !== "pretty" && appEnvOf(env["APP_ENV"]?.trim(), env["NODE_ENV"]).appEnv === "production")
   return json
     ? JSON.stringify({ timestamp: now.toISOString(), level: "FATAL", message })
     : `[${now.toISOString()}] FATAL ${message}`

@@ -75,6 +75,9 @@ describe("failureLine: JSON in production or with LOG_FORMAT=json, else pretty; 
     [{ APP_ENV: "production" }, true],
     [{ APP_ENV: "production", LOG_FORMAT: "pretty" }, false],
     [{ APP_ENV: "production", LOG_FORMAT: "loud" }, true],
+    [{ NODE_ENV: "production" }, true],
+    [{ NODE_ENV: "production", APP_ENV: "development" }, false],
+    [{ NODE_ENV: "development" }, false],
     [{}, false]
   ])("%o → JSON: %s", (env, json) => {
     const line = failureLine(env, "Service failed to start: x", now)
