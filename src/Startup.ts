@@ -12,10 +12,10 @@
 import { Cause, Data, Effect, Exit, Layer, Scope } from "effect"
 import { AppConfig, appEnvOf } from "./Config.ts"
 import { isDatabaseTimeout } from "./Db/Deadline.ts"
-import { causeChain, errorText } from "./Observability/Logging.ts"
+import { causeChain, errorText, errorWords, scrubText } from "./Observability/Logging.ts"
 
 /** Start-up gave up on the database after STARTUP_TIMEOUT_SECONDS. */
-export class DatabaseUnreachable extends Data.TaggedError("DatabaseUnreachable")<{ readonly message: string }> {}
+export class DatabaseUnreachable extends Data.TaggedError("DatabaseUnreachable")<{ readonly message: string; readonly cause: unknown }> {}
 
 const codeOf = (error: unknown): string | undefined =>
   typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : undefined
@@ -41,13 +41,37 @@ export const isUnreachable = (error: unknown): boolean =>
     return e instanceof Error && TRANSIENT_MESSAGES.has(e.message)
   })
 
-/** What stopped the service, as one line (interruptions left out). */
-export const causeText = (cause: Cause.Cause<unknown>): string => {
-  const reasons = cause.reasons.flatMap((reason) =>
-    Cause.isFailReason(reason) ? [errorText(reason.error)] : Cause.isDieReason(reason) ? [errorText(reason.defect)] : []
-  )
-  return [...new Set(reasons)].join("; ") || "interrupted"
+/** A JavaScript error that only a bug throws: its stack says where. */
+const isProgrammingError = (defect: unknown) =>
+  defect instanceof TypeError || defect instanceof RangeError || defect instanceof ReferenceError || defect instanceof SyntaxError
+
+export interface ExitReason {
+  /** What stopped the service. */
+  readonly message: string
+  /** What was behind it, secrets removed: a dependency's own reply, or a bug's stack. */
+  readonly cause?: string
 }
+
+/**
+ * What stopped the service (interruptions left out): each failure's own message, and in `cause`
+ * the words of what caused it — the database's refusal, the socket's error — or, for a bug, its
+ * stack.
+ */
+export const exitReason = (cause: Cause.Cause<unknown>): ExitReason => {
+  const words = cause.reasons.flatMap((reason) => {
+    if (Cause.isFailReason(reason)) return [errorWords(reason.error)]
+    if (!Cause.isDieReason(reason)) return []
+    const own = errorWords(reason.defect)
+    return [isProgrammingError(reason.defect) ? { ...own, causes: defectStack(reason.defect) } : own]
+  })
+  const message = [...new Set(words.map((w) => w.own))].join("; ") || "interrupted"
+  const causes = [...new Set(words.flatMap((w) => (w.causes === undefined ? [] : [w.causes])))]
+  return causes.length === 0 ? { message } : { message, cause: causes.join("; ") }
+}
+
+/** A thrown value's stack (secrets removed), else its words. */
+export const defectStack = (defect: unknown): string =>
+  defect instanceof Error && defect.stack !== undefined ? scrubText(defect.stack) : errorText(defect)
 
 /**
  * Builds `database` (connect, migrate) and, while the database cannot be reached, builds it again
@@ -79,7 +103,8 @@ export const untilDatabaseReachable = <A, E, R>(
       const leftMs = started + timeoutMs - Date.now()
       if (leftMs <= 0) {
         return yield* Effect.fail(new DatabaseUnreachable({
-          message: `The database could not be reached within STARTUP_TIMEOUT_SECONDS=${config.startupTimeoutSeconds} (${attempt} attempts): ${reason}`
+          message: `The database could not be reached within STARTUP_TIMEOUT_SECONDS=${config.startupTimeoutSeconds} (${attempt} attempts)`,
+          cause: failure.value
         }))
       }
       const waitMs = Math.min(pauseMs, leftMs)
@@ -93,15 +118,16 @@ export const untilDatabaseReachable = <A, E, R>(
   }))
 
 /**
- * The line a failed start (or a service that stops on an error) leaves behind: JSON with
- * LOG_FORMAT=json (the default in production), else a pretty line — one line either way, written
- * whatever LOG_LEVEL says (it is the reason for the exit code). The format comes from the raw
- * environment: the configuration itself may be what failed.
+ * The line every exit but a clean one leaves behind (docs/operations.md#exits): JSON with
+ * LOG_FORMAT=json (the default in production) — `message` what stopped the service, `cause` what
+ * was behind it — else a pretty line; one line either way, written whatever LOG_LEVEL says (it is
+ * the reason for the exit code). The format comes from the raw environment: the configuration
+ * itself may be what failed.
  */
-export const failureLine = (env: Readonly<Record<string, string | undefined>>, message: string, now = new Date()): string => {
+export const failureLine = (env: Readonly<Record<string, string | undefined>>, reason: ExitReason, now = new Date()): string => {
   const format = env["LOG_FORMAT"]?.trim()
   const json = format === "json" || (format !== "pretty" && appEnvOf(env["APP_ENV"]?.trim(), env["NODE_ENV"]).appEnv === "production")
   return json
-    ? JSON.stringify({ timestamp: now.toISOString(), level: "FATAL", message })
-    : `[${now.toISOString()}] FATAL ${message}`
+    ? JSON.stringify({ timestamp: now.toISOString(), level: "FATAL", message: reason.message, ...(reason.cause !== undefined ? { cause: reason.cause } : {}) })
+    : `[${now.toISOString()}] FATAL ${reason.message}${reason.cause === undefined ? "" : ` (${reason.cause.replace(/\s*\n\s*/g, " ")})`}`
 }

@@ -49,28 +49,39 @@ export const causeChain = (error: unknown): ReadonlyArray<unknown> => {
 const messageOf = (error: unknown): string | undefined =>
   error instanceof Error ? error.message : typeof error === "object" && error !== null && "message" in error && typeof error.message === "string" ? error.message : undefined
 
+const flat = (text: string) => scrubText(text.replace(/\s*\n\s*/g, " "))
+
+/** Config errors read `SchemaError(<what> at ["NAME"])`. */
+const SETTING = /^(?:ConfigError\()?SchemaError\(([\s\S]*?)\s+at \["([A-Z][A-Z0-9_]*)"\]\)+(?::[\s\S]*)?$/
+
 /**
- * An error as one line, secrets removed: its message and those of its causes, repeats left out
- * (`PgConnection: Failed to connect: connect ECONNREFUSED 10.0.0.5:5432`). A configuration error
- * becomes `NAME: what is wrong`. Anything else is shown as JSON.
+ * An error's words, each on one line with secrets removed: its own message, and its causes'
+ * (repeats left out) — for a failure of a dependency, the dependency's own reply
+ * (`PgConnection: Failed to connect` and `connect ECONNREFUSED 10.0.0.5:5432`). A configuration
+ * error is `NAME: what is wrong`, with no cause. Anything else is shown as JSON.
  */
-export const errorText = (error: unknown): string => {
-  if (typeof error === "string") return scrubText(error)
+export const errorWords = (error: unknown): { readonly own: string; readonly causes?: string } => {
+  if (typeof error === "string") return { own: flat(error) }
   const parts: Array<string> = []
   for (const e of causeChain(error)) {
     const message = messageOf(e)?.trim()
     if (message === undefined || message === "" || parts.some((p) => p.includes(message))) continue
     parts.push(message)
   }
-  const text = parts.length > 0
-    ? parts.join(": ")
-    : error instanceof Error ? error.name : typeof error === "object" && error !== null ? JSON.stringify(scrub(Inspectable.toJson(error))) ?? String(error) : String(error)
-  // Config errors read `SchemaError(<what> at ["NAME"])`.
-  const setting = /^(?:ConfigError\()?SchemaError\(([\s\S]*?)\s+at \["([A-Z][A-Z0-9_]*)"\]\)+(?::[\s\S]*)?$/.exec(text)
-  const line = setting === undefined || setting === null
-    ? text
-    : setting[1]!.startsWith(setting[2]!) ? setting[1]! : `${setting[2]!}: ${setting[1]!}`
-  return scrubText(line.replace(/\s*\n\s*/g, " "))
+  if (parts.length === 0) {
+    return {
+      own: flat(error instanceof Error ? error.name : typeof error === "object" && error !== null ? JSON.stringify(scrub(Inspectable.toJson(error))) ?? String(error) : String(error))
+    }
+  }
+  const setting = SETTING.exec(parts.join(": "))
+  if (setting !== null) return { own: flat(setting[1]!.startsWith(setting[2]!) ? setting[1]! : `${setting[2]!}: ${setting[1]!}`) }
+  return parts.length === 1 ? { own: flat(parts[0]!) } : { own: flat(parts[0]!), causes: flat(parts.slice(1).join(": ")) }
+}
+
+/** An error as one line, secrets removed: its words joined (`PgConnection: Failed to connect: connect ECONNREFUSED 10.0.0.5:5432`). */
+export const errorText = (error: unknown): string => {
+  const words = errorWords(error)
+  return words.causes === undefined ? words.own : `${words.own}: ${words.causes}`
 }
 
 /**
