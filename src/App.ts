@@ -32,6 +32,7 @@ import type { NodeServer } from "./Http/NodeServer.ts"
 import { CacheProbe, DatabaseProbe, Health } from "./Observability/Health.ts"
 import * as SystemHttp from "./Observability/Http.ts"
 import { setAppInfo } from "./Observability/Metrics.ts"
+import { layerOutages } from "./Observability/Outages.ts"
 import { layerTracing } from "./Observability/Tracing.ts"
 import * as ProfilingHttp from "./Profiling/Http.ts"
 import { Profiler } from "./Profiling/Profiler.ts"
@@ -197,7 +198,8 @@ const layerPortOpenLog = Layer.effectDiscard(HttpServer.addressFormattedWith((ad
  * the database takes — until every service is up, the routes are built and the handler is
  * attached. Its services (`NodeServer`, `Upgrades`, `HttpServer`) are outputs. Needs the
  * `AppConfig`. `tracing` is provided under everything else (server, SQL, Redis), so every span
- * goes to it (Observability/Tracing.ts).
+ * goes to it (Observability/Tracing.ts); so is the outage tracker, which every place that sees a
+ * dependency fail reports to (Observability/Outages.ts).
  */
 export const layer = <S, E>(
   server: Layer.Layer<S | NodeServer | Upgrades | HttpServer.HttpServer, E, AppConfig>,
@@ -208,5 +210,6 @@ export const layer = <S, E>(
     Layer.provide(layerServices),
     Layer.provide(layerStartupLog),
     Layer.provideMerge(Layer.provideMerge(layerPortOpenLog, server)),
+    Layer.provide(layerOutages),
     Layer.provide(tracing)
   )

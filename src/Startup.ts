@@ -11,35 +11,12 @@
  */
 import { Cause, Data, Effect, Exit, Layer, Scope } from "effect"
 import { AppConfig, appEnvOf } from "./Config.ts"
-import { isDatabaseTimeout } from "./Db/Deadline.ts"
-import { causeChain, errorText, errorWords, scrubText } from "./Observability/Logging.ts"
+import { isUnreachable } from "./Db/Failures.ts"
+import { errorText, errorWords, scrubText } from "./Observability/Logging.ts"
 
 /** Start-up gave up on the database after STARTUP_TIMEOUT_SECONDS. */
 export class DatabaseUnreachable extends Data.TaggedError("DatabaseUnreachable")<{ readonly message: string; readonly cause: unknown }> {}
 
-const codeOf = (error: unknown): string | undefined =>
-  typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : undefined
-
-/** A socket error (ECONNREFUSED, ENOTFOUND, EAI_AGAIN, ETIMEDOUT, EHOSTUNREACH, ECONNRESET, …); not ERR_* (a bad URL, a TLS setting). */
-const SOCKET_ERROR = /^E(?!RR_)[A-Z_]+$/
-
-/**
- * SQLSTATEs of a server that will take connections again: 08 connection exceptions, 53300 too
- * many connections, 57P01–57P03 shutting down or starting up ("the database system is starting up").
- */
-const isTransientSqlState = (code: string) => code.startsWith("08") || code === "53300" || /^57P0[123]$/.test(code)
-
-/** The driver's own words for a server that accepted and then went away or never answered. */
-const TRANSIENT_MESSAGES = new Set(["Connection timed out", "Connection closed unexpectedly"])
-
-/** Whether a start-up failure is the database not being reachable (yet): worth another attempt. */
-export const isUnreachable = (error: unknown): boolean =>
-  causeChain(error).some((e) => {
-    if (isDatabaseTimeout(e)) return true
-    const code = codeOf(e)
-    if (code !== undefined && (SOCKET_ERROR.test(code) || isTransientSqlState(code))) return true
-    return e instanceof Error && TRANSIENT_MESSAGES.has(e.message)
-  })
 
 /** A JavaScript error that only a bug throws: its stack says where. */
 const isProgrammingError = (defect: unknown) =>

@@ -6,6 +6,7 @@ import { SqlClient } from "effect/sql"
 import { Context, Effect, Exit, Layer } from "effect"
 import { detached } from "../Db/Deadline.ts"
 import { RedisClient, redisCommand } from "../Store/Redis.ts"
+import { type Dependency, Outages } from "./Outages.ts"
 
 export type Status = "healthy" | "unhealthy"
 
@@ -65,7 +66,13 @@ export class Health extends Context.Service<Health, {
     const database = yield* DatabaseProbe
     const cache = yield* CacheProbe
     const ws = yield* WebSocketProbe
-    const check = Effect.all([run(database), run(cache), run(ws.check), ws.activeConnections], { concurrency: "unbounded" }).pipe(
+    // An outage of the database or Redis ends when its check passes again (docs/operations.md#outages).
+    const outages = yield* Outages
+    yield* outages.watch("database", database)
+    yield* outages.watch("redis", cache)
+    const checked = (dependency: Dependency, probe: Probe) =>
+      Effect.tap(run(probe), (status) => (status === "healthy" ? outages.recovered(dependency) : Effect.void))
+    const check = Effect.all([checked("database", database), checked("redis", cache), run(ws.check), ws.activeConnections], { concurrency: "unbounded" }).pipe(
       Effect.map(([db, redis, websocket, active]): HealthReport => ({
         status: db === "healthy" && redis === "healthy" && websocket === "healthy" ? "healthy" : "unhealthy",
         database: db,

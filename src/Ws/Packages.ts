@@ -14,6 +14,7 @@ import { ReadCache, scopeOf } from "../Authors/ReadCache.ts"
 import { Author, type AuthorFilters, AuthorPayload } from "../Domain/Author.ts"
 import { AUTHORS_MAX_PER_PAGE, clampPerPage, Cursor, MAX_PAGE, type PageMeta } from "../Domain/Pagination.ts"
 import type { Observed } from "../Domain/RequestContext.ts"
+import { reportDatabaseFailure } from "../Db/Failures.ts"
 import { OperationRoles, type Role, type User } from "../Domain/User.ts"
 import { type ClientError, errorStatus, WsStatus } from "../Errors.ts"
 import { atLeast, atMost, ParamText } from "../Domain/Params.ts"
@@ -121,7 +122,10 @@ const definePackage = <A>(spec: PackageSpec<A>): PackageDefinition => {
         Effect.catch((error) =>
           Effect.succeed(reply(errorStatus[error._tag].ws, { msg: error.detail }, errorStatus[error._tag].http))
         ),
-        Effect.catchDefect((defect) => Effect.as(Effect.logError(`${spec.name} failed`, defect), DATABASE_ERROR))
+        // docs/operations.md#outages: a database that failed is an outage to report once, not a bug per message.
+        Effect.catchDefect((defect) =>
+          Effect.as(reportDatabaseFailure(defect, `WebSocket ${spec.name}`, Effect.logError(`${spec.name} failed`, defect)), DATABASE_ERROR)
+        )
       )
     }
   }) }

@@ -9,7 +9,8 @@ import { describe, expect, it } from "vitest"
 import { appConfig } from "../../src/Config.ts"
 import { databaseTimeout } from "../../src/Db/Deadline.ts"
 import { errorText } from "../../src/Observability/Logging.ts"
-import { DatabaseUnreachable, exitReason, failureLine, isUnreachable } from "../../src/Startup.ts"
+import { isUnreachable } from "../../src/Db/Failures.ts"
+import { DatabaseUnreachable, exitReason, failureLine } from "../../src/Startup.ts"
 
 const connectionError = (cause: unknown, message = "PgConnection: Failed to connect") =>
   new SqlError.SqlError({ reason: new SqlError.ConnectionError({ cause, message, operation: "connect" }) })
