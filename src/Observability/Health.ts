@@ -4,6 +4,8 @@
  */
 import { SqlClient } from "effect/sql"
 import { Context, Effect, Exit, Layer } from "effect"
+import { randomBytes } from "node:crypto"
+import { hostname } from "node:os"
 import { detached } from "../Db/Deadline.ts"
 import { RedisClient, redisCommand } from "../Store/Redis.ts"
 import { type Dependency, Outages } from "./Outages.ts"
@@ -28,14 +30,25 @@ export class DatabaseProbe extends Context.Service<DatabaseProbe, Probe>()("Heal
   )
 }
 
-/** The cache store (Redis); the in-process store is always healthy. */
+/** How long the write check's key lives: it is rewritten by every check, and never outlives them for long. */
+const WRITE_CHECK_TTL_MS = 10_000
+
+/**
+ * The cache store (Redis); the in-process store is always healthy. Redis is healthy only when it
+ * takes a write under REDIS_KEY_PREFIX (docs/operations.md#health-and-probes): a Redis that
+ * answers PING but refuses writes — an ACL without write rights on the prefix, a read-only replica,
+ * `maxmemory` reached with `noeviction` — fails every rate-limit check and audit append.
+ */
 export class CacheProbe extends Context.Service<CacheProbe, Probe>()("Health/CacheProbe") {
   /** The in-process store: always healthy. */
   static readonly layerMemory = Layer.succeed(CacheProbe, Effect.void)
-  /** PING (needs `RedisClient`). */
+  /** `SET <prefix>health:<instance> 1 PX 10000` (needs `RedisClient`). */
   static readonly layerRedis = Layer.effect(
     CacheProbe,
-    Effect.map(RedisClient, ({ client }) => Effect.asVoid(redisCommand("PING", () => client.ping())))
+    Effect.map(RedisClient, ({ client, prefix }) => {
+      const key = `${prefix}health:${hostname()}:${process.pid}:${randomBytes(4).toString("hex")}`
+      return Effect.asVoid(redisCommand("SET (health)", () => client.set(key, "1", "PX", WRITE_CHECK_TTL_MS), undefined, { check: true }))
+    })
   )
 }
 

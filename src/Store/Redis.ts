@@ -5,6 +5,7 @@
  */
 import { Context, Data, Effect, Layer, Redacted, type Scope } from "effect"
 import { Redis } from "ioredis"
+import { Outages } from "../Observability/Outages.ts"
 import { withSpanIfTraced } from "../Observability/Spans.ts"
 
 /**
@@ -111,6 +112,19 @@ export class RedisTimeout extends Data.TaggedError("RedisTimeout")<{ readonly ms
 /** The deadline of a command whose caller names none (every command has one). */
 export const COMMAND_TIMEOUT_MS = 1000
 
+/** Redis answered the command with an error (unknown or renamed command, NOPERM, READONLY, OOM), as opposed to not answering. */
+export const isReplyError = (cause: unknown) => cause instanceof Error && cause.name === "ReplyError"
+
+export interface CommandOptions {
+  /**
+   * A refusal is an answer the caller expects and handles (CONFIG on a managed Redis): it is not
+   * reported as an outage of Redis. A command Redis does not answer still is.
+   */
+  readonly refusalExpected?: boolean
+  /** A health check's own command: what it finds is /health's to report, not an operation that failed. */
+  readonly check?: boolean
+}
+
 /**
  * One Redis command (or pipeline) as an Effect, traced as a client span when tracing is on (a
  * span per Redis command: docs/operations.md#tracing; none at all when it is off,
@@ -118,12 +132,14 @@ export const COMMAND_TIMEOUT_MS = 1000
  * with `RedisTimeout` when Redis has not answered within `timeoutMs` (COMMAND_TIMEOUT_MS unless
  * given) — a plain timer on the promise, not `Effect.timeout`, which forks two fibers per call: on
  * the hot paths (a rate-limit hit per request and per WebSocket message, and the audit append)
- * those races would be a large share of a short request's CPU.
+ * those races would be a large share of a short request's CPU. A failure is reported to the
+ * outage tracker (docs/operations.md#outages): the first of an outage logs it, the rest count.
  */
 export const redisCommand = <A>(
   command: string,
   run: () => Promise<A>,
-  timeoutMs: number = COMMAND_TIMEOUT_MS
+  timeoutMs: number = COMMAND_TIMEOUT_MS,
+  options?: CommandOptions
 ): Effect.Effect<A, RedisError> =>
   Effect.callback<A, RedisError>((resume) => {
     let settled = false
@@ -147,7 +163,13 @@ export const redisCommand = <A>(
       settled = true
       clearTimeout(timer)
     })
-  }).pipe((effect) =>
+  }).pipe(
+    Effect.tapError((error) =>
+      options?.check === true || (options?.refusalExpected === true && isReplyError(error.cause))
+        ? Effect.void
+        : Effect.flatMap(Effect.service(Outages), (outages) => outages.failed("redis", error.cause, command))
+    ),
+    (effect) =>
     withSpanIfTraced(effect, `redis ${command}`, () => ({
       kind: "client",
       attributes: { "db.system": "redis", "db.operation.name": command }
