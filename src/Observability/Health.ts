@@ -1,9 +1,10 @@
 /**
  * `/health` (docs/operations.md#health-and-probes): every check runs in parallel, bounded by 1 s;
- * 503 with the same shape when any dependency is unhealthy.
+ * 503 with the same shape when any dependency is unhealthy. `identity` is there with an OIDC
+ * provider only.
  */
 import { SqlClient } from "effect/sql"
-import { Context, Effect, Exit, Layer } from "effect"
+import { Context, Effect, Exit, Layer, Option } from "effect"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
 import { detached } from "../Db/Deadline.ts"
@@ -17,6 +18,8 @@ export interface HealthReport {
   readonly database: Status
   readonly redis: Status
   readonly websocket: { readonly status: Status; readonly active_connections: number }
+  /** With an OIDC provider only: its signing keys are held, or can be fetched now. */
+  readonly identity?: Status
 }
 
 /** A dependency check: succeeds when healthy. */
@@ -52,6 +55,13 @@ export class CacheProbe extends Context.Service<CacheProbe, Probe>()("Health/Cac
   )
 }
 
+/**
+ * The OIDC identity provider (Auth/OidcProvider.ts): healthy while its signing keys are held (from
+ * any earlier fetch) or can be fetched now — without them no token verifies. Absent with the
+ * built-in provider.
+ */
+export class IdentityProbe extends Context.Service<IdentityProbe, { readonly check: Probe }>()("Health/IdentityProbe") {}
+
 /** The WebSocket subsystem: its registry's store, and this instance's open connections. */
 export class WebSocketProbe extends Context.Service<WebSocketProbe, {
   readonly check: Probe
@@ -85,12 +95,21 @@ export class Health extends Context.Service<Health, {
     yield* outages.watch("redis", cache)
     const checked = (dependency: Dependency, probe: Probe) =>
       Effect.tap(run(probe), (status) => (status === "healthy" ? outages.recovered(dependency) : Effect.void))
-    const check = Effect.all([checked("database", database), checked("redis", cache), run(ws.check), ws.activeConnections], { concurrency: "unbounded" }).pipe(
-      Effect.map(([db, redis, websocket, active]): HealthReport => ({
-        status: db === "healthy" && redis === "healthy" && websocket === "healthy" ? "healthy" : "unhealthy",
-        database: db,
+    const identity = yield* Effect.serviceOption(IdentityProbe)
+    const check = Effect.all({
+      database: checked("database", database),
+      redis: checked("redis", cache),
+      websocket: run(ws.check),
+      active: ws.activeConnections,
+      // Held keys make it healthy without asking the provider: this check ends no outage of it.
+      identity: Option.match(identity, { onNone: () => Effect.succeed(undefined), onSome: (probe) => run(probe.check) })
+    }, { concurrency: "unbounded" }).pipe(
+      Effect.map(({ active, database, identity, redis, websocket }): HealthReport => ({
+        status: [database, redis, websocket, identity].every((s) => s !== "unhealthy") ? "healthy" : "unhealthy",
+        database,
         redis,
-        websocket: { status: websocket, active_connections: active }
+        websocket: { status: websocket, active_connections: active },
+        ...(identity === undefined ? {} : { identity })
       }))
     )
     return Health.of({ check })

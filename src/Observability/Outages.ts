@@ -25,11 +25,12 @@ export type RecoveryCheck = Effect.Effect<void, unknown>
 
 export interface OutagesShape {
   /**
-   * `operation` failed because `dependency` did (`cause`: its reply). The first failure of an
-   * outage logs the WARN line; the others are counted. One error reported twice (by the command
-   * that failed and by its caller) counts once.
+   * `operation` failed because `dependency` did (`cause`: its reply; `consequence`: what the
+   * service does about it, for the line). The first failure of an outage logs the WARN line; the
+   * others are counted. One error reported twice (by the command that failed and by its caller)
+   * counts once.
    */
-  readonly failed: (dependency: Dependency, cause: unknown, operation?: string) => Effect.Effect<void>
+  readonly failed: (dependency: Dependency, cause: unknown, operation?: string, consequence?: string) => Effect.Effect<void>
   /** `dependency` answered: an outage of it ends, with the INFO line. */
   readonly recovered: (dependency: Dependency) => Effect.Effect<void>
   /**
@@ -62,7 +63,7 @@ export const makeOutages = (now: () => number = Date.now) => {
   /** Errors already counted (reported by a command and again by its caller). */
   const counted = new WeakSet<object>()
 
-  const failed = (dependency: Dependency, cause: unknown, operation?: string): Effect.Effect<void> =>
+  const failed = (dependency: Dependency, cause: unknown, operation?: string, consequence?: string): Effect.Effect<void> =>
     Effect.suspend(() => {
       if (typeof cause === "object" && cause !== null) {
         if (counted.has(cause)) return Effect.void
@@ -75,7 +76,8 @@ export const makeOutages = (now: () => number = Date.now) => {
       }
       outages.set(dependency, { began: now(), failed: 1 })
       const label = labels.get(dependency)!
-      return Effect.logWarning(`Outage began: ${label}${operation === undefined ? "" : ` (${operation} failed)`}`, cause).pipe(
+      const what = [operation === undefined ? undefined : `${operation} failed`, consequence].filter((x) => x !== undefined)
+      return Effect.logWarning(`Outage began: ${label}${what.length === 0 ? "" : ` (${what.join("; ")})`}`, cause).pipe(
         Effect.annotateLogs({ dependency, ...(operation === undefined ? {} : { operation }) })
       )
     })

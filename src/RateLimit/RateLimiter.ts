@@ -37,7 +37,7 @@ export const withFailMode = (mode: FailMode, limitType: string, limit: number) =
     hit.pipe(
       Effect.map(Option.some),
       Effect.catch((error) =>
-        Effect.flatMap(Effect.service(Outages), (outages) => outages.failed("redis", error.cause, `rate limit check, failing ${mode}`)).pipe(
+        Effect.flatMap(Effect.service(Outages), (outages) => outages.failed("redis", error.cause, "rate limit check", `failing ${mode}`)).pipe(
           Effect.andThen(Effect.sync(() => rateLimitStoreErrorsTotal.inc({ limit_type: limitType }))),
           Effect.as(
             mode === "open"

@@ -99,7 +99,7 @@ export const makeHandshake = (deps: HandshakeDeps): Handshake => {
       rateLimitStoreErrorsTotal.inc({ limit_type: "websocket_connection" })
       // An outage of Redis, logged when it begins (docs/operations.md#outages), not per connection.
       yield* Effect.flatMap(Effect.service(Outages), (outages) =>
-        outages.failed("redis", slot.failure.cause, `WebSocket connection slot, failing ${config.rateLimitFailMode}`))
+        outages.failed("redis", slot.failure.cause, "WebSocket connection slot", `failing ${config.rateLimitFailMode}`))
       if (config.rateLimitFailMode === "closed") {
         yield* registry.release(user.id, conn.id)
         conn.close(Close.TryAgainLater)

@@ -215,8 +215,9 @@ describe("PROFILING_ENABLED (true in development, false in production)", () => {
     const database = await startDatabaseServer()
     let service: Service | undefined
     try {
-      // The identity provider is only asked when a token needs it (discovery is lazy): none runs
-      // here. Its http:// URL is accepted in production because OIDC_ALLOW_HTTP_ISSUER says so.
+      // No identity provider answers there: the instance serves but is not ready (its keys are
+      // never fetched), so the wait is for "Listening on". Its http:// URL is accepted in
+      // production because OIDC_ALLOW_HTTP_ISSUER says so.
       service = await startService({
         env: {
           DATA_DIR: productionDir,
@@ -226,8 +227,10 @@ describe("PROFILING_ENABLED (true in development, false in production)", () => {
           OIDC_ALLOW_HTTP_ISSUER: "true",
           PROFILING_OUTPUT_DIR: join(dataDir, "production-profiling"),
           PROFILING_ENABLED: undefined
-        }
+        },
+        ready: "/livez"
       })
+      await service.logged("Listening on")
       const url = service.url
       const status = await fetch(`${url}/api/profiling/status`)
       expect(status.status).toBe(200)

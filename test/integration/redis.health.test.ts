@@ -20,7 +20,7 @@ import { onPath } from "../support/Binaries.ts"
 import { eventually } from "../support/Eventually.ts"
 import { type Cleanups, runCleanups, startService } from "../support/Launcher.ts"
 import { type RedisServer, startRedisServer } from "../support/RedisServer.ts"
-import { login, request, startTestApp, type TestApp } from "../support/TestApp.ts"
+import { login, request, startTestApp } from "../support/TestApp.ts"
 
 const PREFIX = `test-redis-health-${randomUUID()}:`
 
