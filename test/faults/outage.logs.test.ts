@@ -14,6 +14,7 @@ import { byStatus, startLoad } from "../support/Faults.ts"
 import { type Cleanups, runCleanups, startService } from "../support/Launcher.ts"
 import { viaProxy } from "../support/TcpProxy.ts"
 import { login, TEST_DATABASE_URL } from "../support/TestApp.ts"
+import { connectWs } from "../support/WsClient.ts"
 
 const cleanups: Cleanups = []
 afterEach(() => runCleanups(cleanups))
@@ -26,7 +27,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the log through a PostgreSQL ou
     const { db, proxy } = await proxiedDatabase(cleanups)
     const url = new URL(viaProxy(db.url!, proxy))
     url.password = PASSWORD
-    const service = await startService({ env: { RATE_LIMIT_ENABLED: "false", DATABASE_URL: url.toString() }, cleanups })
+    const service = await startService({ env: { RATE_LIMIT_ENABLED: "false", WS_MESSAGE_RATE_LIMIT: "1000000", DATABASE_URL: url.toString() }, cleanups })
     const token = (await login(service, "admin")).access_token
     const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }
     const load = startLoad(
@@ -36,19 +37,35 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the log through a PostgreSQL ou
           : fetch(`${service.url}/authors/paginated?page=1&per_page=5`, { headers }),
       { workers: 3, paceMs: 20 }
     )
+    // A WebSocket client asking for a page, one request after the other (paced like the load), until stopped.
+    const ws = connectWs(service.url, { token })
+    const wsStatuses: Array<number> = []
+    let wsStopped = false
+    const wsLoop = (async () => {
+      for (let n = 0; !wsStopped; n++) {
+        wsStatuses.push((await ws.request(2, { page: 1, per_page: 5, filters: { search_term: `ws-${n}` } })).status_code)
+        await new Promise((resolve) => setTimeout(resolve, 20))
+      }
+    })()
     const records = () => service.logLines()
     const outageLines = (word: "began" | "ended") =>
       records().filter((r) => typeof r["message"] === "string" && r["message"].startsWith(`Outage ${word}: the database`))
     try {
       await eventually(() => load.answers.filter((a) => a.status === 200).length >= 10, "requests answered before the outage")
       await proxy.cut()
-      await eventually(() => load.answers.filter((a) => a.status === 500).length >= 10 && outageLines("began").length > 0, "requests failing in the outage")
+      await eventually(
+        () => load.answers.filter((a) => a.status === 500).length >= 10 && wsStatuses.includes(1) && outageLines("began").length > 0,
+        "requests failing in the outage"
+      )
       await proxy.restore()
       await eventually(() => outageLines("ended").length > 0, "the outage's end in the log")
       const ended = load.answers.length
       await eventually(() => load.answers.slice(ended).filter((a) => a.status === 201).length >= 3, "writes answered after the outage")
     } finally {
       await load.stop()
+      wsStopped = true
+      await wsLoop
+      await ws.close()
     }
     const answers = load.answers
     const { code } = await service.stop()
@@ -72,11 +89,12 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the log through a PostgreSQL ou
     expect(began[0]!["cause"]).toMatch(/\S/)
     expect(endedLines[0]).toMatchObject({ level: "INFO", dependency: "database" })
     expect(endedLines[0]!["duration_ms"]).toBeGreaterThan(0)
-    // Counted: each request the outage failed (answered 500), and nothing else.
+    // Counted: each request the outage failed (answered 500, or status_code 1 on the WebSocket), and nothing else.
     const failedRequests = answers.filter((a) => a.status === 500)
     expect(failedRequests.length).toBeGreaterThan(0)
     for (const a of failedRequests) expect(a.body).toEqual({ detail: "Internal server error" })
-    expect(endedLines[0]!["failed"]).toBe(failedRequests.length)
+    expect(new Set(wsStatuses)).toEqual(new Set([0, 1]))
+    expect(endedLines[0]!["failed"]).toBe(failedRequests.length + wsStatuses.filter((c) => c === 1).length)
     const at = (word: string) => all.findIndex((r) => String(r["message"]).startsWith(`Outage ${word}: the database`))
     expect(at("began")).toBeLessThan(at("ended"))
     console.log(`[fault] logged outage: ${JSON.stringify(began[0])}\n${JSON.stringify(endedLines[0])}`)
