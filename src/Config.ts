@@ -130,6 +130,13 @@ const optionalPort = (name: string) =>
   )
 
 /**
+ * Why the production rules apply, as the refusals say it: `APP_ENV=production`, or `NODE_ENV` with
+ * `APP_ENV` unset.
+ */
+export const productionBecause = (mode: Pick<AppConfigShape, "appEnvSource">): string =>
+  mode.appEnvSource === "NODE_ENV" ? "NODE_ENV=production and APP_ENV is unset" : "APP_ENV=production"
+
+/**
  * Why `DATABASE_URL` cannot be used, if it cannot: it must be a `postgres://` URL, and production
  * needs one — without it the data would live in the embedded database on the instance's own disk
  * (a pod's, lost at its next reschedule). The message never repeats the URL (it holds a password).
@@ -203,13 +210,6 @@ export const issuerUrlProblem = (url: string, mode: Pick<AppConfigShape, "appEnv
 
 /** `LOG_LEVEL` accepts `warn` as well as `warning`; the shape keeps one spelling. */
 const LogLevelSetting = Schema.Literals(["trace", "debug", "info", "warn", "warning", "error", "fatal", "none"])
-
-/**
- * Why the production rules apply, as the refusals say it: `APP_ENV=production`, or `NODE_ENV` with
- * `APP_ENV` unset.
- */
-export const productionBecause = (mode: Pick<AppConfigShape, "appEnvSource">): string =>
-  mode.appEnvSource === "NODE_ENV" ? "NODE_ENV=production and APP_ENV is unset" : "APP_ENV=production"
 
 /**
  * The startup log's first word on the mode (docs/configuration.md#the-mode), and whether it is a
@@ -324,7 +324,10 @@ export const tokenAudience = (
 export class AppConfig extends Context.Service<AppConfig, AppConfigShape>()("App/Config") {
   /** Reads the environment (or the current ConfigProvider). */
   static readonly layer = Layer.effect(AppConfig, appConfig)
-  /** For tests: the defaults with some values replaced. */
+  /** For tests: the defaults with some values replaced (an `appEnv` given is as if APP_ENV said it). */
   static readonly layerTest = (overrides: Partial<AppConfigShape>) =>
-    Layer.effect(AppConfig, Effect.map(appConfig, (c) => ({ ...c, ...overrides })))
+    Layer.effect(
+      AppConfig,
+      Effect.map(appConfig, (c) => ({ ...c, ...(overrides.appEnv === undefined ? {} : { appEnvSource: "APP_ENV" as const }), ...overrides }))
+    )
 }

@@ -17,7 +17,6 @@ import { errorText, errorWords, scrubText } from "./Observability/Logging.ts"
 /** Start-up gave up on the database after STARTUP_TIMEOUT_SECONDS. */
 export class DatabaseUnreachable extends Data.TaggedError("DatabaseUnreachable")<{ readonly message: string; readonly cause: unknown }> {}
 
-
 /** A JavaScript error that only a bug throws: its stack says where. */
 const isProgrammingError = (defect: unknown) =>
   defect instanceof TypeError || defect instanceof RangeError || defect instanceof ReferenceError || defect instanceof SyntaxError

@@ -1,10 +1,10 @@
 import { Context, Effect, Layer } from "effect"
 import type { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.ts"
+import { IdentityProbe } from "../Observability/Health.ts"
 import type { TokenResponse } from "./Api.ts"
 import { makeBuiltinProvider } from "./BuiltinProvider.ts"
 import { makeOidcProvider } from "./OidcProvider.ts"
 import { TokenVerifier } from "./TokenVerifier.ts"
-import { IdentityProbe } from "../Observability/Health.ts"
 
 /** One provider's services: its logins, the verifier of the tokens it issues, and (OIDC) its health check. */
 const withVerifier = (made: {

@@ -179,23 +179,20 @@ export const makeOidcProvider = Effect.gen(function*() {
     // reported in a wrapper of its own, so the tracker counts both.
     onUnavailable: (cause, operation) =>
       void run(outages.failed("identity", { cause }, operation, "answered 503 Identity provider unavailable")),
-    onAnswered: () => void run(outages.recovered("identity"))
+    onAnswered: () => {
+      if (outages.ongoing("identity")) void run(outages.recovered("identity"))
+    }
   })
   // The provider's keys now, or the fetch's failure (a check: bounded by /health's 1 s from outside).
   const fetchKeys = Effect.tryPromise({ try: keys.fetchNow, catch: (error) => error })
   yield* outages.watch("identity", fetchKeys, `the identity provider ${issuerUrl}`)
   // Not ready until the keys were fetched once (docs/operations.md#health-and-probes); a failure
   // is the beginning of an outage, logged once with the provider's URL and the cause.
-  yield* Effect.forkScoped(
-    Effect.tryPromise({
-      try: keys.fetchNow,
-      catch: (error) => error
-    }).pipe(
-      Effect.retry(keysRetry),
-      Effect.andThen(Effect.logInfo(`Identity provider ${issuerUrl}: signing keys fetched`)),
-      Effect.ignore
-    )
-  )
+  yield* Effect.forkScoped(fetchKeys.pipe(
+    Effect.retry(keysRetry),
+    Effect.andThen(Effect.logInfo(`Identity provider ${issuerUrl}: signing keys fetched`)),
+    Effect.ignore
+  ))
   const probe: IdentityProbe["Service"] = {
     check: Effect.suspend(() => (keys.held() ? Effect.void : fetchKeys))
   }
