@@ -49,6 +49,16 @@ const appWith = async (issuer: string) => {
 
 const body = (res: { status: number; body: unknown }) => ({ status: res.status, body: res.body })
 
+const login = async (app: { readonly url: string }) => body(await request(app, "POST", "/login", { body: { username: "admin", password: "admin" } }))
+const UNAVAILABLE = { status: 503, body: { detail: "Identity provider unavailable" } }
+
+/** The provider's one outage-began line: a WARN with `fields`, its cause matching `cause`. */
+const expectOneBeginning = (lines: ReadonlyArray<Record<string, unknown>>, fields: Record<string, unknown>, cause: RegExp) => {
+  expect(lines).toHaveLength(1)
+  expect(lines[0]).toMatchObject({ level: "WARN", dependency: "identity", ...fields })
+  expect(String(lines[0]!["cause"])).toMatch(cause)
+}
+
 describe("identity provider: health, readiness and its outages", () => {
   it("keys fetched: /health and /readyz 200 with identity healthy; the provider gone, still healthy on the held keys", async () => {
     const port = await freePort()
@@ -78,16 +88,10 @@ describe("identity provider: health, readiness and its outages", () => {
       expect(body(await request(app, "GET", "/health"))).toEqual({ status: 503, body: down })
     }
     // A login meanwhile: 503, counted in the same outage.
-    expect(body(await request(app, "POST", "/login", { body: { username: "admin", password: "admin" } })))
-      .toEqual({ status: 503, body: { detail: "Identity provider unavailable" } })
-    const began = saying("Outage began: the identity provider")
-    expect(began).toHaveLength(1)
-    expect(began[0]).toMatchObject({
-      level: "WARN",
-      dependency: "identity",
+    expect(await login(app)).toEqual(UNAVAILABLE)
+    expectOneBeginning(saying("Outage began: the identity provider"), {
       message: `Outage began: the identity provider ${issuer} (fetching its signing keys failed; /readyz answers 503 until they are fetched)`
-    })
-    expect(String(began[0]!["cause"])).toMatch(/fetch failed.*ECONNREFUSED/)
+    }, /fetch failed.*ECONNREFUSED/)
 
     await startProvider(port)
     await eventually(async () => (await request(app, "GET", "/readyz")).status === 200, "/readyz 200 once the provider answers")
@@ -106,28 +110,20 @@ describe("identity provider: health, readiness and its outages", () => {
     const provider = await startProvider(port)
     const { app, saying } = await appWith(issuer)
     await eventually(async () => (await request(app, "GET", "/readyz")).status === 200, "/readyz 200")
-    expect((await request(app, "POST", "/login", { body: { username: "admin", password: "admin" } })).status).toBe(200)
+    expect((await login(app)).status).toBe(200)
     await provider.stop()
-    for (let i = 0; i < 4; i++) {
-      expect(body(await request(app, "POST", "/login", { body: { username: "admin", password: "admin" } })))
-        .toEqual({ status: 503, body: { detail: "Identity provider unavailable" } })
-    }
-    const began = saying("Outage began: the identity provider")
-    expect(began).toHaveLength(1)
-    expect(began[0]).toMatchObject({
-      level: "WARN",
-      dependency: "identity",
+    for (let i = 0; i < 4; i++) expect(await login(app)).toEqual(UNAVAILABLE)
+    expectOneBeginning(saying("Outage began: the identity provider"), {
       operation: "POST /login",
       message: `Outage began: the identity provider ${issuer} (POST /login failed; answered 503 Identity provider unavailable)`
-    })
-    expect(String(began[0]!["cause"])).toMatch(/ECONNREFUSED/)
+    }, /ECONNREFUSED/)
     // Still ready on the held keys.
     expect((await request(app, "GET", "/readyz")).status).toBe(200)
 
     await startProvider(port)
     const ended = await eventually(() => saying("Outage ended: the identity provider")[0] ?? false, "the outage's end")
     expect(ended).toMatchObject({ level: "INFO", dependency: "identity", failed: 4 })
-    expect((await request(app, "POST", "/login", { body: { username: "admin", password: "admin" } })).status).toBe(200)
+    expect((await login(app)).status).toBe(200)
     expect(saying("Outage began: the identity provider")).toHaveLength(1)
   })
 })
