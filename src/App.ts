@@ -23,7 +23,7 @@ import { Authors } from "./Authors/Authors.ts"
 import * as AuthorsHttp from "./Authors/Http.ts"
 import { AuthorRepo } from "./Authors/Repo.ts"
 import { ReadCache } from "./Authors/ReadCache.ts"
-import { AppConfig, type RedisNode, type RedisTarget } from "./Config.ts"
+import { AppConfig, modeLine, type RedisNode, type RedisTarget } from "./Config.ts"
 import { Database } from "./Db/Database.ts"
 import * as Docs from "./Http/Docs.ts"
 import * as FrontDoor from "./Http/FrontDoor.ts"
@@ -32,6 +32,7 @@ import type { NodeServer } from "./Http/NodeServer.ts"
 import { CacheProbe, DatabaseProbe, Health } from "./Observability/Health.ts"
 import * as SystemHttp from "./Observability/Http.ts"
 import { setAppInfo } from "./Observability/Metrics.ts"
+import { layerOutages } from "./Observability/Outages.ts"
 import { layerTracing } from "./Observability/Tracing.ts"
 import * as ProfilingHttp from "./Profiling/Http.ts"
 import { Profiler } from "./Profiling/Profiler.ts"
@@ -165,6 +166,9 @@ const describeRedis = (target: RedisTarget): string => {
 const layerStartupLog = Layer.effectDiscard(Effect.gen(function*() {
   const config = yield* AppConfig
   setAppInfo(config.appEnv)
+  // docs/configuration.md#the-mode: which rules apply, and why.
+  const mode = modeLine(config)
+  yield* mode.warn ? Effect.logWarning(mode.text) : Effect.logInfo(mode.text)
   const embedded = [
     Option.isNone(config.databaseUrl) ? `database (PGlite in ${config.dataDir})` : undefined,
     Option.isNone(config.redis) ? "cache store (in-process)" : undefined,
@@ -223,7 +227,8 @@ const layerPortOpenLog = Layer.effectDiscard(HttpServer.addressFormattedWith((ad
  * the database takes — until every service is up, the routes are built and the handler is
  * attached. Its services (`NodeServer`, `Upgrades`, `HttpServer`) are outputs. Needs the
  * `AppConfig`. `tracing` is provided under everything else (server, SQL, Redis), so every span
- * goes to it (Observability/Tracing.ts).
+ * goes to it (Observability/Tracing.ts); so is the outage tracker, which every place that sees a
+ * dependency fail reports to (Observability/Outages.ts).
  */
 export const layer = <S, E>(
   server: Layer.Layer<S | NodeServer | Upgrades | HttpServer.HttpServer, E, AppConfig>,
@@ -234,5 +239,6 @@ export const layer = <S, E>(
     Layer.provide(layerServices),
     Layer.provide(layerStartupLog),
     Layer.provideMerge(Layer.provideMerge(layerPortOpenLog, server)),
+    Layer.provide(layerOutages),
     Layer.provide(tracing)
   )

@@ -67,6 +67,19 @@ export const parseRedisNodes = (raw: string): Result.Result<ReadonlyArray<RedisN
 
 /** The three ways to name Redis; more than one set is a mistake the service refuses. */
 const REDIS_TARGET_SETTINGS = ["REDIS_URL", "REDIS_CLUSTER_NODES", "REDIS_SENTINELS"] as const
+/** What decided the mode (docs/configuration.md#the-mode): `APP_ENV`, `NODE_ENV=production` with `APP_ENV` unset, or neither. */
+export type AppEnvSource = "APP_ENV" | "NODE_ENV" | "default"
+
+/**
+ * The mode from the two variables (docs/configuration.md#the-mode): `APP_ENV` when set; else
+ * production when `NODE_ENV=production` (the Node convention platforms set); else development.
+ */
+export const appEnvOf = (appEnv: string | undefined, nodeEnv: string | undefined): { readonly appEnv: AppEnv; readonly source: AppEnvSource } =>
+  appEnv === "production" || appEnv === "development"
+    ? { appEnv, source: "APP_ENV" }
+    : nodeEnv?.trim() === "production"
+    ? { appEnv: "production", source: "NODE_ENV" }
+    : { appEnv: "development", source: "default" }
 
 export interface AppConfigShape {
   readonly port: number
@@ -79,6 +92,9 @@ export interface AppConfigShape {
   /** How long start-up keeps retrying a database it cannot reach before it gives up (exit 1). */
   readonly startupTimeoutSeconds: number
   readonly appEnv: AppEnv
+  /** Which variable decided `appEnv`, and `NODE_ENV` as set: the startup log says why the mode is what it is. */
+  readonly appEnvSource: AppEnvSource
+  readonly nodeEnv: Option.Option<string>
   readonly logLevel: "trace" | "debug" | "info" | "warning" | "error" | "fatal" | "none"
   readonly logFormat: "json" | "pretty"
   readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
@@ -175,14 +191,24 @@ const optionalPort = (name: string) =>
   )
 
 /**
+ * Why the production rules apply, as the refusals say it: `APP_ENV=production`, or `NODE_ENV` with
+ * `APP_ENV` unset.
+ */
+export const productionBecause = (mode: Pick<AppConfigShape, "appEnvSource">): string =>
+  mode.appEnvSource === "NODE_ENV" ? "NODE_ENV=production and APP_ENV is unset" : "APP_ENV=production"
+
+/**
  * Why `DATABASE_URL` cannot be used, if it cannot: it must be a `postgres://` URL, and production
  * needs one — without it the data would live in the embedded database on the instance's own disk
  * (a pod's, lost at its next reschedule). The message never repeats the URL (it holds a password).
  */
-export const databaseUrlProblem = (url: Option.Option<Redacted.Redacted<string>>, appEnv: AppEnv): string | undefined => {
+export const databaseUrlProblem = (
+  url: Option.Option<Redacted.Redacted<string>>,
+  mode: Pick<AppConfigShape, "appEnv" | "appEnvSource">
+): string | undefined => {
   if (Option.isNone(url)) {
-    return appEnv === "production"
-      ? "DATABASE_URL must be set when APP_ENV=production: without it the data would live in the embedded " +
+    return mode.appEnv === "production"
+      ? `DATABASE_URL must be set when ${productionBecause(mode)}: without it the data would live in the embedded ` +
         "database on this instance's own disk (a pod's disk is lost when it is rescheduled)"
       : undefined
   }
@@ -228,7 +254,7 @@ const fromParser = <A>(name: string, fallback: string, parse: (raw: string) => R
  * in production — the keys that verify every token are fetched from it, and over plain HTTP
  * anyone on the path could hand the service keys of their own (docs/configuration.md#production-rules).
  */
-export const issuerUrlProblem = (url: string, appEnv: AppEnv, allowHttp: boolean): string | undefined => {
+export const issuerUrlProblem = (url: string, mode: Pick<AppConfigShape, "appEnv" | "appEnvSource">, allowHttp: boolean): string | undefined => {
   let protocol: string
   try {
     protocol = new URL(url).protocol
@@ -236,8 +262,8 @@ export const issuerUrlProblem = (url: string, appEnv: AppEnv, allowHttp: boolean
     return "OIDC_ISSUER_URL must be an absolute https:// URL"
   }
   if (protocol !== "https:" && protocol !== "http:") return "OIDC_ISSUER_URL must be an absolute https:// URL"
-  if (protocol === "http:" && appEnv === "production" && !allowHttp) {
-    return "OIDC_ISSUER_URL must be an https:// URL when APP_ENV=production " +
+  if (protocol === "http:" && mode.appEnv === "production" && !allowHttp) {
+    return `OIDC_ISSUER_URL must be an https:// URL when ${productionBecause(mode)} ` +
       "(set OIDC_ALLOW_HTTP_ISSUER=true only where the network to the provider is trusted)"
   }
   return undefined
@@ -297,16 +323,42 @@ const redisTarget: Effect.Effect<Option.Option<RedisTarget>, Config.ConfigError>
 /** `LOG_LEVEL` accepts `warn` as well as `warning`; the shape keeps one spelling. */
 const LogLevelSetting = Schema.Literals(["trace", "debug", "info", "warn", "warning", "error", "fatal", "none"])
 
+/**
+ * The startup log's first word on the mode (docs/configuration.md#the-mode), and whether it is a
+ * warning: `APP_ENV=development` overriding `NODE_ENV=production` is said loudly, since the
+ * platform asked for production.
+ */
+export const modeLine = (config: Pick<AppConfigShape, "appEnv" | "appEnvSource" | "nodeEnv">): { readonly text: string; readonly warn: boolean } => {
+  const nodeEnv = Option.getOrUndefined(Option.map(config.nodeEnv, (v) => v.trim()))
+  switch (config.appEnvSource) {
+    case "NODE_ENV":
+      return { text: "Mode: production (NODE_ENV=production, APP_ENV unset)", warn: false }
+    case "default":
+      return { text: `Mode: development (APP_ENV unset, ${nodeEnv === undefined ? "NODE_ENV unset" : `NODE_ENV=${nodeEnv}`})`, warn: false }
+    case "APP_ENV":
+      return config.appEnv === "development" && nodeEnv === "production"
+        ? {
+          text: "Mode: development (APP_ENV=development wins over NODE_ENV=production): the production rules do not apply " +
+            "(embedded database and built-in identity provider allowed, profiling on by default)",
+          warn: true
+        }
+        : { text: `Mode: ${config.appEnv} (APP_ENV=${config.appEnv})`, warn: false }
+  }
+}
+
 export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effect.gen(function*() {
-  const appEnv = yield* Config.Literals(["development", "production"], "APP_ENV").pipe(Config.withDefault("development"))
+  const nodeEnv = yield* nonEmpty("NODE_ENV")
+  const explicit = yield* Config.Literals(["development", "production"], "APP_ENV").pipe(Config.option)
+  const mode = appEnvOf(Option.getOrUndefined(explicit), Option.getOrUndefined(nodeEnv))
+  const appEnv = mode.appEnv
   const oidcAllowHttpIssuer = yield* Config.Boolean("OIDC_ALLOW_HTTP_ISSUER").pipe(Config.withDefault(false))
   const oidcIssuerUrl = yield* nonEmpty("OIDC_ISSUER_URL").pipe(Config.map(Option.map((u) => u.trim().replace(/\/+$/, ""))))
   if (Option.isSome(oidcIssuerUrl)) {
-    const problem = issuerUrlProblem(oidcIssuerUrl.value, appEnv, oidcAllowHttpIssuer)
+    const problem = issuerUrlProblem(oidcIssuerUrl.value, { appEnv, appEnvSource: mode.source }, oidcAllowHttpIssuer)
     if (problem !== undefined) return yield* Effect.fail(invalid("OIDC_ISSUER_URL", oidcIssuerUrl.value, problem))
   }
   const databaseUrl = yield* nonEmptyRedacted("DATABASE_URL")
-  const databaseProblem = databaseUrlProblem(databaseUrl, appEnv)
+  const databaseProblem = databaseUrlProblem(databaseUrl, { appEnv, appEnvSource: mode.source })
   if (databaseProblem !== undefined) return yield* Effect.fail(invalid("DATABASE_URL", "<redacted>", databaseProblem))
   const port = yield* Config.Port("PORT").pipe(Config.withDefault(8000))
   const adminPort = yield* optionalPort("ADMIN_PORT")
@@ -320,6 +372,8 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     adminPort,
     startupTimeoutSeconds: yield* positiveInt("STARTUP_TIMEOUT_SECONDS", 60),
     appEnv,
+    appEnvSource: mode.source,
+    nodeEnv,
     logLevel: yield* Config.schema(LogLevelSetting, "LOG_LEVEL").pipe(
       Config.withDefault("info"),
       Config.map((level) => (level === "warn" ? "warning" : level))
@@ -383,7 +437,10 @@ export const tokenAudience = (
 export class AppConfig extends Context.Service<AppConfig, AppConfigShape>()("App/Config") {
   /** Reads the environment (or the current ConfigProvider). */
   static readonly layer = Layer.effect(AppConfig, appConfig)
-  /** For tests: the defaults with some values replaced. */
+  /** For tests: the defaults with some values replaced (an `appEnv` given is as if APP_ENV said it). */
   static readonly layerTest = (overrides: Partial<AppConfigShape>) =>
-    Layer.effect(AppConfig, Effect.map(appConfig, (c) => ({ ...c, ...overrides })))
+    Layer.effect(
+      AppConfig,
+      Effect.map(appConfig, (c) => ({ ...c, ...(overrides.appEnv === undefined ? {} : { appEnvSource: "APP_ENV" as const }), ...overrides }))
+    )
 }

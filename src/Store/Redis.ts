@@ -13,6 +13,7 @@
 import { Context, Data, Effect, Layer, Redacted, type Scope } from "effect"
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis"
 import { type RedisTarget, singleRedis } from "../Config.ts"
+import { Outages } from "../Observability/Outages.ts"
 import { withSpanIfTraced } from "../Observability/Spans.ts"
 
 /** One server or a Sentinel group's primary (a `Redis`), or a Redis Cluster. */
@@ -180,16 +181,54 @@ const pingAll = async (client: RedisConnection): Promise<void> => {
   await client.ping()
   if (!(client instanceof Cluster)) return
   const nodes = new Map<string, Redis>(client.nodes("master").map((node) => [`${node.options.host}:${node.options.port}`, node]))
+  await Promise.all([...slotOwners(client)].map((key) => {
+    const node = nodes.get(key)
+    return node === undefined ? Promise.reject(new Error(`Redis Cluster: primary ${key} is not connected`)) : node.ping()
+  }))
+}
+
+/** Every primary of the cluster's slot map (`host:port`); a slot without one fails. */
+const slotOwners = (client: Cluster): Set<string> => {
   const owners = new Set<string>()
   for (let slot = 0; slot < 16384; slot++) {
     const owner = client.slots[slot]?.[0]
     if (owner === undefined) throw new Error(`Redis Cluster: slot ${slot} has no primary`)
     owners.add(owner)
   }
-  await Promise.all([...owners].map((key) => {
-    const node = nodes.get(key)
-    return node === undefined ? Promise.reject(new Error(`Redis Cluster: primary ${key} is not connected`)) : node.ping()
-  }))
+  return owners
+}
+
+/** CRC16 (XMODEM), as Redis Cluster hashes keys. */
+const CRC16_TABLE = Array.from({ length: 256 }, (_, byte) => {
+  let crc = byte << 8
+  for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
+  return crc
+})
+/** The cluster slot of a key without a hash tag of its own (ASCII). */
+const slotOf = (text: string) => {
+  let crc = 0
+  for (let i = 0; i < text.length; i++) crc = ((crc << 8) & 0xffff) ^ CRC16_TABLE[((crc >> 8) ^ text.charCodeAt(i)) & 0xff]!
+  return crc % 16384
+}
+
+/**
+ * `SET <key> 1 PX <ttlMs>`: Redis takes a write under the prefix. In a cluster on every primary —
+ * ACLs, a read-only replica promoted by mistake and `maxmemory` are each node's own — with one
+ * key per primary, hash-tagged into one of its slots.
+ */
+const writeAll = async (client: RedisConnection, key: string, ttlMs: number): Promise<void> => {
+  if (!(client instanceof Cluster)) {
+    await client.set(key, "1", "PX", ttlMs)
+    return
+  }
+  await client.ping()
+  const wanted = slotOwners(client)
+  const tags: Array<string> = []
+  for (let tag = 0; wanted.size > 0 && tag < 100_000; tag++) {
+    const owner = client.slots[slotOf(String(tag))]![0]!
+    if (wanted.delete(owner)) tags.push(String(tag))
+  }
+  await Promise.all(tags.map((tag) => client.set(`${key}:{${tag}}`, "1", "PX", ttlMs)))
 }
 
 export interface RedisClientShape {
@@ -200,8 +239,10 @@ export interface RedisClientShape {
   readonly subscriber: Effect.Effect<RedisSubscriber, never, Scope.Scope>
   /** PUBLISH; SPUBLISH in a cluster (the channel's message goes to its slot's primary only). */
   readonly publish: (channel: string, message: string) => Promise<unknown>
-  /** Succeeds when Redis answers — in a cluster, every slot's primary (health). */
+  /** Succeeds when Redis answers — in a cluster, every slot's primary. */
   readonly ping: Effect.Effect<void, RedisError>
+  /** Succeeds when Redis takes a write of `key` (in a cluster, on every primary): /health's check. */
+  readonly writeCheck: (key: string, ttlMs: number) => Effect.Effect<void, RedisError>
 }
 
 export class RedisClient extends Context.Service<RedisClient, RedisClientShape>()("Store/RedisClient") {
@@ -221,7 +262,8 @@ export class RedisClient extends Context.Service<RedisClient, RedisClientShape>(
         (subscriber) => closeRedis(subscriber.connection)
       ),
       publish: mode === "cluster" ? (channel, message) => client.spublish(channel, message) : (channel, message) => client.publish(channel, message),
-      ping: redisCommand("PING", () => pingAll(client))
+      ping: redisCommand("PING", () => pingAll(client), undefined, { check: true }),
+      writeCheck: (key, ttlMs) => redisCommand("SET (health)", () => writeAll(client, key, ttlMs), undefined, { check: true })
     }
   }
 
@@ -240,8 +282,13 @@ export class RedisClient extends Context.Service<RedisClient, RedisClientShape>(
     )
 }
 
-/** A Redis command failed (`cause`: the client's error, or a `RedisTimeout`). */
-export class RedisError extends Data.TaggedError("RedisError")<{ readonly command: string; readonly cause: unknown }> {}
+/** A Redis command failed (`cause`: the client's error — Redis's own reply — or a `RedisTimeout`). */
+export class RedisError extends Data.TaggedError("RedisError")<{ readonly command: string; readonly cause: unknown }> {
+  /** Names the command; the reply follows in `cause` (a log line shows both: Observability/Logging.ts `errorText`). */
+  override get message() {
+    return `Redis ${this.command} failed`
+  }
+}
 
 /**
  * True when the connection was lost and is not ready again: ioredis is between reconnect
@@ -262,6 +309,19 @@ export class RedisTimeout extends Data.TaggedError("RedisTimeout")<{ readonly ms
 /** The deadline of a command whose caller names none (every command has one). */
 export const COMMAND_TIMEOUT_MS = 1000
 
+/** Redis answered the command with an error (unknown or renamed command, NOPERM, READONLY, OOM), as opposed to not answering. */
+export const isReplyError = (cause: unknown) => cause instanceof Error && cause.name === "ReplyError"
+
+export interface CommandOptions {
+  /**
+   * A refusal is an answer the caller expects and handles (CONFIG on a managed Redis): it is not
+   * reported as an outage of Redis. A command Redis does not answer still is.
+   */
+  readonly refusalExpected?: boolean
+  /** A health check's own command: what it finds is /health's to report, not an operation that failed. */
+  readonly check?: boolean
+}
+
 /**
  * One Redis command (or pipeline) as an Effect, traced as a client span when tracing is on (a
  * span per Redis command: docs/operations.md#tracing; none at all when it is off,
@@ -269,12 +329,14 @@ export const COMMAND_TIMEOUT_MS = 1000
  * with `RedisTimeout` when Redis has not answered within `timeoutMs` (COMMAND_TIMEOUT_MS unless
  * given) — a plain timer on the promise, not `Effect.timeout`, which forks two fibers per call: on
  * the hot paths (a rate-limit hit per request and per WebSocket message, and the audit append)
- * those races would be a large share of a short request's CPU.
+ * those races would be a large share of a short request's CPU. A failure is reported to the
+ * outage tracker (docs/operations.md#outages): the first of an outage logs it, the rest count.
  */
 export const redisCommand = <A>(
   command: string,
   run: () => Promise<A>,
-  timeoutMs: number = COMMAND_TIMEOUT_MS
+  timeoutMs: number = COMMAND_TIMEOUT_MS,
+  options?: CommandOptions
 ): Effect.Effect<A, RedisError> =>
   Effect.callback<A, RedisError>((resume) => {
     let settled = false
@@ -298,7 +360,13 @@ export const redisCommand = <A>(
       settled = true
       clearTimeout(timer)
     })
-  }).pipe((effect) =>
+  }).pipe(
+    Effect.tapError((error) =>
+      options?.check === true || (options?.refusalExpected === true && isReplyError(error.cause))
+        ? Effect.void
+        : Effect.flatMap(Effect.service(Outages), (outages) => outages.failed("redis", error.cause, command))
+    ),
+    (effect) =>
     withSpanIfTraced(effect, `redis ${command}`, () => ({
       kind: "client",
       attributes: { "db.system": "redis", "db.operation.name": command }

@@ -18,6 +18,7 @@ import { type AuthorRead, listMessageRead, pageMessageRead } from "../Authors/Re
 import { Author, AuthorPayload } from "../Domain/Author.ts"
 import type { PageMeta } from "../Domain/Pagination.ts"
 import type { GenerationKey, Observed } from "../Domain/RequestContext.ts"
+import { reportDatabaseFailure } from "../Db/Failures.ts"
 import { OperationRoles, type Role, type User } from "../Domain/User.ts"
 import { type ClientError, errorStatus, WsStatus } from "../Errors.ts"
 import { errorItems, httpEquivalent } from "./Protocol.ts"
@@ -143,7 +144,10 @@ const definePackage = <A>(spec: PackageSpec<A>): PackageDefinition => {
             return spec.handle(services, decoded.success, tag).pipe(
               Effect.map(({ data, meta }): PackageReply => ({ status: WsStatus.OK, data, meta, httpStatus: 200 })),
               Effect.catch((error) => Effect.succeed(reply(errorStatus[error._tag].ws, { msg: error.detail }, errorStatus[error._tag].http))),
-              Effect.catchDefect((defect) => Effect.as(Effect.logError(`${spec.name} failed`, defect), DATABASE_ERROR))
+              // docs/operations.md#outages: a database that failed is an outage to report once, not a bug per message.
+              Effect.catchDefect((defect) =>
+                Effect.as(reportDatabaseFailure(defect, `WebSocket ${spec.name}`, Effect.logError(`${spec.name} failed`, defect)), DATABASE_ERROR)
+              )
             )
           }
         }

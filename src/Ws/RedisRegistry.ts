@@ -48,7 +48,7 @@ import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
 import { AppConfig } from "../Config.ts"
 import { wsBroadcastsInvalidTotal } from "../Observability/Metrics.ts"
-import { COMMAND_TIMEOUT_MS, databaseOf, defineScript, isDisconnected, RedisClient, redisCommand, type RedisConnection } from "../Store/Redis.ts"
+import { COMMAND_TIMEOUT_MS, databaseOf, defineScript, isDisconnected, isReplyError, RedisClient, redisCommand, type RedisConnection } from "../Store/Redis.ts"
 import { ACQUIRE_SLOT_LUA, parseBroadcast, RENEW_SLOTS_LUA } from "./RedisWire.ts"
 import {
   type BroadcastMessage,
@@ -85,16 +85,14 @@ export type ExpiredEvents =
   | { readonly state: "enabled"; readonly flags: string }
   | { readonly state: "refused" | "unanswered"; readonly cause: unknown }
 
-/** Redis answered the command with an error (unknown or renamed command, NOPERM), as opposed to not answering. */
-const isReplyError = (cause: unknown) => cause instanceof Error && cause.name === "ReplyError"
-
 /** Turns on expired-key events unless CONFIG GET shows them on already. */
 export const enableExpiredEvents = (client: RedisConnection): Effect.Effect<ExpiredEvents> =>
   Effect.gen(function*() {
-    const reply = yield* redisCommand("CONFIG GET", () => client.config("GET", "notify-keyspace-events"), COMMAND_TIMEOUT_MS * 2)
+    // A refusal is a mode, not an outage (managed Redis refuses CONFIG).
+    const reply = yield* redisCommand("CONFIG GET", () => client.config("GET", "notify-keyspace-events"), COMMAND_TIMEOUT_MS * 2, { refusalExpected: true })
     const flags = Array.isArray(reply) && typeof reply[1] === "string" ? reply[1] : ""
     if (hasExpiredEvents(flags)) return { state: "on" } as const
-    yield* redisCommand("CONFIG SET", () => client.config("SET", "notify-keyspace-events", `${flags}Ex`), COMMAND_TIMEOUT_MS * 2)
+    yield* redisCommand("CONFIG SET", () => client.config("SET", "notify-keyspace-events", `${flags}Ex`), COMMAND_TIMEOUT_MS * 2, { refusalExpected: true })
     return { state: "enabled", flags: `${flags}Ex` } as const
   }).pipe(Effect.catch((error) =>
     Effect.succeed({ state: isReplyError(error.cause) ? "refused" : "unanswered", cause: error.cause } as const)

@@ -274,13 +274,15 @@ describe("deploy/kubernetes base", () => {
       APP_ENV: "production",
       LOG_FORMAT: "json",
       PROFILING_ENABLED: "false",
-      OIDC_ISSUER_URL: "https://keycloak.example.com/realms/author-directory",
       OIDC_CLIENT_ID: "author-directory",
       RATE_LIMIT_FAIL_MODE: "open",
       OTEL_SERVICE_NAME: "author-directory-service"
     })
     // TRUSTED_PROXIES stays a comment (the ingress's addresses are the cluster's), with what it changes.
     expect(data["TRUSTED_PROXIES"]).toBeUndefined()
+    // No issuer: a placeholder here would give Ready-looking pods of nobody's provider; the overlay sets it.
+    expect(data["OIDC_ISSUER_URL"]).toBeUndefined()
+    expect(readFileSync(`${BASE}/configmap.yaml`, "utf8")).toMatch(/# OIDC_ISSUER_URL: .*set by the\n\s*#\s+overlay/)
     expect(readFileSync(`${BASE}/configmap.yaml`, "utf8")).toMatch(/# TRUSTED_PROXIES: .*ingress/)
   })
 
@@ -314,8 +316,18 @@ describe("deploy/kubernetes base", () => {
 
 describe("deploy/kubernetes/overlays/example", () => {
   const overlay = readYaml(`${EXAMPLE}/kustomization.yaml`)[0]!
+  const keysOf = (text: string) => text.split("\n").flatMap((l) => /^([A-Z][A-Z0-9_]+)=/.exec(l)?.[1] ?? [])
   const template = readFileSync(`${EXAMPLE}/secrets.env.example`, "utf8")
-  const templateKeys = template.split("\n").flatMap((l) => /^([A-Z][A-Z0-9_]+)=/.exec(l)?.[1] ?? [])
+  const templateKeys = keysOf(template)
+  const settings = readFileSync(`${EXAMPLE}/settings.env.example`, "utf8")
+
+  it("sets the identity provider's issuer from a git-ignored settings.env merged into the ConfigMap; its template's value is a placeholder", () => {
+    expect(overlay["configMapGenerator"]).toEqual([{ name: "author-directory-config", behavior: "merge", envs: ["settings.env"] }])
+    expect(readFileSync(`${EXAMPLE}/.gitignore`, "utf8").split("\n")).toContain("settings.env")
+    expect(spawnSync("git", ["check-ignore", "-q", `${EXAMPLE}/settings.env`]).status).toBe(0)
+    expect(keysOf(settings)).toEqual(["OIDC_ISSUER_URL"])
+    expect(settings).toMatch(/^OIDC_ISSUER_URL=https:\/\/CHANGE-ME\./m)
+  })
 
   it("generates the Secret from a git-ignored env file, whose template holds placeholders for variables the service reads", () => {
     expect(overlay["resources"]).toEqual(["namespace.yaml", "../../base", "networkpolicy.yaml"])
@@ -366,17 +378,25 @@ describe("deploy/kubernetes/overlays/example", () => {
     expect(readYaml(`${ROOT}/monitoring/kustomization.yaml`)[0]!["resources"]).toEqual(["podmonitor.yaml"])
   })
 
-  it.runIf(kubectl)("`kubectl kustomize` renders it with a secrets.env: a generated Secret the Deployment references, no placeholder applied without one", () => {
+  it.runIf(kubectl)("`kubectl kustomize` renders it with a secrets.env and a settings.env: a generated Secret the Deployment references, the issuer in the ConfigMap; no placeholder applied without either", () => {
     const dir = mkdtempSync(join(tmpdir(), "ads-kustomize-"))
     try {
       cpSync(ROOT, join(dir, "kubernetes"), { recursive: true })
       const copy = join(dir, "kubernetes", "overlays", "example")
       rmSync(join(copy, "secrets.env"), { force: true })
-      // Without secrets.env the build fails: nothing with placeholder values is applied.
+      rmSync(join(copy, "settings.env"), { force: true })
+      // Without secrets.env, or without settings.env, the build fails: nothing with placeholder values is applied.
+      writeFileSync(join(copy, "settings.env"), settings)
       const missing = spawnSync("kubectl", ["kustomize", copy], { encoding: "utf8" })
       expect(missing.status).not.toBe(0)
       expect(missing.stderr).toContain("secrets.env")
       writeFileSync(join(copy, "secrets.env"), template)
+      rmSync(join(copy, "settings.env"))
+      const noSettings = spawnSync("kubectl", ["kustomize", copy], { encoding: "utf8" })
+      expect(noSettings.status).not.toBe(0)
+      expect(noSettings.stderr).toContain("settings.env")
+      const issuer = "https://keycloak.test.example/realms/author-directory"
+      writeFileSync(join(copy, "settings.env"), settings.replace(/^OIDC_ISSUER_URL=.*$/m, `OIDC_ISSUER_URL=${issuer}`))
       const rendered = render(copy)
       for (const object of rendered) {
         // kustomize wraps long base64 values at 70 columns, which the API server's decoder skips over
@@ -396,6 +416,11 @@ describe("deploy/kubernetes/overlays/example", () => {
       expect(Object.keys(secret["data"] as Json).sort()).toEqual([...templateKeys].sort())
       const renderedDeployment = rendered.find((o) => o["kind"] === "Deployment")
       expect(at(renderedDeployment, "spec", "template", "spec", "containers", 0, "envFrom", 1)).toEqual({ secretRef: { name: secretName } })
+      // The issuer is the overlay's; the base's other settings stay.
+      const configMap = rendered.find((o) => o["kind"] === "ConfigMap")!
+      expect(configMap["data"]).toMatchObject({ OIDC_ISSUER_URL: issuer, APP_ENV: "production", OIDC_CLIENT_ID: "author-directory" })
+      const configMapName = at(renderedDeployment, "spec", "template", "spec", "containers", 0, "envFrom", 0, "configMapRef", "name")
+      expect(configMapName).toBe(at(configMap, "metadata", "name"))
       const [image] = overlay["images"] as Array<{ newName: string; newTag: string }>
       expect(at(renderedDeployment, "spec", "template", "spec", "containers", 0, "image")).toBe(`${image!.newName}:${image!.newTag}`)
       expect(rendered.map((o) => o["kind"]).sort()).toEqual(
