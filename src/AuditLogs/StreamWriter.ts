@@ -23,20 +23,14 @@
  * Every command has a deadline: COMMAND_TIMEOUT_MS (Store/Redis.ts), the append 2 s.
  */
 import { Duration, Effect, Fiber, Option, Queue } from "effect"
-import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { RedisClient } from "../Store/Redis.ts"
 import { type AuditEntry, newEntry, type StoredEntry } from "./Entry.ts"
-import { INSERT_BATCH_MAX } from "./Repo.ts"
-import { encodeRecords, JOURNAL_LUA, journalKeys, parseJournal } from "./Journal.ts"
+import { parseJournal } from "./Journal.ts"
+import { type Deletion, type JournalStore, type JournalStream, redisJournalStore } from "./JournalStore.ts"
 import { makeBuffer } from "./Buffer.ts"
 import { countDropped } from "./Dropped.ts"
 import { defaultWriterOptions, flushBudgetMs, type WriterOptions } from "./WriterOptions.ts"
 import { ShutdownDeadline } from "../Lifecycle.ts"
-
-/** An entry to delete from this release's stream, with the number of records it was counted with. */
-interface Deletion {
-  readonly id: string
-  readonly records: number
-}
 
 /** An entry this writer appended: deleted once none of its records is left uncommitted. */
 interface Appended extends Deletion {
@@ -74,8 +68,8 @@ const DELETE = "delete" as const
 const APPEND_TIMEOUT_MS = 2000
 /** The longest a request waits for its record's append (loopback Redis answers in well under 1 ms). */
 const REQUEST_WAIT_MS = 100
-/** About how many records a recovery scan reads at once (an entry of this release holds up to INSERT_BATCH_MAX). */
-const SCAN_PAGE_RECORDS = 10 * INSERT_BATCH_MAX
+/** About how many batches a recovery scan reads at once (an entry of this release holds up to a batch). */
+const SCAN_PAGE_BATCHES = 10
 
 /** Lets a waiting request go on (once); the last one of its group stops the group's timer. */
 const release = (waiter: Waiter) => {
@@ -90,16 +84,18 @@ const release = (waiter: Waiter) => {
   resume(Effect.void)
 }
 
-/** Redis's clock in ms (TIME), so that "older than claimIdle" holds whatever this host's clock says. */
-const redisMillis = (time: ReadonlyArray<string | number>) => Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000)
-
 export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions) =>
   Effect.gen(function*() {
-    const redis = yield* RedisClient
+    return yield* makeJournalWriter(redisJournalStore(yield* RedisClient), options)
+  })
+
+export const makeJournalWriter = (store: JournalStore, options: WriterOptions = defaultWriterOptions) =>
+  Effect.gen(function*() {
+    const INSERT_BATCH_MAX = options.batchMax
+    const SCAN_PAGE_RECORDS = SCAN_PAGE_BATCHES * INSERT_BATCH_MAX
     const buffer = yield* makeBuffer(options)
     const insert = buffer.insert
     const shutdown = yield* ShutdownDeadline
-    const keys = journalKeys(redis.prefix)
     const claimIdleMs = Duration.toMillis(options.claimIdle)
     const commitLingerMs = Duration.toMillis(options.commitLinger)
     /** Records in this release's stream, as its last append or deletion answered. */
@@ -107,21 +103,17 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     const deleteWarning = (error: unknown) =>
       Effect.logWarning("Audit stream entries not deleted; a later scan writes them again (stored once)", error)
 
-    const journalScript = defineScript<[string, number]>(redis.client, "auditJournal", 2, JOURNAL_LUA)
     /**
      * One call: appends `records` as one entry (none when empty) and deletes `deletions`; answers
      * the new entry's id (undefined: none) and keeps the stream's record count for the cap.
      */
-    const journal = (records: ReadonlyArray<StoredEntry>, deletions: ReadonlyArray<Deletion>, timeoutMs?: number) => {
-      const args: Array<string | number> = [keys.current, keys.records, records.length, records.length === 0 ? "" : encodeRecords(records)]
-      for (const { id, records: count } of deletions) args.push(id, count)
-      return redisCommand(records.length === 0 ? "XDEL" : "XADD", () => journalScript(...args), timeoutMs).pipe(
-        Effect.map(([id, held]) => {
-          if (typeof held === "number") backlog = held
-          return typeof id === "string" && id !== "" ? id : undefined
+    const journal = (records: ReadonlyArray<StoredEntry>, deletions: ReadonlyArray<Deletion>, timeoutMs?: number) =>
+      store.journal(records, deletions, timeoutMs).pipe(
+        Effect.map(({ held, id }) => {
+          if (held !== undefined) backlog = held
+          return id
         })
       )
-    }
 
     /** Deletes entries whose records committed. An entry whose deletion fails is written again by a scan (stored once). */
     const deleteNow = (deletions: ReadonlyArray<Deletion>) =>
@@ -176,20 +168,20 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
      * after the last, then deletes them (an entry only once all its records committed).
      * `perEntry`: the most records an entry of that stream holds, for the first page's size.
      */
-    const scan = (stream: string, end: string, perEntry: number) =>
+    const scan = (stream: JournalStream, end: string, perEntry: number) =>
       Effect.gen(function*() {
         let start = "-"
         let count = Math.max(1, Math.floor(SCAN_PAGE_RECORDS / perEntry))
         while (true) {
-          if (isDisconnected(redis.client)) return yield* Effect.fail(new Error(`Redis ${redis.client.status}`))
-          const page = parseJournal(yield* redisCommand("XRANGE", () => redis.client.xrange(stream, start, end, "COUNT", count)))
+          if (store.isDown()) return yield* Effect.fail(new Error("Redis unreachable"))
+          const page = parseJournal(yield* store.range(stream, start, end, count))
           const records = page.flatMap((e) => e.records)
           for (let i = 0; i < records.length; i += INSERT_BATCH_MAX) yield* insert(records.slice(i, i + INSERT_BATCH_MAX))
-          yield* stream === keys.current
+          yield* stream === "v2"
             ? deleteNow(page.map(({ id, counted }) => ({ id, records: counted })))
             : page.length === 0
             ? Effect.void
-            : redisCommand("XDEL", () => redis.client.xdel(stream, ...page.map((e) => e.id))).pipe(Effect.asVoid, Effect.catch(deleteWarning))
+            : store.deleteV1(page.map((e) => e.id)).pipe(Effect.catch(deleteWarning))
           if (page.length < count) return
           start = `(${page[page.length - 1]!.id}`
           count = Math.min(INSERT_BATCH_MAX, Math.max(1, Math.floor(SCAN_PAGE_RECORDS * page.length / Math.max(1, records.length))))
@@ -198,18 +190,16 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
     /** Both streams up to their ends: the previous release's (an entry a record), then this one's. */
     const scanBoth = (legacyEnd: string | null, currentEnd: string | null) =>
       Effect.gen(function*() {
-        if (legacyEnd !== null) yield* scan(keys.legacy, legacyEnd, 1)
-        if (currentEnd !== null) yield* scan(keys.current, currentEnd, INSERT_BATCH_MAX)
+        if (legacyEnd !== null) yield* scan("v1", legacyEnd, 1)
+        if (currentEnd !== null) yield* scan("v2", currentEnd, INSERT_BATCH_MAX)
       })
-    const now = redisCommand("TIME", () => redis.client.time()).pipe(Effect.map(redisMillis))
+    const now = store.now
     // At start everything already in the streams (a previous run's entries), up to each one's last
     // entry before this writer appends anything, so that the scan does not write this writer's own
     // records again while their batch lingers (null: the stream was empty; unknown when Redis did
     // not answer, and then up to Redis's clock when the scan runs). Then, every claimIdle / 2,
     // what is older than claimIdle.
-    const lastId = (stream: string) =>
-      redisCommand("XREVRANGE", () => redis.client.xrevrange(stream, "+", "-", "COUNT", 1)).pipe(Effect.map((last) => last[0]?.[0] ?? null))
-    const startEnds = yield* Effect.all([lastId(keys.legacy), lastId(keys.current)], { concurrency: 2 }).pipe(Effect.option)
+    const startEnds = yield* Effect.all([store.lastId("v1"), store.lastId("v2")], { concurrency: 2 }).pipe(Effect.option)
     let started = false
     const recover = Effect.gen(function*() {
       if (!started) {
@@ -249,7 +239,7 @@ export const makeStreamAuditLog = (options: WriterOptions = defaultWriterOptions
       // Not connected: straight to the buffer, so a Redis outage never slows requests.
       // Issued as a single command, the client's auto-pipelining sends it in the same write as the
       // other commands of the moment (rate checks, bumps): one write per round trip.
-      const refused = isDisconnected(redis.client)
+      const refused = store.isDown()
         ? Effect.as(requeue, batch)
         : journal(batch.map((p) => p.stored), ids, APPEND_TIMEOUT_MS).pipe(
           Effect.map((id) => {
