@@ -44,26 +44,27 @@ export interface JournalStore {
 /** The journal on the process's Redis connection; every command has a deadline (Store/Redis.ts). */
 export const redisJournalStore = ({ client, prefix }: RedisClient["Service"]): JournalStore => {
   const keys = journalKeys(prefix)
-  const streams = { v1: keys.legacy, v2: keys.current } as const
   const script = defineScript<[string, number]>(client, "auditJournal", 2, JOURNAL_LUA)
   return {
     isDown: () => isDisconnected(client),
-    journal: (records, deletions, timeoutMs) => {
-      const args: Array<string | number> = [keys.current, keys.records, records.length, records.length === 0 ? "" : encodeRecords(records)]
-      for (const { id, records: count } of deletions) args.push(id, count)
-      // Issued as a single command, the client's auto-pipelining sends it in the same write as the
-      // other commands of the moment (rate checks, bumps): one write per round trip.
-      return redisCommand(records.length === 0 ? "XDEL" : "XADD", () => script(...args), timeoutMs).pipe(
+    // Issued as a single command, the client's auto-pipelining sends it in the same write as the
+    // other commands of the moment (rate checks, bumps): one write per round trip. Encoded inside
+    // the command, so that a record that cannot be encoded fails the call (to the buffer), not the caller.
+    journal: (records, deletions, timeoutMs) =>
+      redisCommand(records.length === 0 ? "XDEL" : "XADD", () => {
+        const args: Array<string | number> = [keys.v2, keys.records, records.length, records.length === 0 ? "" : encodeRecords(records)]
+        for (const { id, records: count } of deletions) args.push(id, count)
+        return script(...args)
+      }, timeoutMs).pipe(
         Effect.map(([id, held]) => ({
           id: typeof id === "string" && id !== "" ? id : undefined,
           held: typeof held === "number" ? held : undefined
         }))
-      )
-    },
-    range: (stream, start, end, count) => redisCommand("XRANGE", () => client.xrange(streams[stream], start, end, "COUNT", count)),
-    deleteV1: (ids) => Effect.asVoid(redisCommand("XDEL", () => client.xdel(keys.legacy, ...ids))),
+      ),
+    range: (stream, start, end, count) => redisCommand("XRANGE", () => client.xrange(keys[stream], start, end, "COUNT", count)),
+    deleteV1: (ids) => Effect.asVoid(redisCommand("XDEL", () => client.xdel(keys.v1, ...ids))),
     lastId: (stream) =>
-      redisCommand("XREVRANGE", () => client.xrevrange(streams[stream], "+", "-", "COUNT", 1)).pipe(Effect.map((last) => last[0]?.[0] ?? null)),
+      redisCommand("XREVRANGE", () => client.xrevrange(keys[stream], "+", "-", "COUNT", 1)).pipe(Effect.map((last) => last[0]?.[0] ?? null)),
     now: redisCommand("TIME", () => client.time()).pipe(Effect.map((time) => Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000)))
   }
 }
