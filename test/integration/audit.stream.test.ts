@@ -10,6 +10,7 @@
  * - entries nobody writes (a killed instance's) are written by the recovery scan: at start all of
  *   them, later those older than `claimIdle` — each stored once; in the v2 stream and in the v1
  *   one (single-record entries, written during a rolling update);
+ * - past streamHeldMax, entries wait in the stream only, counted (audit_records_deferred_total);
  * - committed entries are deleted with the next append (or on their own when none comes), never
  *   before their records committed;
  * - a Redis that accepts and never answers does not hold requests: the concurrent records of a
@@ -27,7 +28,7 @@ import { AuditRepo, INSERT_BATCH_MAX } from "../../src/AuditLogs/Repo.ts"
 import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
 import { makeStreamAuditLog } from "../../src/AuditLogs/StreamWriter.ts"
 import { defaultWriterOptions } from "../../src/AuditLogs/WriterOptions.ts"
-import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
+import { auditRecordsDeferredTotal, auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
 import { defineScript, RedisClient } from "../../src/Store/Redis.ts"
 import { journalEntries, journalKeys, journalRecords } from "../support/AuditJournal.ts"
 import { readMetric } from "../support/Metrics.ts"
@@ -125,6 +126,8 @@ const watchJournal = (client: Redis, prefix: string) => {
 /** Waits until the writer has written and deleted every entry of both streams (nothing signals it). */
 const untilEmpty = (client: Redis, prefix: string) =>
   Effect.promise(() => eventually(async () => (await journalRecords(client, prefix)).length === 0, `${prefix} journal emptied`))
+
+const deferred = async () => (await readMetric(auditRecordsDeferredTotal)).firstOrZero("audit_records_deferred_total")
 
 const streamFull = async () => (await readMetric(auditRecordsDroppedTotal)).firstOrZero("audit_records_dropped_total", { reason: "stream_full" })
 
@@ -333,13 +336,16 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
     const repo = fakeRepo(database)
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
+      const deferredBefore = yield* Effect.promise(deferred)
       const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, streamHeldMax: 2, claimIdle: "300 millis", flushTimeout: "1 second" })
-      // Each awaited as a request awaits its record: all 10 are in the stream, at most 2 (+ the batch being retried) in memory.
+      // Each awaited as a request awaits its record: all 10 are in the stream, 2 in memory (the first being retried).
       for (let i = 0; i < 10; i++) yield* audit.record(entry(200 + i))
-      // And a burst: one entry, whose records are partly left out of memory.
+      // And a burst: its entries are left out of memory whole.
       yield* burst(audit, 210, 10)
       expect((yield* Effect.promise(() => journalRecords(client, p))).map((r) => r.entry.request_id).sort()).toEqual(requestIds(200, 20))
       expect(repo.inserted).toEqual([])
+      // The 18 left to the scan are counted.
+      expect((yield* Effect.promise(deferred)) - deferredBefore).toBe(18)
       // Back: the held records are written by the writer, the others by the scan once claimIdle old.
       database.down = false
       yield* untilEmpty(client, p)
