@@ -25,10 +25,12 @@ export interface RecoveryDeps {
   readonly insert: (batch: ReadonlyArray<StoredEntry>) => Effect.Effect<void>
   /** Deletes v2 entries (true: Redis took it). */
   readonly deleteNow: (deletions: ReadonlyArray<Deletion>) => Effect.Effect<boolean>
+  /** Deletes v1 entries (true: Redis took it). */
+  readonly deleteV1: (ids: ReadonlyArray<string>) => Effect.Effect<boolean>
   readonly options: WriterOptions
 }
 
-export const makeRecovery = ({ deleteNow, insert, options, store }: RecoveryDeps) =>
+export const makeRecovery = ({ deleteNow, deleteV1, insert, options, store }: RecoveryDeps) =>
   Effect.gen(function*() {
     const max = options.batchMax
     const pageRecords = SCAN_PAGE_BATCHES * max
@@ -45,12 +47,9 @@ export const makeRecovery = ({ deleteNow, insert, options, store }: RecoveryDeps
       }, { discard: true })
 
     const deletePage = (stream: JournalStream, page: ReadonlyArray<JournalEntry>) =>
-      (stream === "v2"
-        ? deleteNow(page.map(({ counted, id }) => ({ id, records: counted })))
-        : store.deleteV1(page.map((e) => e.id)).pipe(
-          Effect.as(true),
-          Effect.catch((error) => Effect.logWarning("Audit stream entries not deleted; a later scan writes them again (stored once)", error).pipe(Effect.as(false)))
-        )).pipe(Effect.tap((deleted) => Effect.sync(() => deleted && page.forEach((e) => counted.delete(`${stream} ${e.id}`)))))
+      (stream === "v2" ? deleteNow(page.map(({ counted, id }) => ({ id, records: counted }))) : deleteV1(page.map((e) => e.id))).pipe(
+        Effect.tap((deleted) => Effect.sync(() => deleted && page.forEach((e) => counted.delete(`${stream} ${e.id}`))))
+      )
 
     /**
      * Writes the entries of one stream up to `end` (an entry id or ms), a page at a time, each page

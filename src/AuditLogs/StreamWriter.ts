@@ -47,16 +47,18 @@ export const makeJournalWriter = (store: JournalStore, options: WriterOptions = 
           return id
         })
       )
-    /** Deletes entries whose records are in. One whose deletion fails is written again by a scan (stored once). */
-    const deleteNow = (deletions: ReadonlyArray<Deletion>) =>
-      deletions.length === 0 ? Effect.succeed(true) : journal([], deletions).pipe(
+    /** True when Redis took a deletion. An entry whose deletion fails is written again by a scan (stored once). */
+    const deleted = <E>(deletion: Effect.Effect<unknown, E>) =>
+      deletion.pipe(
         Effect.as(true),
         Effect.catch((error) => Effect.logWarning("Audit stream entries not deleted; a later scan writes them again (stored once)", error).pipe(Effect.as(false)))
       )
+    /** Deletes v2 entries whose records are in. */
+    const deleteNow = (deletions: ReadonlyArray<Deletion>) => deletions.length === 0 ? Effect.succeed(true) : deleted(journal([], deletions))
 
     const appender = yield* makeAppender({ state, store, journal, offer: buffer.offer, options })
     const committer = makeCommitter({ state, insert: buffer.insert, deleteNow, askDeletion: appender.askDeletion, options })
-    const recovery = yield* makeRecovery({ store, insert: buffer.insert, deleteNow, options })
+    const recovery = yield* makeRecovery({ store, insert: buffer.insert, deleteNow, deleteV1: (ids) => deleted(store.deleteV1(ids)), options })
     const appending = yield* supervised("journal appender", appender.run)
     const committing = yield* supervised("journal committer", committer.run)
     const recovering = yield* supervised("journal recovery scan", recovery.run)
