@@ -1,7 +1,7 @@
 /**
  * In-memory stand-ins for what the audit journal's writer talks to (src/AuditLogs/JournalStore.ts,
  * docs/audit.md#the-redis-journal), with faults a test switches on: the two streams with
- * JOURNAL_LUA's semantics (test/integration/audit.journal.fake.test.ts holds them to a real Redis),
+ * JOURNAL_LUA's semantics (test/integration/audit.journal.redis.test.ts holds them to a real Redis),
  * and PostgreSQL's `audit_logs` (stored once by entry id, as ON CONFLICT DO NOTHING does). Every
  * call takes virtual time (`Effect.sleep`), so a test on fake timers decides the interleavings.
  * A process's calls go through its own handle: once it is killed (`alive = false`) they never
