@@ -192,6 +192,7 @@ export const auditRecordsDroppedTotal = new client.Counter({
 })
 // Every reason shows from the start at 0, so an alert on its rate has a series to watch.
 for (const reason of auditDropReasons) auditRecordsDroppedTotal.inc({ reason }, 0)
+/** Audit records the Redis writer leaves in its journal for a recovery scan (docs/audit.md#the-redis-journal). */
 export const auditRecordsDeferredTotal = new client.Counter({
   name: "audit_records_deferred_total",
   help: "Audit records appended to the Redis journal but not held in memory (past the writer's bound, PostgreSQL down or slow): a recovery scan writes them, 30 s or more later",
