@@ -182,16 +182,22 @@ export const wsBroadcastsInvalidTotal = new client.Counter({
 })
 
 /** Why an audit record was not stored (docs/audit.md#guarantees). */
-export const auditDropReasons = ["buffer_full", "stream_full", "shutdown", "refused"] as const
+export const auditDropReasons = ["buffer_full", "stream_full", "shutdown", "refused", "unreadable"] as const
 export type AuditDropReason = typeof auditDropReasons[number]
 export const auditRecordsDroppedTotal = new client.Counter({
   name: "audit_records_dropped_total",
-  help: "Audit records not stored, by reason (buffer_full, stream_full, shutdown, refused)",
+  help: "Audit records not stored, by reason (buffer_full, stream_full, shutdown, refused, unreadable)",
   labelNames: ["reason"] as const,
   registers: [registry]
 })
 // Every reason shows from the start at 0, so an alert on its rate has a series to watch.
 for (const reason of auditDropReasons) auditRecordsDroppedTotal.inc({ reason }, 0)
+/** Audit records the Redis writer leaves in its journal for a recovery scan (docs/audit.md#the-redis-journal). */
+export const auditRecordsDeferredTotal = new client.Counter({
+  name: "audit_records_deferred_total",
+  help: "Audit records appended to the Redis journal but not held in memory (past the writer's bound, PostgreSQL down or slow): a recovery scan writes them, 30 s or more later",
+  registers: [registry]
+})
 export const auditBufferBytes = new client.Gauge({
   name: "audit_buffer_bytes",
   help: "Estimated bytes of audit records waiting in the in-process buffer (bounded; over it records are dropped as buffer_full)",

@@ -224,7 +224,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       await proxy.cut()
       cut = true
       const answered = await load(app.url, token, agent, 120, [], 40)
-      const { current } = await journalEntries(redis, prefix)
+      const { v2: current } = await journalEntries(redis, prefix)
       const inStream = current.flatMap((e) => e.records).map((r) => r.entry.request_id)
       expect(answered).toHaveLength(120)
       expect(inStream).toEqual(expect.arrayContaining(answered))
@@ -241,7 +241,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
 
   it("an XADD Redis refuses falls back to the in-process buffer: the record is still stored", async () => {
     const prefix = `test:${randomUUID()}:`
-    const stream = journalKeys(prefix).current
+    const stream = journalKeys(prefix).v2
     // A string where the stream should be: every XADD fails with WRONGTYPE.
     await redis.set(stream, "not a stream")
     const app = await startWithRedis(prefix)

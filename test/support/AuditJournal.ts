@@ -8,15 +8,15 @@ import { type JournalEntry, journalKeys, parseJournal } from "../../src/AuditLog
 
 export { journalKeys }
 
-/** The entries of this release's stream (`current`) and of the previous release's (`legacy`). */
-export const journalEntries = async (redis: RedisConnection, prefix: string): Promise<{ legacy: Array<JournalEntry>; current: Array<JournalEntry> }> => {
+/** The entries of the v1 and v2 streams. */
+export const journalEntries = async (redis: RedisConnection, prefix: string): Promise<{ v1: Array<JournalEntry>; v2: Array<JournalEntry> }> => {
   const keys = journalKeys(prefix)
-  const [legacy, current] = await Promise.all([redis.xrange(keys.legacy, "-", "+"), redis.xrange(keys.current, "-", "+")])
-  return { legacy: parseJournal(legacy), current: parseJournal(current) }
+  const [v1, v2] = await Promise.all([redis.xrange(keys.v1, "-", "+"), redis.xrange(keys.v2, "-", "+")])
+  return { v1: parseJournal(v1), v2: parseJournal(v2) }
 }
 
 /** Every record still in the journal, both streams. */
 export const journalRecords = async (redis: RedisConnection, prefix: string) => {
-  const { legacy, current } = await journalEntries(redis, prefix)
-  return [...legacy, ...current].flatMap((e) => e.records)
+  const { v1, v2 } = await journalEntries(redis, prefix)
+  return [...v1, ...v2].flatMap((e) => e.records)
 }
