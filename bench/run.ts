@@ -321,7 +321,7 @@ const main = async () => {
     }
   }
 
-  // Resident memory at the end of the run, after every workload (the "end RSS"), before any heap snapshot.
+  // Resident memory once every workload is done, before any heap snapshot (bench/README.md#reading-the-table).
   const endRss = { service: rssMb(pair[0].pid), baseline: rssMb(pair[1].pid) }
   const endRssRatio = endRss.service !== undefined && endRss.baseline !== undefined && endRss.baseline > 0 ? endRss.service / endRss.baseline : undefined
   if (HEAP_SNAPSHOT_DIR !== undefined) {

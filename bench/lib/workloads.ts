@@ -157,13 +157,13 @@ const createAuthors = async (server: Server, tokens: ReadonlyArray<string>, coun
 }
 
 /** Deletes per second assumed before the first run of W10 has shown its rate. */
-const FIRST_DELETE_RATE = 2000
+const FIRST_DELETE_RATE = 1000
 
 /**
  * W10: renames of seeded authors (ids 1…N) to new unique names and deletes of authors created for
  * it, half and half. Before each run `prepare` tops up the authors to delete: the deletes the last
- * run asked for per second, times this run's seconds, a third more. A run that asks for more than
- * there are deletes ids no author has: its 404s show in the errors column.
+ * run asked for per second, times this run's seconds, a third more. A run that wants more deletes
+ * than there are authors to delete sends the rest to ids no author has: their 404s show as errors.
  */
 const renamesAndDeletes = (ctx: Context, server: Server): HttpSpec => {
   const prefix = `bench ${ctx.runId} ${server.name} w10`
