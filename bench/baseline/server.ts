@@ -13,8 +13,8 @@
  * - one audit record per authenticated request and per WebSocket message, buffered in memory and
  *   written by one writer with batched INSERTs (never dropped: a full buffer makes callers wait);
  * - WebSocket `/web`: package 2, per-user connection count, session expiry, and `author.created`,
- *   `author.updated`, `author.deleted` broadcast to every connection (through Redis pub/sub when REDIS_URL is set), each client's
- *   send buffer bounded.
+ *   `author.updated`, `author.deleted` broadcast to every connection (through Redis pub/sub when
+ *   REDIS_URL is set), each client's send buffer bounded.
  *
  * Totals are `count(*)`, pages LIMIT/OFFSET or `id > $1` keyset, search `ILIKE`; no response
  * caching, no journal of audit records, no triggers.

@@ -89,7 +89,7 @@ export const summarize = (rounds: ReadonlyArray<MeasuredRound>, failure: string 
   }
   pooled.sort()
   const rps = rounds.map((r) => r.rps)
-  // Only rounds whose counters were read on both sides (all or none: the service has /metrics, the baseline not).
+  // The rounds whose counters were read: the service's (a failed scrape leaves its round out); the baseline has none.
   const counted = rounds.filter((r) => r.counters !== undefined)
   const counters = addCounters(counted.map((r) => r.counters!))
   const per_request = counters === undefined ? undefined : perRequest(counters, counted.reduce((n, r) => n + r.ok + r.errors, 0))
