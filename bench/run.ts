@@ -3,7 +3,7 @@
  * its own schema and SQL), each on its own fresh database seeded with the same rows, workload by
  * workload in alternating rounds (service, baseline, service, baseline, …). See bench/README.md.
  *
- *   npm run bench -- [--rounds 5] [--duration 5] [--warmup 2] [--only W1,W6,W9,W7,idle] [--authors 10000]
+ *   npm run bench -- [--rounds 5] [--duration 5] [--warmup 2] [--only W1,W2,W2b,W6,W9,W10,W7,idle] [--authors 10000]
  *                    [--audit-rows 1000000] [--fanout-clients 2000] [--fanout-events 30]
  *                    [--idle-connections 5000] [--users 64]
  *
@@ -19,6 +19,7 @@ import { prepareDatabases, type Prepared } from "./lib/databases.ts"
 import { type FanoutResult, type IdleResult, measureFanout, measureIdle } from "./lib/fanout.ts"
 import { closeClients, openClients, type RoundResult, runHttp, runWsRoundTrips } from "./lib/load.ts"
 import { type PgCpu, pgCpu, pgDelta, type RedisCpu, redisCpu } from "./lib/cpu.ts"
+import { countersDelta, scrapeMetrics } from "./lib/metrics.ts"
 import { checkAnswers, checkWsAnswers, paritySamples } from "./lib/parity.ts"
 import { formatNumber as fmt, formatWorkload, type MeasuredRound, ratio, round2, type ServerSummary, summarize } from "./lib/report.ts"
 import { cpuTicks, heapSnapshot, HEAP_SNAPSHOT_DIR, ROOT, rssMb, type Server, type ServerName, settle, startBaseline, startService, writeCalls } from "./lib/servers.ts"
@@ -40,7 +41,7 @@ const numberOption = (name: string, fallback: number) => {
   return n
 }
 if (argv.includes("--help")) {
-  process.stdout.write("usage: npm run bench -- [--rounds 5] [--duration 5] [--warmup 2] [--only W1,W4,W6,W9,W7,idle] [--authors 10000] [--audit-rows 1000000]\n" +
+  process.stdout.write("usage: npm run bench -- [--rounds 5] [--duration 5] [--warmup 2] [--only W1,W2,W2b,W4,W6,W9,W10,W7,idle] [--authors 10000] [--audit-rows 1000000]\n" +
     "                     [--fanout-clients 2000] [--fanout-events 30] [--idle-connections 5000] [--users 64]\n")
   process.exit(0)
 }
@@ -115,27 +116,36 @@ interface WorkloadResult {
   readonly id: string
   readonly title: string
   readonly connections: number
+  readonly writes: ReadonlyArray<string>
   readonly service: ServerSummary
   readonly baseline: ServerSummary
   readonly ratio: number | undefined
 }
 
 const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server>): Promise<WorkloadResult> => {
-  type Runner = (seconds: number) => Promise<RoundResult>
+  /** A run of the load for `seconds`, and the unmeasured work it needs first (W10's authors to delete). */
+  interface Runner { readonly run: (seconds: number) => Promise<RoundResult>; readonly prepare: (seconds: number) => Promise<void> }
   const state = new Map<ServerName, { runner?: Runner; failure?: string; rounds: Array<MeasuredRound> }>()
   for (const s of pair) state.set(s.name, { rounds: [] })
   const makeRunner = async (s: Server): Promise<Runner> => {
     if (w.kind === "http") {
       const spec = await w.spec(ctx, s)
-      return (seconds) => runHttp(s.url, spec, seconds)
+      const prepare = async (seconds: number) => {
+        const line = await spec.prepare?.(seconds)
+        if (line !== undefined) log(`  ${w.id} ${s.name}: ${line}`)
+      }
+      return { run: (seconds) => runHttp(s.url, spec, seconds), prepare }
     }
     const request = w.request(ctx)
-    return async (seconds) => {
-      const clients = await openClients(s.wsUrl, ctx.tokens, w.connections, 64)
-      try {
-        return await runWsRoundTrips(clients, request, seconds)
-      } finally {
-        await closeClients(clients)
+    return {
+      prepare: () => Promise.resolve(),
+      run: async (seconds) => {
+        const clients = await openClients(s.wsUrl, ctx.tokens, w.connections, 64)
+        try {
+          return await runWsRoundTrips(clients, request, seconds)
+        } finally {
+          await closeClients(clients)
+        }
       }
     }
   }
@@ -156,27 +166,33 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
     await attempt(s, async (st) => {
       st.runner = await makeRunner(s)
       if (opts.warmup > 0) {
+        await st.runner.prepare(opts.warmup)
         await ready(s.pid)
-        await st.runner(opts.warmup)
+        await st.runner.run(opts.warmup)
       }
     })
   }
   for (let r = 0; r < opts.rounds; r++) {
     for (const s of pair) {
       await attempt(s, async (st) => {
+        await st.runner!.prepare(opts.duration)
         const settle_ms = await ready(s.pid)
+        // The service's own counters (read cache, statements, batch sizes); the baseline has no /metrics.
+        const metricsBefore = s.name === "service" ? await scrapeMetrics(s.url) : undefined
         const redisBefore = await redisMeter?.sample()
         const database = databaseOf(s.name)
         const pgBefore = pgMeter?.sample()
         const stopWatching = database === undefined ? undefined : pgMeter?.watch(database)
         const ticksBefore = cpuTicks(s.pid)
         const writesBefore = writeCalls(s.pid)
-        const result = await st.runner!(opts.duration)
+        const result = await st.runner!.run(opts.duration)
         const ticksAfter = cpuTicks(s.pid)
         const writesAfter = writeCalls(s.pid)
         const watched = stopWatching?.()
         const pgAfter = pgMeter?.sample()
         const redisAfter = await redisMeter?.sample()
+        const metricsAfter = metricsBefore === undefined ? undefined : await scrapeMetrics(s.url)
+        const counters = metricsBefore !== undefined && metricsAfter !== undefined ? countersDelta(metricsBefore, metricsAfter) : undefined
         if (!s.alive()) throw new Error(s.exitReason() ?? "server is gone") // a round against a dead server is not a data point
         // CPU time (1 tick = 10 ms) per answered request, of the server and of the database and
         // Redis (only this server was under load): what other processes sharing the cores do to
@@ -193,13 +209,14 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
         const writes_per_request = writesBefore !== undefined && writesAfter !== undefined && answered > 0
           ? (writesAfter - writesBefore) / answered
           : undefined
-        st.rounds.push({ ...result, settle_ms, cpu_us_per_request, writes_per_request, pg_us_per_request: pg.cluster, pg_backends_us_per_request: pg.backends, redis_us_per_request })
+        st.rounds.push({ ...result, settle_ms, cpu_us_per_request, writes_per_request, pg_us_per_request: pg.cluster, pg_backends_us_per_request: pg.backends, redis_us_per_request, counters })
         const us = (n: number | undefined) => (n === undefined ? "–" : fmt(n))
         log(`  ${w.id} round ${r + 1}/${opts.rounds} ${s.name.padEnd(8)} ${fmt(result.rps).padStart(7)} req/s  p50 ${fmt(result.p50, 2)} ms  p99 ${fmt(result.p99, 2)} ms  errors ${result.errors}` +
           `  CPU µs/request: server ${us(cpu_us_per_request)}` +
           (writes_per_request === undefined ? "" : ` (${writes_per_request.toFixed(2)} writes)`) +
           (pgMeter === undefined ? "" : `, PostgreSQL ${us(pg.cluster)} (own db ${us(pg.backends)})`) +
-          (redisMeter === undefined ? "" : `, Redis ${us(redis_us_per_request)}`))
+          (redisMeter === undefined ? "" : `, Redis ${us(redis_us_per_request)}`) +
+          (counters === undefined || answered === 0 ? "" : `; per request: cache ${(counters.cache_hits / answered).toFixed(2)} hits, ${(counters.cache_misses / answered).toFixed(2)} misses, ${(counters.statements / answered).toFixed(2)} statements`))
       })
     }
   }
@@ -209,7 +226,7 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
   }
   const service = summaryOf(pair[0]!)
   const baseline = summaryOf(pair[1]!)
-  return { id: w.id, title: w.title, connections: w.connections, service, baseline, ratio: ratio(service, baseline) }
+  return { id: w.id, title: w.title, connections: w.connections, writes: w.writes ?? [], service, baseline, ratio: ratio(service, baseline) }
 }
 
 // ---- main ---------------------------------------------------------------------------------------
@@ -304,6 +321,9 @@ const main = async () => {
     }
   }
 
+  // Resident memory once every workload is done, before any heap snapshot (bench/README.md#reading-the-table).
+  const endRss = { service: rssMb(pair[0].pid), baseline: rssMb(pair[1].pid) }
+  const endRssRatio = endRss.service !== undefined && endRss.baseline !== undefined && endRss.baseline > 0 ? endRss.service / endRss.baseline : undefined
   if (HEAP_SNAPSHOT_DIR !== undefined) {
     for (const s of pair) {
       if (!s.alive()) continue
@@ -318,7 +338,7 @@ const main = async () => {
     `${adminUrl === undefined ? "embedded PGlite (in each server process)" : "PostgreSQL"}, ${redisUrl === undefined ? "in-process stores" : "Redis"}`)
   out.push(`machine: ${cpus().length} cores (${cpus()[0]?.model ?? "?"}), ${Math.round(totalmem() / 2 ** 30)} GB, node ${process.version}; servers, database, Redis and the load generator share these cores`)
   out.push("")
-  for (const w of workloads) out.push(formatWorkload(w.id, w.title, detail(w), w.service, w.baseline, adminUrl === undefined ? "in-server" : "postgres", redisUrl !== undefined), "")
+  for (const w of workloads) out.push(formatWorkload(w.id, w.title, detail(w), w.service, w.baseline, adminUrl === undefined ? "in-server" : "postgres", redisUrl !== undefined, w.writes), "")
   if (fanout !== undefined) {
     out.push(`W7  broadcast fan-out: POST /authors → all ${opts.fanoutClients} WebSocket clients have author.created  [${opts.fanoutEvents} events each]`)
     for (const name of ["service", "baseline"] as const) {
@@ -353,6 +373,8 @@ const main = async () => {
     }
     out.push("")
   }
+  out.push(`End RSS  service ${fmt(endRss.service)} MB, baseline ${fmt(endRss.baseline)} MB: service/baseline ${endRssRatio === undefined ? "–" : `${endRssRatio.toFixed(2)}×`}` +
+    " (VmRSS at the end of the run, after the last workload)", "")
   out.push(adminUrl === undefined
     ? "note: CPU µs per request of the server includes its embedded database (PGlite runs inside each server's process)."
     : pgMeter === undefined
@@ -387,6 +409,7 @@ const main = async () => {
     },
     parity: { summary: paritySummary, differences: parity },
     restarts,
+    end_rss_mb: { ...endRss, ratio: endRssRatio === undefined ? undefined : round2(endRssRatio) },
     workloads,
     fanout,
     idle

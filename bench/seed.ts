@@ -1,7 +1,8 @@
 /**
  * Seeds a bench database whose schema already exists — the service's (created by its migrations)
  * or the baseline's (created by the baseline at its first start) — with N authors and M audit
- * records, all with `INSERT … SELECT … generate_series`, then VACUUM ANALYZE. Run by
+ * records, all with `INSERT … SELECT … generate_series` into the tables without their secondary
+ * indexes (built again after each load), then VACUUM ANALYZE. Run by
  * bench/run.ts as a child process, or by hand.
  *
  * Both schemas get the same rows: the same authors (ids 1…N given explicitly, names,
@@ -79,6 +80,39 @@ SELECT (SELECT count(*)::int FROM authors) AS authors,
   (SELECT coalesce(sum(hashtext(concat_ws('|', id, to_char("timestamp" AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), user_id, username, action_type,
     resource, outcome, ip_address, request_id, response_status, duration_ms))::bigint), 0)::text FROM audit_logs) AS audit_hash`
 
+/**
+ * Loads rows into `table` without its secondary indexes, then builds them again once, sorted,
+ * instead of growing each index one row at a time (1,000,000 authors on PostgreSQL, 2 busy
+ * cores: the baseline's 29 → 13 s, the service's 56 → 33 s, about half of it building the trigram
+ * index). The primary key stays (ids arrive in order).
+ * Unique constraints and the other indexes are read from the catalog and made again from their
+ * own definitions, so whatever migrations/ or the baseline's schema holds is what the table has
+ * after. In one transaction: a failure leaves the table as it was.
+ */
+const withoutSecondaryIndexes = async (db: Exec, table: string, load: () => Promise<void>) => {
+  const constraints = await db.query(
+    "SELECT format('%I', conname) AS name, pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'u'",
+    [table]
+  )
+  const indexes = await db.query(
+    `SELECT indexrelid::regclass::text AS name, pg_get_indexdef(indexrelid) AS def FROM pg_index i
+     WHERE indrelid = $1::regclass AND NOT indisprimary AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)`,
+    [table]
+  )
+  await db.query("BEGIN")
+  try {
+    for (const c of constraints) await db.query(`ALTER TABLE ${table} DROP CONSTRAINT ${String(c["name"])}`)
+    for (const i of indexes) await db.query(`DROP INDEX ${String(i["name"])}`)
+    await load()
+    for (const c of constraints) await db.query(`ALTER TABLE ${table} ADD CONSTRAINT ${String(c["name"])} ${String(c["def"])}`)
+    for (const i of indexes) await db.query(String(i["def"]))
+    await db.query("COMMIT")
+  } catch (error) {
+    await db.query("ROLLBACK").catch(() => undefined)
+    throw error
+  }
+}
+
 interface Exec {
   readonly query: (text: string, params?: Array<unknown>) => Promise<ReadonlyArray<Record<string, unknown>>>
   readonly close: () => Promise<void>
@@ -88,6 +122,8 @@ const open = async (target: { url: string } | { pglite: string }, schema: Schema
   if ("url" in target) {
     const client = new pg.Client({ connectionString: target.url })
     await client.connect()
+    // Room to sort index builds (the trigram index above all) in memory; PGlite keeps its default.
+    await client.query("SET maintenance_work_mem = '256MB'")
     return { query: async (text, params) => (await client.query(text, params)).rows, close: () => client.end() }
   }
   // The service's schema has pg_trgm (its search index); the baseline's does not.
@@ -110,9 +146,9 @@ export const seed = async (target: { url: string } | { pglite: string }, schema:
         return Math.round(s * 100) / 100
       }
     })()
-    if (authors > 0) await db.query(SEED_AUTHORS, [authors, anchor.toISOString()])
+    if (authors > 0) await withoutSecondaryIndexes(db, "authors", async () => void await db.query(SEED_AUTHORS, [authors, anchor.toISOString()]))
     const authors_s = lap()
-    if (audit > 0) await db.query(SEED_AUDIT[schema], [audit, anchor.toISOString()])
+    if (audit > 0) await withoutSecondaryIndexes(db, "audit_logs", async () => void await db.query(SEED_AUDIT[schema], [audit, anchor.toISOString()]))
     for (const sql of ADVANCE_SEQUENCES) await db.query(sql)
     const audit_s = lap()
     await db.query("VACUUM ANALYZE")

@@ -23,13 +23,35 @@ export const formatTimestamp = (text: string): string => {
   return `${pad(t.getUTCFullYear(), 4)}-${pad(t.getUTCMonth() + 1)}-${pad(t.getUTCDate())}T${pad(t.getUTCHours())}:${pad(t.getUTCMinutes())}:${pad(t.getUTCSeconds())}.${fraction}`
 }
 
+const INT32_MAX = 2_147_483_647
+
+/** An id the baseline's `integer` column can hold: any other is an author that cannot exist (404, no query). */
+export const isAuthorId = (id: number) => Number.isInteger(id) && id >= 1 && id <= INT32_MAX
+
+export interface NameProblem { readonly type: string; readonly loc: ReadonlyArray<string>; readonly msg: string }
+
+/**
+ * The name of a create or a rename body: trimmed, 1 to 255 characters (code points), no NUL.
+ * Otherwise the 422's detail, in the baseline's own wording.
+ */
+export const checkName = (body: unknown): { readonly name: string } | { readonly problem: NameProblem } => {
+  const raw = typeof body === "object" && body !== null ? (body as { name?: unknown }).name : undefined
+  if (typeof raw !== "string") return { problem: { type: "string_type", loc: ["body", "name"], msg: "Input should be a valid string" } }
+  const name = raw.trim()
+  const length = [...name].length
+  if (length < 1 || length > 255 || name.includes("\u0000")) {
+    return { problem: { type: "string_length", loc: ["body", "name"], msg: "String should have 1 to 255 characters" } }
+  }
+  return { name }
+}
+
 /** The baseline's keyset cursor: opaque to clients (its own format, not the service's). */
 export const encodeCursor = (lastId: number) => Buffer.from(`after:${lastId}`).toString("base64url")
 export const decodeCursor = (cursor: string): number | undefined => {
   if (cursor.length > 40) return undefined
   const m = /^after:(\d{1,10})$/.exec(Buffer.from(cursor, "base64url").toString("latin1"))
   const id = m === null ? NaN : Number(m[1])
-  return Number.isSafeInteger(id) && id <= 2_147_483_647 ? id : undefined
+  return Number.isSafeInteger(id) && id <= INT32_MAX ? id : undefined
 }
 
 /** `ILIKE` substring pattern with the user's `%`, `_` and `\` taken literally. */

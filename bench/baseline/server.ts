@@ -12,9 +12,9 @@
  * - role check, then body parsing and validation (Fastify's JSON schemas), then the handler;
  * - one audit record per authenticated request and per WebSocket message, buffered in memory and
  *   written by one writer with batched INSERTs (never dropped: a full buffer makes callers wait);
- * - WebSocket `/web`: package 2, per-user connection count, session expiry, and `author.created`
- *   broadcast to every connection (through Redis pub/sub when REDIS_URL is set), each client's
- *   send buffer bounded.
+ * - WebSocket `/web`: package 2, per-user connection count, session expiry, and `author.created`,
+ *   `author.updated`, `author.deleted` broadcast to every connection (through Redis pub/sub when
+ *   REDIS_URL is set), each client's send buffer bounded.
  *
  * Totals are `count(*)`, pages LIMIT/OFFSET or `id > $1` keyset, search `ILIKE`; no response
  * caching, no journal of audit records, no triggers.
@@ -36,7 +36,7 @@ import { join } from "node:path"
 import pg from "pg"
 import { type RawData, WebSocket, WebSocketServer } from "ws"
 import {
-  bearer, containsPattern, correlationId, decodeCursor, encodeCursor, formatTimestamp, type LimitDecision, limitDecision,
+  bearer, checkName, containsPattern, correlationId, decodeCursor, encodeCursor, formatTimestamp, isAuthorId, type LimitDecision, limitDecision,
   makeMemoryWindow, parseDate, requestData, SLIDING_WINDOW_SCRIPT, storableText, tokenRoles
 } from "./helpers.ts"
 import { SCHEMA } from "./schema.ts"
@@ -396,23 +396,54 @@ app.get<{ Querystring: PageQuery }>("/authors/paginated", {
   return pageAuthors({ id, name }, page, Math.min(per_page, 1000), afterId)
 })
 
+/** `author.created`, `author.updated` or `author.deleted` with the row, to every WebSocket client holding `get-authors`. */
+const announce = (event: string, author: Author) =>
+  publish(JSON.stringify({ pkg_id: 0, req_id: ZERO_ID, data: { event, timestamp: new Date().toISOString(), author } }))
+const nameOf = (body: unknown) => {
+  const checked = checkName(body)
+  if ("problem" in checked) throw new HttpError(422, [checked.problem])
+  return checked.name
+}
+const nameTaken = (error: unknown, name: string) =>
+  (error as { code?: unknown }).code === "23505" ? new HttpError(409, `Author with name ${name} already exists`) : error
+const notFound = (id: number) => new HttpError(404, `Author with ID ${id} not found`)
+
 app.post("/authors", { config: { role: "create-author" }, schema: { response: { 201: author } } }, async (req, reply) => {
-  const raw = (req.body as { name?: unknown } | null)?.name
-  if (typeof raw !== "string") throw new HttpError(422, [{ type: "string_type", loc: ["body", "name"], msg: "Input should be a valid string" }])
-  const name = raw.trim()
-  const length = [...name].length
-  if (length < 1 || length > 255 || name.includes("\u0000")) {
-    throw new HttpError(422, [{ type: "string_length", loc: ["body", "name"], msg: "String should have 1 to 255 characters" }])
-  }
+  const name = nameOf(req.body)
   let created: Author
   try {
     created = (await query<Author>("INSERT INTO authors (name) VALUES ($1) RETURNING id, name, created_at", [name])).rows[0]!
   } catch (error) {
-    if ((error as { code?: unknown }).code === "23505") throw new HttpError(409, `Author with name ${name} already exists`)
-    throw error
+    throw nameTaken(error, name)
   }
-  publish(JSON.stringify({ pkg_id: 0, req_id: ZERO_ID, data: { event: "author.created", timestamp: new Date().toISOString(), author: created } }))
+  announce("author.created", created)
   return reply.code(201).send(created)
+})
+
+interface IdParams { author_id: number }
+const idParams = { type: "object", properties: { author_id: { type: "integer" } }, required: ["author_id"] }
+
+app.put<{ Params: IdParams }>("/authors/:author_id", { config: { role: "update-author" }, schema: { params: idParams, response: { 200: author } } }, async (req) => {
+  const name = nameOf(req.body)
+  const id = req.params.author_id
+  if (!isAuthorId(id)) throw notFound(id)
+  let renamed: Author | undefined
+  try {
+    renamed = (await query<Author>("UPDATE authors SET name = $1 WHERE id = $2 RETURNING id, name, created_at", [name, id])).rows[0]
+  } catch (error) {
+    throw nameTaken(error, name)
+  }
+  if (renamed === undefined) throw notFound(id)
+  announce("author.updated", renamed)
+  return renamed
+})
+
+app.delete<{ Params: IdParams }>("/authors/:author_id", { config: { role: "delete-author" }, schema: { params: idParams } }, async (req, reply) => {
+  const id = req.params.author_id
+  const deleted = isAuthorId(id) ? (await query<Author>("DELETE FROM authors WHERE id = $1 RETURNING id, name, created_at", [id])).rows[0] : undefined
+  if (deleted === undefined) throw notFound(id)
+  announce("author.deleted", deleted)
+  return reply.code(204).send()
 })
 
 interface AuditQuery { page: number; per_page: number; user_id?: string; username?: string; action_type?: string; resource?: string; outcome?: string; start_date?: string; end_date?: string }

@@ -46,7 +46,7 @@ export class Samples {
 }
 
 export interface HttpRequest {
-  readonly method: "GET" | "POST"
+  readonly method: "GET" | "POST" | "PUT" | "DELETE"
   readonly path: string
   readonly body?: string
 }
@@ -56,6 +56,12 @@ export interface HttpSpec {
   readonly connections: number
   readonly next: () => HttpRequest
   readonly tokens: ReadonlyArray<string>
+  /**
+   * Unmeasured work before each run of `seconds` (warm-up or round), before the runner waits for
+   * the server to be quiet: e.g. W10 creates the authors its deletes will remove. Resolves with
+   * what to log, if anything.
+   */
+  readonly prepare?: (seconds: number) => Promise<string | undefined>
 }
 
 export const runHttp = (baseUrl: string, spec: HttpSpec, seconds: number): Promise<RoundResult> =>

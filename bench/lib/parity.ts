@@ -15,7 +15,7 @@ import type { Server } from "./servers.ts"
 
 export interface Sample {
   readonly label: string
-  readonly method?: "GET" | "POST"
+  readonly method?: "GET" | "POST" | "PUT" | "DELETE"
   /** A path, or one computed on each server from its own answers (a cursor is each server's own). */
   readonly path: string | ((get: (path: string) => Promise<unknown>) => Promise<string>)
   readonly body?: unknown
@@ -68,7 +68,7 @@ export const checkAnswers = async (service: Server, baseline: Server, tokens: To
   return { compared: samples.length, problems }
 }
 
-/** The sample requests: every workload's kind of request, the errors they can meet, and a create. */
+/** The sample requests: every workload's kind of request, the errors they can meet, a create, a rename and a delete. */
 export const paritySamples = (authors: number, anchor: Date, runId: string): Array<Sample> => {
   const DAY = 86_400_000
   const range = `start_date=${encodeURIComponent(new Date(anchor.getTime() - 90 * DAY).toISOString())}&end_date=${encodeURIComponent(new Date(anchor.getTime() - 30 * DAY).toISOString())}`
@@ -109,7 +109,19 @@ export const paritySamples = (authors: number, anchor: Date, runId: string): Arr
     { label: "422 create, empty name", method: "POST", path: "/authors", body: { name: "   " } },
     { label: "W2/W9 create", method: "POST", path: "/authors", body: { name: `  ${name}  ` }, volatile: { created_at: /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}$/ } },
     { label: "409 create, same name", method: "POST", path: "/authors", body: { name } },
-    { label: "the create, read back", path: `/authors?id=${authors + 1}`, volatile: { created_at: /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}$/ } }
+    { label: "the create, read back", path: `/authors?id=${authors + 1}`, volatile: { created_at: /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}$/ } },
+    // W10: a rename of a seeded author (its created_at is the same on both), then the delete of the one created above.
+    { label: "W10 rename", method: "PUT", path: "/authors/43", body: { name: `  ${name} renamed  ` } },
+    { label: "the rename, read back", path: "/authors?id=43" },
+    { label: "409 rename to a taken name", method: "PUT", path: "/authors/44", body: { name } },
+    { label: "404 rename, no such author", method: "PUT", path: `/authors/${authors + 100_000}`, body: { name: `${name} nobody` } },
+    { label: "422 rename, empty name", method: "PUT", path: "/authors/44", body: { name: "" } },
+    { label: "422 rename, id not an integer", method: "PUT", path: "/authors/abc", body: { name: `${name} abc` } },
+    { label: "403 delete without delete-author", method: "DELETE", path: "/authors/44", as: "reader" },
+    { label: "W10 delete", method: "DELETE", path: `/authors/${authors + 1}` },
+    { label: "404 delete, again", method: "DELETE", path: `/authors/${authors + 1}` },
+    { label: "the delete, read back", path: `/authors?id=${authors + 1}` },
+    { label: "404 delete, id past 32 bits", method: "DELETE", path: "/authors/4294967296" }
   ]
 }
 

@@ -1,5 +1,6 @@
 /** Summaries of rounds and the printed tables (bench/README.md#reading-the-table). */
 import { percentile, type RoundResult } from "./load.ts"
+import { addCounters, perRequest, type PerRequest, serviceCounterLines, type ServiceCounters } from "./metrics.ts"
 
 /** CPU per answered request (µs) in one round: the server process, PostgreSQL, Redis (undefined: not measured or not used). */
 export interface RoundCpu {
@@ -13,8 +14,8 @@ export interface RoundCpu {
   readonly writes_per_request?: number | undefined
 }
 
-/** A round as the runner measured it: the load's result, the settle wait before it, CPU per request. */
-export type MeasuredRound = RoundResult & RoundCpu & { readonly settle_ms: number }
+/** A round as the runner measured it: the load's result, the settle wait before it, CPU per request, the service's counters. */
+export type MeasuredRound = RoundResult & RoundCpu & { readonly settle_ms: number; readonly counters?: ServiceCounters | undefined }
 
 export interface RoundSummary {
   readonly rps: number
@@ -28,6 +29,7 @@ export interface RoundSummary {
   readonly pg_us_per_request: number | undefined
   readonly pg_backends_us_per_request: number | undefined
   readonly redis_us_per_request: number | undefined
+  readonly counters?: ServiceCounters | undefined
 }
 
 export interface ServerSummary {
@@ -48,6 +50,9 @@ export interface ServerSummary {
   readonly pg_us_per_request?: number | undefined
   readonly pg_backends_us_per_request?: number | undefined
   readonly redis_us_per_request?: number | undefined
+  /** From the server's /metrics (the service only): its counters over all rounds, and per answered request. */
+  readonly counters?: ServiceCounters | undefined
+  readonly per_request?: PerRequest | undefined
 }
 
 export const median = (xs: ReadonlyArray<number>) => {
@@ -64,7 +69,8 @@ export const summarize = (rounds: ReadonlyArray<MeasuredRound>, failure: string 
     pg_us_per_request: roundOrUndefined(r.pg_us_per_request),
     pg_backends_us_per_request: roundOrUndefined(r.pg_backends_us_per_request),
     redis_us_per_request: roundOrUndefined(r.redis_us_per_request),
-    writes_per_request: r.writes_per_request === undefined ? undefined : Math.round(r.writes_per_request * 100) / 100
+    writes_per_request: r.writes_per_request === undefined ? undefined : Math.round(r.writes_per_request * 100) / 100,
+    counters: r.counters
   }))
   const problems: Record<string, number> = {}
   for (const r of rounds) for (const [k, v] of Object.entries(r.problems)) problems[k] = (problems[k] ?? 0) + v
@@ -83,6 +89,10 @@ export const summarize = (rounds: ReadonlyArray<MeasuredRound>, failure: string 
   }
   pooled.sort()
   const rps = rounds.map((r) => r.rps)
+  // The rounds whose counters were read: the service's (a failed scrape leaves its round out); the baseline has none.
+  const counted = rounds.filter((r) => r.counters !== undefined)
+  const counters = addCounters(counted.map((r) => r.counters!))
+  const per_request = counters === undefined ? undefined : perRequest(counters, counted.reduce((n, r) => n + r.ok + r.errors, 0))
   return {
     status: "ok",
     rounds: roundSummaries,
@@ -97,7 +107,9 @@ export const summarize = (rounds: ReadonlyArray<MeasuredRound>, failure: string 
     cpu_us_per_request: medianOf(rounds, "cpu_us_per_request"),
     pg_us_per_request: medianOf(rounds, "pg_us_per_request"),
     pg_backends_us_per_request: medianOf(rounds, "pg_backends_us_per_request"),
-    redis_us_per_request: medianOf(rounds, "redis_us_per_request")
+    redis_us_per_request: medianOf(rounds, "redis_us_per_request"),
+    counters,
+    per_request
   }
 }
 
@@ -129,7 +141,13 @@ export const ratio = (service: ServerSummary, baseline: ServerSummary) =>
 /** Where PostgreSQL's CPU is: its own processes (measured), or inside the server process (PGlite). */
 export type DatabaseCpu = "postgres" | "in-server"
 
-export const formatWorkload = (id: string, title: string, detail: string, s: ServerSummary, b: ServerSummary, db: DatabaseCpu, redis: boolean) => {
+/**
+ * A workload's block of the report. `writes`: the write operations it makes, whose batch sizes
+ * are printed ("no batching" while the service has no `author_write_batch_size` histogram).
+ */
+export const formatWorkload = (
+  id: string, title: string, detail: string, s: ServerSummary, b: ServerSummary, db: DatabaseCpu, redis: boolean, writes: ReadonlyArray<string> = []
+) => {
   const lines = [`${id}  ${title}  [${detail}]`]
   const pgHead = db === "postgres" ? "PG (own db)" : "PG"
   lines.push(`  ${"".padEnd(9)} ${"".padEnd(28)} ${"".padStart(8)} ${"".padStart(8)} ${"".padStart(7)} ${"".padStart(7)}   CPU µs per request:`)
@@ -154,6 +172,7 @@ export const formatWorkload = (id: string, title: string, detail: string, s: Ser
   if (db === "postgres") parts.push(`PostgreSQL ${times(cpuRatio(s, b, "pg_us_per_request"))} (own db ${times(cpuRatio(s, b, "pg_backends_us_per_request"))})`)
   if (redis) parts.push(`Redis ${times(cpuRatio(s, b, "redis_us_per_request"))}`)
   lines.push(`  service/baseline: req/s (medians) ${times(q)}; CPU per request ${parts.join(", ")}`)
+  if (s.counters !== undefined && s.per_request !== undefined) lines.push(...serviceCounterLines(s.counters, s.per_request, writes))
   return lines.join("\n")
 }
 

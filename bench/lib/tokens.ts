@@ -9,7 +9,8 @@ import { mkdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { BUILTIN_ISSUER } from "../../src/Auth/BuiltinProvider.ts"
 
-export const BENCH_ROLES = ["get-authors", "create-author", "admin"]
+/** Every role a workload needs: reads, creates, renames and deletes (W10), the audit listing (W8). */
+export const BENCH_ROLES = ["get-authors", "create-author", "update-author", "delete-author", "admin"]
 
 export interface BenchKey {
   readonly privateKey: CryptoKey

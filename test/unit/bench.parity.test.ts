@@ -8,7 +8,8 @@
 import { readdirSync, readFileSync } from "node:fs"
 import { describe, expect, it } from "vitest"
 import {
-  containsPattern, correlationId, decodeCursor, encodeCursor, formatTimestamp, makeMemoryWindow, parseDate, requestData, tokenRoles
+  checkName, containsPattern, correlationId, decodeCursor, encodeCursor, formatTimestamp, isAuthorId, makeMemoryWindow, parseDate, requestData,
+  tokenRoles
 } from "../../bench/baseline/helpers.ts"
 import { compareAnswers, normalize } from "../../bench/lib/compare.ts"
 
@@ -87,6 +88,17 @@ describe("bench baseline: its own code", () => {
     expect(parseDate("2026-01-31T10:00:00+02:00", false)?.toISOString()).toBe("2026-01-31T08:00:00.000Z")
     expect(parseDate("2026-02-30", false)).toBeUndefined()
     expect(parseDate("yesterday", false)).toBeUndefined()
+  })
+
+  it("takes a create's or rename's name trimmed, 1 to 255 characters, and ids its integer column can hold", () => {
+    expect(checkName({ name: "  Ada Lovelace " })).toEqual({ name: "Ada Lovelace" })
+    expect(checkName({ name: "\u{1F600}".repeat(255) })).toEqual({ name: "\u{1F600}".repeat(255) }) // code points, not UTF-16 units
+    for (const body of [{ name: "   " }, { name: "x".repeat(256) }, { name: "a\u0000b" }]) {
+      expect(checkName(body)).toMatchObject({ problem: { type: "string_length", loc: ["body", "name"] } })
+    }
+    for (const body of [{}, { name: 5 }, null, "Ada"]) expect(checkName(body)).toMatchObject({ problem: { type: "string_type" } })
+    for (const id of [1, 42, 2_147_483_647]) expect(isAuthorId(id)).toBe(true)
+    for (const id of [0, -1, 2_147_483_648, 4_294_967_296, 1.5]) expect(isAuthorId(id)).toBe(false)
   })
 
   it("limits with an exact sliding window and reports what the X-RateLimit headers need", () => {
