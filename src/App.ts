@@ -147,7 +147,8 @@ const layerStartupLog = Layer.effectDiscard(Effect.gen(function*() {
   if (config.appEnv === "production" && Option.isNone(config.redisUrl)) {
     yield* Effect.logWarning(
       "REDIS_URL is not set: rate limits, WebSocket connection counts, broadcasts and session expiry are per instance " +
-        "(in-process stores); with more than one instance, set REDIS_URL"
+        "(in-process stores), and the read cache learns of another instance's writes from PostgreSQL within a second, " +
+        "not before their response; with more than one instance, set REDIS_URL"
     )
   }
 }))

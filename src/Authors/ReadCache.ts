@@ -14,12 +14,12 @@
  *   the bump, so after the commit: its database read saw the write. Tags never repeat (below), so
  *   an answer from before a write never matches again.
  * - The list's generation is three values (`ListGenerations`): `rows`, moved by every write but an
- *   *append* (a create whose id is above `high`), `count`, moved by every write, and `high`, the
+ *   *append* (a create whose id is not below `high`), `count`, moved by every write, and `high`, the
  *   largest id appended. A read of the list depends on all three (any write changes its answer: an
  *   unfiltered page carries the total). An unfiltered page's rows alone depend on `rows` only when
  *   the page is full and the row after it (the largest id its statement read) is not above the
- *   `high` its reader observed: a later append has an id above every `high` before it, so it lands
- *   after that row, and a create committed but not bumped yet when the page was read has an id
+ *   `high` its reader observed: a later append has an id not below any `high` before it, so it
+ *   lands after that row (or is that row, committed before the page was read), and a create committed but not bumped yet when the page was read has an id
  *   above that `high`, so a page holding it is not kept this way. Such rows are kept apart, and so
  *   is the total (under `count`): a page after an append is made from its kept rows and the total,
  *   read alone when no reader has since (Authors.ts `readPage`).
@@ -31,17 +31,15 @@
  *   `clockRecordLua`; a missing `high` at 0), so after a restart or a flush no value seen before
  *   comes back. When the generation could not be read (rate limiting off, Redis down with
  *   RATE_LIMIT_FAIL_MODE=open) the read is served from the database and not stored. When a bump
- *   fails, this instance drops its own scopes and tells the others through PostgreSQL
- *   (`NOTIFY authors_changed`), logged and counted: they drop theirs when it arrives
- *   (milliseconds), the one window where another instance may still answer from before the write.
- *   A Redis failover that loses acknowledged writes can likewise lose a bump.
- * - Without Redis (one instance), generations live in this process.
- * - Every tag also carries a per-scope epoch of this process, bumped by its own writes (a shard's;
- *   the list's own writes move its generations) and by writes made outside the service, which
- *   arrive by LISTEN (ChangeFeed.ts) within milliseconds and move the list's whole tag. While the
- *   LISTEN connection is down every read bypasses the cache; when it is back the cache is flushed.
- *   With the embedded database (PGlite, no DATABASE_URL) there is no feed: notifications do not
- *   cross pglite-socket's connections (they share one session), and the database lives inside this
+ *   fails (logged and counted), the other instances learn of the write from its notification
+ *   (below, milliseconds): the one window where another instance may still answer from before it.
+ * - Every tag also carries this process's own part (`LocalEpochs`: an epoch per shard and the
+ *   list's generations), moved by its own writes and by every committed write of any session, its
+ *   own included, which arrives by LISTEN (ChangeFeed.ts) within milliseconds. Without Redis it is
+ *   the whole tag; several instances then learn of each other's writes that way. While the LISTEN
+ *   connection is down every read bypasses the cache; when it is back the cache is flushed. With
+ *   the embedded database (PGlite, no DATABASE_URL) there is no feed: notifications do not cross
+ *   pglite-socket's connections (they share one session), and the database lives inside this
  *   process, so the only writers are the service itself and a local client of its loopback socket;
  *   such a client's writes are not seen by the cache.
  * - Memory: answers are kept least-recently-used first out, counted by their text's bytes plus a
@@ -70,7 +68,7 @@ import {
 import { AppConfig } from "../Config.ts"
 import type { GenerationKey, Observed } from "../Domain/RequestContext.ts"
 import { clockCounterLua, clockRecordLua, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
-import { CHANGES_CHANNEL, type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
+import { type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
 import { ReadAnswer, textBytes } from "./ReadAnswers.ts"
 
 /**
@@ -97,15 +95,16 @@ export type WriteKind = "create" | "update" | "delete"
 
 /**
  * The list's generations: `rows` changes with every write but an *append* (a create whose id is
- * above `high`, the largest id appended so far), `count` with every create and delete (and
- * update: simpler, and rare). BUMP_LUA keeps them so in Redis; this class in the process.
+ * not below `high`, the largest id appended so far: the same create seen twice, by its bump and by
+ * its notification, is one append), `count` with every write. BUMP_LUA keeps them so in Redis;
+ * this class in the process.
  */
 export class ListGenerations {
   private rows = 0
   private count = 0
   private high = 0
   written(id: number, kind: WriteKind) {
-    if (kind === "create" && id > this.high) this.high = id
+    if (kind === "create" && id >= this.high) this.high = id
     else this.rows++
     this.count++
   }
@@ -115,24 +114,25 @@ export class ListGenerations {
   }
 }
 
-/** A list tag's parts: a page's rows and its total each depend on one of them (Authors.ts `readPage`). */
+/** A list tag's parts: a page's rows and its total each depend on one of them (Authors.ts `readListPage`). */
 export interface ListTags {
-  /** The tag of a full page's rows: its `rows` generation and the list's epoch. */
+  /** The tag of a full page's rows: the `rows` generations. */
   readonly rows: string
-  /** The tag of the total: its `count` generation and the list's epoch. */
+  /** The tag of the total: the `count` generations. */
   readonly count: string
-  /** The largest id appended when the tag was read. */
+  /** The smallest of the `high` marks the tag carries (Redis's and this process's). */
   readonly high: number
 }
 
-/** The parts of a list tag (`rows.count.high:epoch`); undefined when it is not one. */
+/** The parts of a list tag (`rows.count.high`, shared and local joined by `:`); undefined when it is not one. */
 export const listTagsOf = (tag: string): ListTags | undefined => {
-  const colon = tag.lastIndexOf(":")
-  const parts = tag.slice(0, colon).split(".")
-  const high = Number(parts[2])
-  if (colon === -1 || parts.length !== 3 || !Number.isSafeInteger(high)) return undefined
-  const epoch = tag.slice(colon)
-  return { rows: `${parts[0]}${epoch}`, count: `${parts[1]}${epoch}`, high }
+  const records = tag.split(":").map((record) => record.split("."))
+  if (!records.every((parts) => parts.length === 3 && Number.isSafeInteger(Number(parts[2])) && parts[2] !== "")) return undefined
+  return {
+    rows: records.map((parts) => parts[0]).join(":"),
+    count: records.map((parts) => parts[1]).join(":"),
+    high: Math.min(...records.map((parts) => Number(parts[2])))
+  }
 }
 
 /** Bytes counted per entry besides its text: the entry, its key and tag, the map's slot. */
@@ -208,34 +208,42 @@ export class AnswerStore {
   }
 }
 
+/** A notification's kinds (migrations/0007): `c:` inserted, `u:` updated, `d:` deleted; plain ids (0005's) are updates. */
+const PAYLOAD_KINDS: Readonly<Record<string, WriteKind>> = { c: "create", u: "update", d: "delete" }
+
 /**
- * This process's side of the tags: an epoch per scope, and whether tags can be checked at all (the
- * feed of outside writes is up). A write made here bumps its id's shard; the list's epoch moves
- * only with outside writes (or a bump that failed), its writes move its generations.
+ * This process's side of the tags: an epoch per id shard and the list's generations, moved by
+ * every write this process learns of (its own, and the change feed's), and whether tags can be
+ * checked at all (the feed is up, or there is none). They only count up.
  */
 export class LocalEpochs {
-  private readonly epochs = new Float64Array(ID_SHARDS + 1)
+  private readonly shards = new Float64Array(ID_SHARDS)
+  private readonly list = new ListGenerations()
   checkable: boolean
   constructor(checkable: boolean) {
     this.checkable = checkable
   }
-  /** `shared` is the scope's generation: Redis's, or the list's `ListGenerations` (none for a shard without Redis). */
-  tag(scope: Scope, shared: string | undefined): string {
-    return shared === undefined ? `${this.epochs[scope]}` : `${shared}:${this.epochs[scope]}`
+  /** The scope's part of a tag. */
+  tag(scope: Scope): string {
+    return scope === LIST_SCOPE ? this.list.value : `${this.shards[scope]}`
   }
-  /** A write of author `id` made here: the id's shard. */
-  written(id: number) {
-    this.epochs[scopeOfId(id)]!++
+  /** A write of author `id`. */
+  written(id: number, kind: WriteKind) {
+    this.shards[scopeOfId(id)]!++
+    this.list.written(id, kind)
   }
+  /** Anything may have changed. */
   all() {
-    for (let scope = 0; scope < this.epochs.length; scope++) this.epochs[scope]!++
+    for (let scope = 0; scope < ID_SHARDS; scope++) this.shards[scope]!++
+    this.list.written(0, "update")
   }
-  /** A notification of outside writes: ids separated by commas; anything else means everything. */
+  /** A notification of committed writes (ChangeFeed.ts): `c:1,2`, `u:3`, `d:4`, plain ids; anything else means everything. */
   changed(payload: string) {
-    const ids = payload.split(",")
-    if (ids.length === 0 || !ids.every((id) => /^\d{1,19}$/.test(id))) return this.all()
-    this.epochs[LIST_SCOPE]!++
-    for (const id of ids) this.epochs[scopeOfId(Number(id))]!++
+    const kind = payload[1] === ":" ? PAYLOAD_KINDS[payload[0]!] : "update"
+    const ids = (payload[1] === ":" ? payload.slice(2) : payload).split(",")
+    if (kind === undefined || !ids.every((id) => /^\d{1,19}$/.test(id))) return this.all()
+    // Ascending: the creates of one statement committed together, all of them appends when above `high`.
+    for (const id of ids.map(Number).sort((a, b) => a - b)) this.written(id, kind)
   }
 }
 
@@ -244,7 +252,7 @@ export class LocalEpochs {
  * rule is `ListGenerations.written`'s.
  */
 const BUMP_LUA = `${clockRecordLua("list", "KEYS[1]")}local id = tonumber(ARGV[2])
-if ARGV[1] == 'create' and id > tonumber(list_r[3] or '0') then
+if ARGV[1] == 'create' and id >= tonumber(list_r[3] or '0') then
   redis.call('HSET', KEYS[1], 'high', ARGV[2])
 else
   redis.call('HINCRBY', KEYS[1], 'rows', 1)
@@ -277,7 +285,7 @@ export interface ReadCacheShape {
   readonly peek: (key: string, tag: string) => ReadAnswer | undefined
   /** Stores an answer read under `tag` (a part of a page read with its rows: Authors.ts `readPage`). */
   readonly keep: (key: string, tag: string, answer: ReadAnswer) => void
-  /** After the commit of a write of author `id`, before its response. Never fails. */
+  /** After the commit of a write of author `id`, before its response: its scopes, here and in Redis. Never fails. */
   readonly written: (id: number, kind: WriteKind) => Effect.Effect<void>
   /** Differs on every process start: weak ETags built from tags carry it. */
   readonly bootId: string
@@ -290,8 +298,6 @@ export interface ReadCacheOptions {
   readonly redis: { readonly client: Redis; readonly prefix: string } | undefined
   /** The PostgreSQL server's connection settings (LISTEN); none for the embedded database. */
   readonly feed: PgConnection.Config | undefined
-  /** Tells every instance (through PostgreSQL) that author `id` changed: a failed bump's fallback. */
-  readonly notify: (channel: string, payload: string) => Effect.Effect<void, unknown>
 }
 
 export const makeReadCache = (options: ReadCacheOptions) =>
@@ -299,7 +305,6 @@ export const makeReadCache = (options: ReadCacheOptions) =>
     const enabled = options.maxBytes > 0
     const store = new AnswerStore(options.maxBytes)
     const epochs = new LocalEpochs(options.feed === undefined)
-    const list = new ListGenerations()
     const redis = options.redis
     // EVAL, not EVALSHA: after a script flush EVALSHA would be retried as EVAL behind the
     // broadcast issued with it (Authors.ts `announce`), which must not overtake the bump.
@@ -326,8 +331,8 @@ export const makeReadCache = (options: ReadCacheOptions) =>
 
     const tag = (scope: Scope, observed: Observed | undefined): string | undefined => {
       if (!enabled || !epochs.checkable) return undefined
-      if (redis === undefined) return epochs.tag(scope, scope === LIST_SCOPE ? list.value : undefined)
-      return observed !== undefined && observed.key === generationKeyOf(scope) ? epochs.tag(scope, observed.value) : undefined
+      if (redis === undefined) return epochs.tag(scope)
+      return observed !== undefined && observed.key === generationKeyOf(scope) ? `${observed.value}:${epochs.tag(scope)}` : undefined
     }
 
     const read = <A, E, R>(key: string, tag: string | undefined, load: Effect.Effect<ReadAnswer | A, E, R>): Effect.Effect<ReadAnswer | A, E, R> =>
@@ -362,27 +367,20 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         }))
     }
 
-    const bumpFailed = (id: number, cause: unknown) =>
-      Effect.gen(function*() {
-        readCacheInvalidationErrorsTotal.inc()
-        epochs.changed(String(id))
-        yield* Effect.logWarning("Read cache: generations not bumped in Redis; other instances are told through PostgreSQL", cause)
-        yield* options.notify(CHANGES_CHANNEL, String(id)).pipe(
-          Effect.catch((error) => Effect.logError("Read cache: other instances could not be told of a write", error))
-        )
-      })
+    const bumpFailed = (cause: unknown) =>
+      Effect.andThen(
+        Effect.sync(() => readCacheInvalidationErrorsTotal.inc()),
+        Effect.logWarning("Read cache: generations not bumped in Redis; other instances learn of the write from PostgreSQL", cause)
+      )
 
     const written = (id: number, kind: WriteKind): Effect.Effect<void> =>
       Effect.suspend(() => {
-        epochs.written(id)
-        if (redis === undefined || bump === undefined) {
-          list.written(id, kind)
-          return Effect.void
-        }
-        if (isDisconnected(redis.client)) return bumpFailed(id, new Error(`Redis ${redis.client.status}`))
+        epochs.written(id, kind)
+        if (redis === undefined || bump === undefined) return Effect.void
+        if (isDisconnected(redis.client)) return bumpFailed(new Error(`Redis ${redis.client.status}`))
         return redisCommand("EVAL bump_generations", () => bump(id, kind)).pipe(
           Effect.asVoid,
-          Effect.catch((error) => bumpFailed(id, error.cause))
+          Effect.catch((error) => bumpFailed(error.cause))
         )
       })
 
@@ -412,8 +410,7 @@ const fromConfig = (redis: ReadCacheOptions["redis"]) =>
       maxBytes: config.readCacheMaxBytes,
       redis,
       // The pool's settings: the feed's connection is the pool's kind, its own.
-      feed: Option.isSome(config.databaseUrl) ? pg.config : undefined,
-      notify: pg.notify
+      feed: Option.isSome(config.databaseUrl) ? pg.config : undefined
     })
   })
 

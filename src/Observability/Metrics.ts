@@ -239,7 +239,7 @@ export const readCacheEntries = new client.Gauge({
 })
 export const readCacheInvalidationErrorsTotal = new client.Counter({
   name: "read_cache_invalidation_errors_total",
-  help: "Writes whose generations could not be bumped in Redis (the other instances were told through PostgreSQL NOTIFY instead)",
+  help: "Writes whose generations could not be bumped in Redis (the other instances learn of them from PostgreSQL's change feed)",
   registers: [registry]
 })
 export const appInfo = new client.Gauge({

@@ -93,16 +93,15 @@ describe("tags", () => {
     expect(generationKeyOf(7)).toBe("authors:gen:id:7")
   })
 
-  it("a write of id 5 made here changes shard 5's epoch and no other (the list's generations record writes)", () => {
+  it("a write of id 5 changes shard 5's epoch and the list's generations, no other scope", () => {
     const epochs = new LocalEpochs(true)
-    const before = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope, undefined))
-    epochs.written(5)
-    const after = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope, undefined))
-    const changed = after.flatMap((tag, scope) => (tag !== before[scope] ? [scope] : []))
-    expect(changed).toEqual([5])
+    const before = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope))
+    epochs.written(5, "update")
+    const after = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope))
+    expect(after.flatMap((tag, scope) => (tag !== before[scope] ? [scope] : []))).toEqual([5, LIST_SCOPE])
   })
 
-  it("the list's generations: an append (a create above the high-water) leaves `rows`; any other write moves it", () => {
+  it("the list's generations: an append (a create not below the high-water) leaves `rows`; any other write moves it", () => {
     const list = new ListGenerations()
     const parts = () => list.value.split(".").map(Number)
     expect(parts()).toEqual([0, 0, 0])
@@ -112,52 +111,56 @@ describe("tags", () => {
     expect(parts()).toEqual([1, 2, 101])
     list.written(102, "create")
     expect(parts()).toEqual([1, 3, 102])
+    list.written(102, "create") // the same create again (its bump, then its notification): still an append
+    expect(parts()).toEqual([1, 4, 102])
     list.written(5, "update")
-    expect(parts()).toEqual([2, 4, 102])
+    expect(parts()).toEqual([2, 5, 102])
     list.written(5, "delete")
-    expect(parts()).toEqual([3, 5, 102])
+    expect(parts()).toEqual([3, 6, 102])
   })
 
-  it("a list tag splits into the rows' tag, the total's tag and the high-water, each with the list's epoch", () => {
-    expect(listTagsOf("7.9.101:3")).toEqual({ rows: "7:3", count: "9:3", high: 101 })
-    expect(listTagsOf("1712345678901234.1712345678901240.0:0")).toEqual({ rows: "1712345678901234:0", count: "1712345678901240:0", high: 0 })
-    for (const tag of ["5:3", "3", "1.2:3", "1.2.x:3", "1.2.3"]) expect(listTagsOf(tag), tag).toBeUndefined()
+  it("a list tag splits into the rows' tag, the total's tag and the smallest high-water (shared and local records)", () => {
+    expect(listTagsOf("7.9.101")).toEqual({ rows: "7", count: "9", high: 101 })
+    expect(listTagsOf("7.9.101:3.4.50")).toEqual({ rows: "7:3", count: "9:4", high: 50 })
+    expect(listTagsOf("1712345678901234.1712345678901240.0:0.0.0")).toEqual({ rows: "1712345678901234:0", count: "1712345678901240:0", high: 0 })
+    for (const tag of ["5:3", "3", "1.2:3", "1.2.x:3", "1.2.3:4", "1.2.:1.2.3"]) expect(listTagsOf(tag), tag).toBeUndefined()
   })
 
-  it("a notification of outside writes changes the ids' shards and the list; `all` or garbage changes every scope", () => {
+  it("a notification changes the ids' shards and the list; `all`, an unknown kind or garbage changes every scope", () => {
     const epochs = new LocalEpochs(true)
-    const snapshot = () => Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope, "g"))
+    const snapshot = () => Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope))
     let before = snapshot()
-    epochs.changed(`1,${ID_SHARDS + 2},3`)
-    let after = snapshot()
-    expect(after.flatMap((t, s) => (t !== before[s] ? [s] : []))).toEqual([1, 2, 3, LIST_SCOPE])
-    for (const payload of ["all", "", "1,x", "1;DROP"]) {
+    for (const payload of [`1,${ID_SHARDS + 2},3`, `c:1,${ID_SHARDS + 2},3`, `u:1,${ID_SHARDS + 2},3`, `d:1,${ID_SHARDS + 2},3`]) {
       before = snapshot()
       epochs.changed(payload)
-      after = snapshot()
-      expect(after.every((t, s) => t !== before[s]), payload).toBe(true)
+      expect(snapshot().flatMap((t, s) => (t !== before[s] ? [s] : [])), payload).toEqual([1, 2, 3, LIST_SCOPE])
+    }
+    for (const payload of ["all", "", "1,x", "1;DROP", "x:1", "c:", "c:1,"]) {
+      before = snapshot()
+      epochs.changed(payload)
+      expect(snapshot().every((t, s) => t !== before[s]), payload).toBe(true)
     }
   })
 
-  it("an outside write moves both parts of the list's tag (its rows and its total), whatever it was", () => {
+  it("a notified create above every create seen moves the list's total only; any other write its rows too", () => {
     const epochs = new LocalEpochs(true)
-    const before = listTagsOf(epochs.tag(LIST_SCOPE, "7.9.101"))!
-    epochs.changed("5")
-    const after = listTagsOf(epochs.tag(LIST_SCOPE, "7.9.101"))!
-    expect(after.rows).not.toBe(before.rows)
-    expect(after.count).not.toBe(before.count)
-    expect(after.high).toBe(101)
-  })
-
-  it("the shared generation is part of the tag: another value is another tag", () => {
-    const epochs = new LocalEpochs(true)
-    expect(epochs.tag(3, "100")).not.toBe(epochs.tag(3, "101"))
-    expect(epochs.tag(3, "100")).toBe(epochs.tag(3, "100"))
+    const parts = () => listTagsOf(epochs.tag(LIST_SCOPE))!
+    epochs.changed("c:10")
+    let before = parts()
+    epochs.changed("c:12,11") // one statement's creates, in any order: both appends
+    expect(parts()).toMatchObject({ rows: before.rows, high: 12 })
+    expect(parts().count).not.toBe(before.count)
+    for (const payload of ["c:5", "u:12", "d:12", "12", "all"]) {
+      before = parts()
+      epochs.changed(payload)
+      expect(parts().rows, payload).not.toBe(before.rows)
+      expect(parts().count, payload).not.toBe(before.count)
+    }
   })
 })
 
 const memoryCache = (maxBytes = 1_000_000) =>
-  makeReadCache({ maxBytes, redis: undefined, feed: undefined, notify: () => Effect.void })
+  makeReadCache({ maxBytes, redis: undefined, feed: undefined })
 
 describe("the in-process cache", () => {
   it("answers a second read from memory, and a read after a write of that scope from the database", async () => {
@@ -220,8 +223,7 @@ describe("the in-process cache", () => {
       const cache = yield* makeReadCache({
         maxBytes: 1_000_000,
         redis: { client: { status: "ready", defineCommand: () => {}, adsBumpGenerations: () => Promise.resolve(1) } as never, prefix: "p:" },
-        feed: undefined,
-        notify: () => Effect.void
+        feed: undefined
       })
       expect(cache.generationKey(5)).toEqual({ key: "authors:gen:id:5", record: false })
       expect(cache.generationKey(LIST_SCOPE)).toEqual({ key: "authors:gen:all", record: true })
@@ -390,15 +392,5 @@ describe("answers", () => {
       authorKey(1)
     ]
     expect(new Set(keys).size).toBe(keys.length)
-  })
-})
-
-describe("the trigger of outside writes", () => {
-  it("skips exactly the service's own sessions (its application_name)", async () => {
-    const { readFileSync } = await import("node:fs")
-    const { APPLICATION_NAME } = await import("../../src/Db/Database.ts")
-    const sql = readFileSync(new URL("../../migrations/0005_authors_notify.sql", import.meta.url), "utf8")
-    const names = [...sql.matchAll(/IS DISTINCT FROM '([^']*)'/g)].map((m) => m[1])
-    expect(names).toEqual([APPLICATION_NAME, APPLICATION_NAME, APPLICATION_NAME, APPLICATION_NAME])
   })
 })
