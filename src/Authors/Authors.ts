@@ -2,12 +2,14 @@
  * The authors service: the one implementation behind HTTP and the WebSocket packages. Every
  * change is announced on `AuthorEvents` (broadcast to WebSocket clients, docs/websocket.md#broadcasts). Reads come
  * as the text they are sent as, through the read cache (ReadCache.ts), which every write bumps
- * after its commit and before its response — and before its broadcast, so a client that reads on
- * hearing of a change reads the change. An unfiltered page whose answer a create outdated (its
- * total changed) is made again from its rows kept apart and the total alone (`readPage`).
+ * on every exit (`write`): after its commit and before its response — and before its broadcast,
+ * so a client that reads on hearing of a change reads the change. An unfiltered page whose answer
+ * a create outdated (its total changed) is made again from its rows kept apart and the total alone
+ * (`readListPage`).
  */
-import { Context, Effect, Fiber, Layer, Option, Stream } from "effect"
+import { Context, Effect, Exit, Fiber, Layer, Option, Stream } from "effect"
 import { type AuthorEvent, type AuthorFilters, type AuthorPage, type AuthorRow, isFiltered } from "../Domain/Author.ts"
+import type { AuthorNameTaken, AuthorNotFound } from "../Errors.ts"
 import { encodeCursor, pageCount, type PageQuery } from "../Domain/Pagination.ts"
 import {
   authorAnswer,
@@ -49,12 +51,34 @@ const make = Effect.gen(function*() {
    * write to Redis (one connection, auto-pipelined), which runs them in that order: the broadcast
    * still reaches no one before the bump. The response waits for the bump only.
    */
-  const announce = (event: AuthorEvent["event"], kind: WriteKind) => (author: AuthorRow) =>
-    Effect.flatMap(Effect.forkChild(cache.written(author.id, kind), { startImmediately: true }), (bump) =>
+  const announce = (event: AuthorEvent["event"], kind: WriteKind, author: AuthorRow) =>
+    Effect.flatMap(Effect.forkChild(cache.written(author.id, kind, "committed"), { startImmediately: true }), (bump) =>
       Effect.andThen(
         Effect.forkDetach(events.publish({ event, author }), { startImmediately: true }),
         Fiber.join(bump)
       ))
+
+  /**
+   * A write and its bump, on every exit (docs/architecture.md#the-read-cache), as one
+   * uninterruptible step: a request whose client went away (or a shutdown) waits for its
+   * statement's outcome, bounded by the statement deadline, instead of leaving it to commit
+   * unannounced. Answered: bumped and broadcast. A 409 or 404 changed nothing. Any other exit (a
+   * database error such as the deadline, a defect) may have committed: its scopes are bumped
+   * anyway (`id` undefined: a create, whose id is unknown). The bump follows the statement's own
+   * commit: a write is one autocommit statement, never part of a wider transaction.
+   */
+  const write = <E extends AuthorNameTaken | AuthorNotFound>(
+    event: AuthorEvent["event"],
+    kind: WriteKind,
+    id: number | undefined,
+    statement: Effect.Effect<AuthorRow, E>
+  ): Effect.Effect<AuthorRow, E> =>
+    Effect.uninterruptible(Effect.onExit(statement, (exit) =>
+      Exit.isSuccess(exit)
+        ? announce(event, kind, exit.value)
+        : exit.cause.reasons.every((reason) => reason._tag === "Fail")
+        ? Effect.void
+        : cache.written(id, kind, "unknown")))
 
   /**
    * The whole list, by id, in keyset batches of LIST_BATCH_SIZE rows, so memory does not grow
@@ -136,9 +160,9 @@ const make = Effect.gen(function*() {
   const readAuthor = (id: number, tag: string | undefined): Effect.Effect<ReadAnswer> =>
     cache.read(authorKey(id), tag, Effect.map(repo.findById(id), (row) => authorAnswer(Option.getOrUndefined(row))))
 
-  const create = (name: string) => repo.create(name).pipe(Effect.tap(announce("author.created", "create")))
-  const update = (id: number, name: string) => repo.update(id, name).pipe(Effect.tap(announce("author.updated", "update")))
-  const remove = (id: number) => repo.remove(id).pipe(Effect.tap(announce("author.deleted", "delete")))
+  const create = (name: string) => write("author.created", "create", undefined, repo.create(name))
+  const update = (id: number, name: string) => write("author.updated", "update", id, repo.update(id, name))
+  const remove = (id: number) => write("author.deleted", "delete", id, repo.remove(id))
 
   // No span of their own: the request's (or WebSocket message's) span names the operation and
   // each statement has its `sql.execute` span; a span costs a copy of the fiber's whole context.

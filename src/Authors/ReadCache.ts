@@ -8,7 +8,8 @@
  *   instance. Each read depends on one *scope*: the whole list (`list`: lists, pages, totals) or,
  *   for reads filtered by id, the id's shard (`id:<id mod 65536>`), so a create leaves unrelated id
  *   lookups alone (below 65,536 authors, a shard is one id). Every write (create, rename, delete)
- *   bumps `list` and its id's shard after its commit and before its response. An answer is stored
+ *   bumps `list` and its id's shard after its commit and before its response, and on every other
+ *   exit that may have committed (Authors.ts `write`). An answer is stored
  *   with the *tag* its reader observed before its database read, and served only to a reader
  *   observing the same tag. A reader that observed a tag from after a write's bump started after
  *   the bump, so after the commit: its database read saw the write. Tags never repeat (below), so
@@ -53,7 +54,7 @@
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type * as PgConnection from "@effect/sql-pg/PgConnection"
-import { Context, Deferred, Effect, Exit, Layer, Option } from "effect"
+import { Context, Deferred, Effect, Exit, Layer, Option, Schedule } from "effect"
 import type { Redis } from "ioredis"
 import { randomBytes } from "node:crypto"
 import {
@@ -97,14 +98,14 @@ export type WriteKind = "create" | "update" | "delete"
  * The list's generations: `rows` changes with every write but an *append* (a create whose id is
  * not below `high`, the largest id appended so far: the same create seen twice, by its bump and by
  * its notification, is one append), `count` with every write. BUMP_LUA keeps them so in Redis;
- * this class in the process.
+ * this class in the process. A write of unknown id (`undefined`) is not an append.
  */
 export class ListGenerations {
   private rows = 0
   private count = 0
   private high = 0
-  written(id: number, kind: WriteKind) {
-    if (kind === "create" && id >= this.high) this.high = id
+  written(id: number | undefined, kind: WriteKind) {
+    if (kind === "create" && id !== undefined && id >= this.high) this.high = id
     else this.rows++
     this.count++
   }
@@ -227,15 +228,15 @@ export class LocalEpochs {
   tag(scope: Scope): string {
     return scope === LIST_SCOPE ? this.list.value : `${this.shards[scope]}`
   }
-  /** A write of author `id`. */
-  written(id: number, kind: WriteKind) {
-    this.shards[scopeOfId(id)]!++
+  /** A write of author `id` (undefined: unknown). */
+  written(id: number | undefined, kind: WriteKind) {
+    if (id !== undefined) this.shards[scopeOfId(id)]!++
     this.list.written(id, kind)
   }
   /** Anything may have changed. */
   all() {
     for (let scope = 0; scope < ID_SHARDS; scope++) this.shards[scope]!++
-    this.list.written(0, "update")
+    this.list.written(undefined, "update")
   }
   /** A notification of committed writes (ChangeFeed.ts): `c:1,2`, `u:3`, `d:4`, plain ids; anything else means everything. */
   changed(payload: string) {
@@ -248,19 +249,24 @@ export class LocalEpochs {
 }
 
 /**
- * KEYS[1] = the list's record, KEYS[2] = the id's shard; ARGV = the write's kind, the id. The list's
- * rule is `ListGenerations.written`'s.
+ * KEYS[1] = the list's record, KEYS[2] = the id's shard (absent: the id is unknown); ARGV = the
+ * write's kind, the id (or ""). The list's rule is `ListGenerations.written`'s.
  */
 const BUMP_LUA = `${clockRecordLua("list", "KEYS[1]")}local id = tonumber(ARGV[2])
-if ARGV[1] == 'create' and id >= tonumber(list_r[3] or '0') then
+if ARGV[1] == 'create' and id and id >= tonumber(list_r[3] or '0') then
   redis.call('HSET', KEYS[1], 'high', ARGV[2])
 else
   redis.call('HINCRBY', KEYS[1], 'rows', 1)
 end
 redis.call('HINCRBY', KEYS[1], 'count', 1)
+if KEYS[2] then
 ${clockCounterLua("shard", "KEYS[2]")}redis.call('INCR', KEYS[2])
+end
 return 1
 `
+
+/** How a write ended: its commit is known (answered), or it may have committed (a database error, a defect, an interruption). */
+export type WriteOutcome = "committed" | "unknown"
 
 export interface ReadCacheShape {
   /**
@@ -285,8 +291,11 @@ export interface ReadCacheShape {
   readonly peek: (key: string, tag: string) => ReadAnswer | undefined
   /** Stores an answer read under `tag` (a part of a page read with its rows: Authors.ts `readPage`). */
   readonly keep: (key: string, tag: string, answer: ReadAnswer) => void
-  /** After the commit of a write of author `id`, before its response: its scopes, here and in Redis. Never fails. */
-  readonly written: (id: number, kind: WriteKind) => Effect.Effect<void>
+  /**
+   * After a write of author `id` (undefined: a create whose id is unknown) ended, before its
+   * response: bumps its scopes, here and in Redis. Never fails.
+   */
+  readonly written: (id: number | undefined, kind: WriteKind, outcome: WriteOutcome) => Effect.Effect<void>
   /** Differs on every process start: weak ETags built from tags carry it. */
   readonly bootId: string
 }
@@ -298,6 +307,11 @@ export interface ReadCacheOptions {
   readonly redis: { readonly client: Redis; readonly prefix: string } | undefined
   /** The PostgreSQL server's connection settings (LISTEN); none for the embedded database. */
   readonly feed: PgConnection.Config | undefined
+  /**
+   * With no feed: returns once every statement sent before it has ended (PGlite runs one at a
+   * time), so a statement given up on has committed or never will.
+   */
+  readonly settled: Effect.Effect<void, unknown>
 }
 
 export const makeReadCache = (options: ReadCacheOptions) =>
@@ -310,8 +324,11 @@ export const makeReadCache = (options: ReadCacheOptions) =>
     // broadcast issued with it (Authors.ts `announce`), which must not overtake the bump.
     const bump = redis === undefined
       ? undefined
-      : (id: number, kind: WriteKind) =>
-        redis.client.eval(BUMP_LUA, 2, `${redis.prefix}${LIST_GENERATION_KEY}`, `${redis.prefix}${generationKeyOf(scopeOfId(id))}`, kind, id)
+      : (id: number | undefined, kind: WriteKind) =>
+        id === undefined
+          ? redis.client.eval(BUMP_LUA, 1, `${redis.prefix}${LIST_GENERATION_KEY}`, kind, "")
+          : redis.client.eval(BUMP_LUA, 2, `${redis.prefix}${LIST_GENERATION_KEY}`, `${redis.prefix}${generationKeyOf(scopeOfId(id))}`, kind, id)
+    const scope = yield* Effect.scope
     const inflight = new Map<string, { readonly tag: string; readonly done: Deferred.Deferred<ReadAnswer | undefined> }>()
 
     if (options.feed !== undefined) {
@@ -373,14 +390,44 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         Effect.logWarning("Read cache: generations not bumped in Redis; other instances learn of the write from PostgreSQL", cause)
       )
 
-    const written = (id: number, kind: WriteKind): Effect.Effect<void> =>
+    /**
+     * No feed (PGlite): a statement given up on may still commit behind the statements queued before
+     * it. Once a statement sent later has run (retried until it has), it has committed or never
+     * will: everything moves again. One round at a time; an outcome unknown during a round asks
+     * for another.
+     */
+    let settling = false
+    let unsettled = false
+    const settleRound: Effect.Effect<void> = Effect.suspend(() => {
+      unsettled = false
+      return options.settled.pipe(
+        Effect.retry(Schedule.spaced("100 millis")),
+        Effect.ignore,
+        Effect.andThen(Effect.suspend(() => {
+          epochs.all()
+          if (unsettled) return settleRound
+          settling = false
+          return Effect.void
+        }))
+      )
+    })
+    const unsettle = Effect.suspend(() => {
+      unsettled = true
+      if (settling) return Effect.void
+      settling = true
+      return Effect.asVoid(Effect.forkIn(settleRound, scope))
+    })
+
+    const written = (id: number | undefined, kind: WriteKind, outcome: WriteOutcome): Effect.Effect<void> =>
       Effect.suspend(() => {
         epochs.written(id, kind)
-        if (redis === undefined || bump === undefined) return Effect.void
-        if (isDisconnected(redis.client)) return bumpFailed(new Error(`Redis ${redis.client.status}`))
+        const settle = outcome === "unknown" && options.feed === undefined ? unsettle : Effect.void
+        if (redis === undefined || bump === undefined) return settle
+        if (isDisconnected(redis.client)) return Effect.andThen(bumpFailed(new Error(`Redis ${redis.client.status}`)), settle)
         return redisCommand("EVAL bump_generations", () => bump(id, kind)).pipe(
           Effect.asVoid,
-          Effect.catch((error) => bumpFailed(error.cause))
+          Effect.catch((error) => bumpFailed(error.cause)),
+          Effect.andThen(settle)
         )
       })
 
@@ -410,7 +457,8 @@ const fromConfig = (redis: ReadCacheOptions["redis"]) =>
       maxBytes: config.readCacheMaxBytes,
       redis,
       // The pool's settings: the feed's connection is the pool's kind, its own.
-      feed: Option.isSome(config.databaseUrl) ? pg.config : undefined
+      feed: Option.isSome(config.databaseUrl) ? pg.config : undefined,
+      settled: Effect.asVoid(pg`SELECT 1`)
     })
   })
 

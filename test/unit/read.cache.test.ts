@@ -93,12 +93,16 @@ describe("tags", () => {
     expect(generationKeyOf(7)).toBe("authors:gen:id:7")
   })
 
-  it("a write of id 5 changes shard 5's epoch and the list's generations, no other scope", () => {
+  it("a write of id 5 changes shard 5's epoch and the list's generations, no other scope; one of unknown id the list only", () => {
     const epochs = new LocalEpochs(true)
-    const before = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope))
-    epochs.written(5, "update")
-    const after = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope))
-    expect(after.flatMap((tag, scope) => (tag !== before[scope] ? [scope] : []))).toEqual([5, LIST_SCOPE])
+    const snapshot = () => Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope))
+    const changedBy = (write: () => void) => {
+      const before = snapshot()
+      write()
+      return snapshot().flatMap((tag, scope) => (tag !== before[scope] ? [scope] : []))
+    }
+    expect(changedBy(() => epochs.written(5, "update"))).toEqual([5, LIST_SCOPE])
+    expect(changedBy(() => epochs.written(undefined, "create"))).toEqual([LIST_SCOPE])
   })
 
   it("the list's generations: an append (a create not below the high-water) leaves `rows`; any other write moves it", () => {
@@ -117,6 +121,8 @@ describe("tags", () => {
     expect(parts()).toEqual([2, 5, 102])
     list.written(5, "delete")
     expect(parts()).toEqual([3, 6, 102])
+    list.written(undefined, "create") // a create of unknown id (its outcome unknown): not an append
+    expect(parts()).toEqual([4, 7, 102])
   })
 
   it("a list tag splits into the rows' tag, the total's tag and the smallest high-water (shared and local records)", () => {
@@ -160,7 +166,7 @@ describe("tags", () => {
 })
 
 const memoryCache = (maxBytes = 1_000_000) =>
-  makeReadCache({ maxBytes, redis: undefined, feed: undefined })
+  makeReadCache({ maxBytes, redis: undefined, feed: undefined, settled: Effect.void })
 
 describe("the in-process cache", () => {
   it("answers a second read from memory, and a read after a write of that scope from the database", async () => {
@@ -175,9 +181,9 @@ describe("the in-process cache", () => {
       const first = yield* readId(5)
       expect(yield* readId(5)).toBe(first)
       expect(loads).toBe(1)
-      yield* cache.written(70, "update") // another shard: untouched
+      yield* cache.written(70, "update", "committed") // another shard: untouched
       expect(yield* readId(5)).toBe(first)
-      yield* cache.written(ID_SHARDS + 5, "update") // shard 5
+      yield* cache.written(ID_SHARDS + 5, "update", "committed") // shard 5
       expect(yield* readId(5)).not.toBe(first)
       expect(loads).toBe(2)
     })))
@@ -223,7 +229,8 @@ describe("the in-process cache", () => {
       const cache = yield* makeReadCache({
         maxBytes: 1_000_000,
         redis: { client: { status: "ready", defineCommand: () => {}, adsBumpGenerations: () => Promise.resolve(1) } as never, prefix: "p:" },
-        feed: undefined
+        feed: undefined,
+        settled: Effect.void
       })
       expect(cache.generationKey(5)).toEqual({ key: "authors:gen:id:5", record: false })
       expect(cache.generationKey(LIST_SCOPE)).toEqual({ key: "authors:gen:all", record: true })
@@ -341,7 +348,7 @@ describe("unfiltered pages after an append (Authors.readPage, in process)", () =
       const nine = yield* repo.create("Author 9")
       yield* read(3, 1, Option.some(5))
       // …and 9's bump, an append, leaves `rows` as it was: the page is read whole again.
-      yield* cache.written(nine.id, "create")
+      yield* cache.written(nine.id, "create", "committed")
       yield* read(3, 1, Option.some(5))
       expect(statements).toEqual({ page: 4, total: 0 })
       // Now the high-water is 9: kept, and the next append costs the total only.
