@@ -1,60 +1,27 @@
 /**
- * The exact read cache of author reads (docs/architecture.md#the-read-cache): `GET /authors` (one batch),
- * `GET /authors/paginated` (offset and cursor), `GET /authors/{author_id}` and WebSocket packages
- * 1 and 2 are answered from memory when nothing they depend on changed since the answer was read.
+ * The exact read cache of author reads (docs/architecture.md#the-read-cache). `GET /authors` (one
+ * batch), `GET /authors/paginated`, `GET /authors/{author_id}` and WebSocket packages 1 and 2 are
+ * answered from memory while nothing they depend on changed.
  *
- * Rules it keeps:
- * - A read that starts after the response to a write was sent reflects the write, on every
- *   instance. Each read depends on one *scope*: the whole list (`list`: lists, pages, totals) or,
- *   for reads filtered by id, the id's shard (`id:<id mod 65536>`), so a create leaves unrelated id
- *   lookups alone (below 65,536 authors, a shard is one id). Every write (create, rename, delete)
- *   bumps `list` and its id's shard after its commit and before its response, and on every other
- *   exit that may have committed (Authors.ts `write`). An answer is stored
- *   with the *tag* its reader observed before its database read, and served only to a reader
- *   observing the same tag. A reader that observed a tag from after a write's bump started after
- *   the bump, so after the commit: its database read saw the write. Tags never repeat (below), so
- *   an answer from before a write never matches again.
- * - The list's generation is three values (`ListGenerations`): `rows`, moved by every write but an
- *   *append* (a create whose id is not below `high`), `count`, moved by every write, and `high`, the
- *   largest id appended. A read of the list depends on all three (any write changes its answer: an
- *   unfiltered page carries the total). An unfiltered page's rows alone depend on `rows` only when
- *   the page is full and the row after it (the largest id its statement read) is not above the
- *   `high` its reader observed: a later append has an id not below any `high` before it, so it
- *   lands after that row (or is that row, committed before the page was read), and a create committed but not bumped yet when the page was read has an id
- *   above that `high`, so a page holding it is not kept this way. Such rows are kept apart, and so
- *   is the total (under `count`): a page after an append is made from its kept rows and the total,
- *   read alone when no reader has since (Authors.ts `readPage`).
- * - With Redis, the tag's shared part is the scope's generation: `<REDIS_KEY_PREFIX>authors:gen:id:<n>`
- *   for a shard, the hash `<REDIS_KEY_PREFIX>authors:gen:all` (read as `rows.count.high`) for the
- *   list. It is read in the reply of the rate-limit script the request (or WebSocket message) runs
- *   anyway: no extra round trip (RateLimit/RedisRateLimiter.ts). A write bumps both in one script.
- *   A missing counter starts at Redis's clock in µs (Store/Redis.ts `clockCounterLua`,
- *   `clockRecordLua`; a missing `high` at 0), so after a restart or a flush no value seen before
- *   comes back. When the generation could not be read (rate limiting off, Redis down with
- *   RATE_LIMIT_FAIL_MODE=open) the read is served from the database and not stored. When a bump
- *   fails (logged and counted), the other instances learn of the write from its notification
- *   (below, milliseconds): the one window where another instance may still answer from before it.
- * - Every tag also carries this process's own part (`LocalEpochs`: an epoch per shard and the
- *   list's generations), moved by its own writes and by every committed write of any session, its
- *   own included, which arrives by LISTEN (ChangeFeed.ts) within milliseconds. Without Redis it is
- *   the whole tag; several instances then learn of each other's writes that way. While the LISTEN
- *   connection is down every read bypasses the cache; when it is back the cache is flushed. With
- *   the embedded database (PGlite, no DATABASE_URL) there is no feed: notifications do not cross
- *   pglite-socket's connections (they share one session), and the database lives inside this
- *   process, so the only writers are the service itself and a local client of its loopback socket;
- *   such a client's writes are not seen by the cache.
- * - Memory: answers are kept least-recently-used first out, counted by their text's bytes plus a
- *   fixed overhead (a page kept both whole and for its rows counts twice); `read_cache_bytes` never
- *   exceeds READ_CACHE_MAX_BYTES (0 switches the cache off). An answer larger than 1/16 of the
- *   bound, and a streamed list (more than one batch), is not stored. Concurrent misses of one key
- *   under one tag share one database read.
- * - Counts: each entry looked up is a hit (held, or loaded by a concurrent identical read) or a
- *   miss (its statement ran), so misses count database reads. A page made from its kept rows counts
- *   those rows (a hit) and its total (a hit, or a miss when the total was read), not itself.
+ * - A read depends on one *scope*: the whole list, or for a read by id the id's shard (`id mod
+ *   65536`). Its answer is stored with the *tag* its reader observed before reading the database,
+ *   and served only to a reader observing the same tag.
+ * - A tag is the scope's shared generation (Redis: read in the reply of the rate check, bumped by
+ *   every write on every exit, `BUMP_LUA`) and this process's own (`LocalEpochs`: moved by
+ *   this process's writes and, through the change feed, by every committed write of any session,
+ *   ChangeFeed.ts; none with the embedded PGlite, whose one session every pglite-socket
+ *   connection shares, so notifications do not reach a listener, and whose only writer is this
+ *   process). Neither repeats: a Redis value is above every value issued before it
+ *   (Store/Redis.ts `nextGenerationLua`), local ones only count up, and a Redis reconnection drops
+ *   every answer and moves every local epoch.
+ * - The list's generations are three numbers (`ListGenerations`), so that an append leaves the rows
+ *   of full unfiltered pages kept (Authors.ts `readListPage`).
+ * - With no tag (no generation read, the feed down, the cache off) a read goes to the database and
+ *   is not stored. Memory: least recently used out first, never above READ_CACHE_MAX_BYTES.
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
-import type * as PgConnection from "@effect/sql-pg/PgConnection"
 import { Context, Deferred, Effect, Exit, Layer, Option, Schedule } from "effect"
+import type * as Lifetime from "effect/Scope"
 import type { Redis } from "ioredis"
 import { randomBytes } from "node:crypto"
 import {
@@ -68,7 +35,7 @@ import {
 } from "../Observability/Metrics.ts"
 import { AppConfig } from "../Config.ts"
 import type { GenerationKey, Observed } from "../Domain/RequestContext.ts"
-import { clockCounterLua, clockRecordLua, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { isDisconnected, nextGenerationLua, RedisClient, RedisError, redisCommand } from "../Store/Redis.ts"
 import { type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
 import { ReadAnswer, textBytes } from "./ReadAnswers.ts"
 
@@ -97,7 +64,7 @@ export type WriteKind = "create" | "update" | "delete"
 /**
  * The list's generations: `rows` changes with every write but an *append* (a create whose id is
  * not below `high`, the largest id appended so far: the same create seen twice, by its bump and by
- * its notification, is one append), `count` with every write. BUMP_LUA keeps them so in Redis;
+ * its notification, is one append), `count` with every write. `BUMP_LUA` keeps them so in Redis,
  * this class in the process. A write of unknown id (`undefined`) is not an append.
  */
 export class ListGenerations {
@@ -250,20 +217,55 @@ export class LocalEpochs {
 
 /**
  * KEYS[1] = the list's record, KEYS[2] = the id's shard (absent: the id is unknown); ARGV = the
- * write's kind, the id (or ""). The list's rule is `ListGenerations.written`'s.
+ * write's kind, the id (or ""). The list's rule is `ListGenerations.written`'s; every value set is
+ * `next_generation`'s, so none repeats.
  */
-const BUMP_LUA = `${clockRecordLua("list", "KEYS[1]")}local id = tonumber(ARGV[2])
-if ARGV[1] == 'create' and id and id >= tonumber(list_r[3] or '0') then
-  redis.call('HSET', KEYS[1], 'high', ARGV[2])
+export const BUMP_LUA = `${nextGenerationLua}local list = redis.call('HMGET', KEYS[1], 'rows', 'count', 'high')
+if ARGV[1] == 'create' and ARGV[2] ~= '' and tonumber(ARGV[2]) >= tonumber(list[3] or '0') then
+  redis.call('HSET', KEYS[1], 'high', ARGV[2], 'count', next_generation(list[2]))
 else
-  redis.call('HINCRBY', KEYS[1], 'rows', 1)
+  redis.call('HSET', KEYS[1], 'rows', next_generation(list[1]), 'count', next_generation(list[2]))
 end
-redis.call('HINCRBY', KEYS[1], 'count', 1)
-if KEYS[2] then
-${clockCounterLua("shard", "KEYS[2]")}redis.call('INCR', KEYS[2])
-end
+if KEYS[2] then redis.call('SET', KEYS[2], next_generation(redis.call('GET', KEYS[2]))) end
 return 1
 `
+
+/** Generations every instance shares (Redis): what a write bumps before its response. */
+export interface SharedGenerations {
+  /** `BUMP_LUA`: the list's record and, for a known id, its shard. */
+  readonly bump: (id: number | undefined, kind: WriteKind) => Effect.Effect<void, RedisError>
+  /**
+   * Calls `reset` whenever the store may have lost or rolled back values (a reconnection), until
+   * the scope closes.
+   */
+  readonly onReset: (reset: () => void) => Effect.Effect<void, never, Lifetime.Scope>
+}
+
+/** The generations in Redis: `BUMP_LUA`, and a reset on every "ready" after the first. */
+export const redisGenerations = (client: Redis, prefix: string): SharedGenerations => ({
+  // EVAL, not EVALSHA: after a script flush EVALSHA would be retried as EVAL behind the
+  // broadcast issued with it (Authors.ts `announce`), which must not overtake the bump.
+  bump: (id, kind) =>
+    isDisconnected(client)
+      ? Effect.fail(new RedisError({ command: "EVAL bump_generations", cause: new Error(`Redis ${client.status}`) }))
+      : redisCommand("EVAL bump_generations", () =>
+        id === undefined
+          ? client.eval(BUMP_LUA, 1, `${prefix}${LIST_GENERATION_KEY}`, kind, "")
+          : client.eval(BUMP_LUA, 2, `${prefix}${LIST_GENERATION_KEY}`, `${prefix}${generationKeyOf(scopeOfId(id))}`, kind, id)).pipe(Effect.asVoid),
+  onReset: (reset) =>
+    Effect.acquireRelease(
+      Effect.sync(() => {
+        let readyBefore = client.status === "ready"
+        const onReady = () => {
+          if (readyBefore) reset()
+          readyBefore = true
+        }
+        client.on("ready", onReady)
+        return onReady
+      }),
+      (onReady) => Effect.sync(() => client.off("ready", onReady))
+    ).pipe(Effect.asVoid)
+})
 
 /** How a write ended: its commit is known (answered), or it may have committed (a database error, a defect, an interruption). */
 export type WriteOutcome = "committed" | "unknown"
@@ -289,7 +291,7 @@ export interface ReadCacheShape {
    * counted: the caller goes on to `read`, which counts the miss and shares concurrent loads.
    */
   readonly peek: (key: string, tag: string) => ReadAnswer | undefined
-  /** Stores an answer read under `tag` (a part of a page read with its rows: Authors.ts `readPage`). */
+  /** Stores an answer read under `tag` (a part of a page read with its rows: Authors.ts `readListPage`). */
   readonly keep: (key: string, tag: string, answer: ReadAnswer) => void
   /**
    * After a write of author `id` (undefined: a create whose id is unknown) ended, before its
@@ -303,10 +305,10 @@ export interface ReadCacheShape {
 export interface ReadCacheOptions {
   /** READ_CACHE_MAX_BYTES; 0 switches the cache off (writes still bump the shared generations). */
   readonly maxBytes: number
-  /** Generations shared by every instance. */
-  readonly redis: { readonly client: Redis; readonly prefix: string } | undefined
-  /** The PostgreSQL server's connection settings (LISTEN); none for the embedded database. */
-  readonly feed: PgConnection.Config | undefined
+  /** Generations shared by every instance (Redis). */
+  readonly shared: SharedGenerations | undefined
+  /** Runs the feed of committed writes into the sink (ChangeFeed.ts); none for the embedded database. */
+  readonly feed: ((sink: FeedSink) => Effect.Effect<never>) | undefined
   /**
    * With no feed: returns once every statement sent before it has ended (PGlite runs one at a
    * time), so a statement given up on has committed or never will.
@@ -319,23 +321,18 @@ export const makeReadCache = (options: ReadCacheOptions) =>
     const enabled = options.maxBytes > 0
     const store = new AnswerStore(options.maxBytes)
     const epochs = new LocalEpochs(options.feed === undefined)
-    const redis = options.redis
-    // EVAL, not EVALSHA: after a script flush EVALSHA would be retried as EVAL behind the
-    // broadcast issued with it (Authors.ts `announce`), which must not overtake the bump.
-    const bump = redis === undefined
-      ? undefined
-      : (id: number | undefined, kind: WriteKind) =>
-        id === undefined
-          ? redis.client.eval(BUMP_LUA, 1, `${redis.prefix}${LIST_GENERATION_KEY}`, kind, "")
-          : redis.client.eval(BUMP_LUA, 2, `${redis.prefix}${LIST_GENERATION_KEY}`, `${redis.prefix}${generationKeyOf(scopeOfId(id))}`, kind, id)
+    const shared = options.shared
     const scope = yield* Effect.scope
     const inflight = new Map<string, { readonly tag: string; readonly done: Deferred.Deferred<ReadAnswer | undefined> }>()
+    const reset = () => {
+      store.clear()
+      epochs.all()
+    }
 
     if (options.feed !== undefined) {
       const sink: FeedSink = {
         up: () => {
-          store.clear()
-          epochs.all()
+          reset()
           epochs.checkable = true
         },
         down: () => {
@@ -343,12 +340,13 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         },
         changed: (payload) => epochs.changed(payload)
       }
-      yield* Effect.forkScoped(runChangeFeed(options.feed, sink))
+      yield* Effect.forkScoped(options.feed(sink))
     }
+    if (shared !== undefined) yield* shared.onReset(reset)
 
     const tag = (scope: Scope, observed: Observed | undefined): string | undefined => {
       if (!enabled || !epochs.checkable) return undefined
-      if (redis === undefined) return epochs.tag(scope)
+      if (shared === undefined) return epochs.tag(scope)
       return observed !== undefined && observed.key === generationKeyOf(scope) ? `${observed.value}:${epochs.tag(scope)}` : undefined
     }
 
@@ -384,12 +382,6 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         }))
     }
 
-    const bumpFailed = (cause: unknown) =>
-      Effect.andThen(
-        Effect.sync(() => readCacheInvalidationErrorsTotal.inc()),
-        Effect.logWarning("Read cache: generations not bumped in Redis; other instances learn of the write from PostgreSQL", cause)
-      )
-
     /**
      * No feed (PGlite): a statement given up on may still commit behind the statements queued before
      * it. Once a statement sent later has run (retried until it has), it has committed or never
@@ -422,18 +414,21 @@ export const makeReadCache = (options: ReadCacheOptions) =>
       Effect.suspend(() => {
         epochs.written(id, kind)
         const settle = outcome === "unknown" && options.feed === undefined ? unsettle : Effect.void
-        if (redis === undefined || bump === undefined) return settle
-        if (isDisconnected(redis.client)) return Effect.andThen(bumpFailed(new Error(`Redis ${redis.client.status}`)), settle)
-        return redisCommand("EVAL bump_generations", () => bump(id, kind)).pipe(
-          Effect.asVoid,
-          Effect.catch((error) => bumpFailed(error.cause)),
+        if (shared === undefined) return settle
+        return shared.bump(id, kind).pipe(
+          Effect.catch((error) =>
+            Effect.andThen(
+              Effect.sync(() => readCacheInvalidationErrorsTotal.inc()),
+              Effect.logWarning("Read cache: generations not bumped in Redis; other instances learn of the write from PostgreSQL", error.cause)
+            )
+          ),
           Effect.andThen(settle)
         )
       })
 
     return ReadCache.of({
       generationKey: (scope) =>
-        !enabled || redis === undefined ? undefined : scope === LIST_SCOPE ? LIST_GENERATION : { key: generationKeyOf(scope), record: false },
+        !enabled || shared === undefined ? undefined : scope === LIST_SCOPE ? LIST_GENERATION : { key: generationKeyOf(scope), record: false },
       tag,
       read,
       peek: (key, tag) => {
@@ -449,15 +444,15 @@ export const makeReadCache = (options: ReadCacheOptions) =>
     })
   })
 
-const fromConfig = (redis: ReadCacheOptions["redis"]) =>
+const fromConfig = (shared: SharedGenerations | undefined) =>
   Effect.gen(function*() {
     const config = yield* AppConfig
     const pg = yield* PgClient.PgClient
     return yield* makeReadCache({
       maxBytes: config.readCacheMaxBytes,
-      redis,
+      shared,
       // The pool's settings: the feed's connection is the pool's kind, its own.
-      feed: Option.isSome(config.databaseUrl) ? pg.config : undefined,
+      feed: Option.isSome(config.databaseUrl) ? (sink) => runChangeFeed(pg.config, sink) : undefined,
       settled: Effect.asVoid(pg`SELECT 1`)
     })
   })
@@ -466,7 +461,7 @@ export class ReadCache extends Context.Service<ReadCache, ReadCacheShape>()("Aut
   /** One instance: generations in this process. */
   static readonly layerMemory = Layer.effect(ReadCache, fromConfig(undefined))
   /** Generations in Redis, shared by every instance. */
-  static readonly layerRedis = Layer.effect(ReadCache, Effect.flatMap(RedisClient, ({ client, prefix }) => fromConfig({ client, prefix })))
+  static readonly layerRedis = Layer.effect(ReadCache, Effect.flatMap(RedisClient, ({ client, prefix }) => fromConfig(redisGenerations(client, prefix))))
   /** A cache that stores nothing and bumps nothing (tests of the transports alone). */
   static readonly layerNone = Layer.succeed(ReadCache, ReadCache.of({
     generationKey: () => undefined,

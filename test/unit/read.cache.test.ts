@@ -166,7 +166,7 @@ describe("tags", () => {
 })
 
 const memoryCache = (maxBytes = 1_000_000) =>
-  makeReadCache({ maxBytes, redis: undefined, feed: undefined, settled: Effect.void })
+  makeReadCache({ maxBytes, shared: undefined, feed: undefined, settled: Effect.void })
 
 describe("the in-process cache", () => {
   it("answers a second read from memory, and a read after a write of that scope from the database", async () => {
@@ -225,10 +225,10 @@ describe("the in-process cache", () => {
 
   it("with shared generations, the tag needs the generation of the scope the read depends on", async () => {
     await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
-      // A client that is never called: tags only.
+      // Generations that are never bumped here: tags only.
       const cache = yield* makeReadCache({
         maxBytes: 1_000_000,
-        redis: { client: { status: "ready", defineCommand: () => {}, adsBumpGenerations: () => Promise.resolve(1) } as never, prefix: "p:" },
+        shared: { bump: () => Effect.void, onReset: () => Effect.void },
         feed: undefined,
         settled: Effect.void
       })
