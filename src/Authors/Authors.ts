@@ -22,7 +22,6 @@ import {
   type ReadAnswer,
   TOTAL_KEY,
   totalAnswer,
-  totalOf,
   withTotal
 } from "./ReadAnswers.ts"
 import { type ListTags, listTagsOf, ReadCache, type WriteKind } from "./ReadCache.ts"
@@ -59,7 +58,7 @@ const make = Effect.gen(function*() {
       ))
 
   /**
-   * A write and its bump, on every exit (docs/architecture.md#the-read-cache), as one
+   * A write and its bump, on every exit (docs/architecture.md#the-read-cache, I3), as one
    * uninterruptible step: a request whose client went away (or a shutdown) waits for its
    * statement's outcome, bounded by the statement deadline, instead of leaving it to commit
    * unannounced. Answered: bumped and broadcast. A 409 or 404 changed nothing. Any other exit (a
@@ -79,6 +78,13 @@ const make = Effect.gen(function*() {
         : exit.cause.reasons.every((reason) => reason._tag === "Fail")
         ? Effect.void
         : cache.written(id, kind, "unknown")))
+
+  /** `load`'s result as an answer stamped with the time the read began: its age counts from there. */
+  const answerOf = <A, B>(load: Effect.Effect<A>, answer: (a: A, readAt: number) => B): Effect.Effect<B> =>
+    Effect.suspend(() => {
+      const readAt = cache.now()
+      return Effect.map(load, (a) => answer(a, readAt))
+    })
 
   /**
    * The whole list, by id, in keyset batches of LIST_BATCH_SIZE rows, so memory does not grow
@@ -119,11 +125,11 @@ const make = Effect.gen(function*() {
 
   // Reads as answers, through the cache; `tag` from `ReadCache.tag` (undefined: not cached).
   const readList = (filters: AuthorFilters, tag: string | undefined): Effect.Effect<ReadAnswer | ListBatches> =>
-    cache.read(listKey(filters), tag, Effect.map(listBatches(filters), ({ first, more, rest }) => (more ? { first, rest } : listAnswer(first))))
+    cache.read(listKey(filters), tag, answerOf(listBatches(filters), ({ first, more, rest }, readAt) => (more ? { first, rest } : listAnswer(first, readAt))))
   const readPage = (filters: AuthorFilters, query: PageQuery, tag: string | undefined): Effect.Effect<ReadAnswer> => {
     const parts = tag === undefined || isFiltered(filters) ? undefined : listTagsOf(tag)
     return tag === undefined || parts === undefined
-      ? cache.read(pageKey(filters, query), tag, Effect.map(paginate(filters, query), pageAnswer))
+      ? cache.read(pageKey(filters, query), tag, answerOf(paginate(filters, query), pageAnswer))
       : Effect.suspend(() => readListPage(query, tag, parts))
   }
 
@@ -132,7 +138,7 @@ const make = Effect.gen(function*() {
    * its rows kept apart under the `rows` generation, with the total (kept under `count`, else read
    * alone); else the page statement, whose total is kept, and whose rows are kept when the page is
    * full and the row after it is not above the `high` its reader observed — so no create that
-   * leaves `rows` as it was (its id above every `high` before it) can land among them.
+   * leaves `rows` as it was (its id not below any `high` before it) can land among them.
    */
   const readListPage = (query: PageQuery, tag: string, parts: ListTags): Effect.Effect<ReadAnswer> => {
     const key = pageKey({}, query)
@@ -140,8 +146,8 @@ const make = Effect.gen(function*() {
     if (kept !== undefined) return Effect.succeed(kept)
     const rows = cache.peek(pageRowsKey(query), parts.rows)
     if (rows !== undefined) {
-      return Effect.map(cache.read(TOTAL_KEY, parts.count, Effect.map(repo.total, totalAnswer)), (total) => {
-        const answer = withTotal(rows, totalOf(total))
+      return Effect.map(cache.read(TOTAL_KEY, parts.count, answerOf(repo.total, totalAnswer)), (total) => {
+        const answer = withTotal(rows, total)
         cache.keep(key, tag, answer)
         return answer
       })
@@ -149,16 +155,16 @@ const make = Effect.gen(function*() {
     return cache.read(
       key,
       tag,
-      Effect.map(readRows({}, query), (result) => {
-        const answer = pageAnswer(pageOf(query, result))
-        cache.keep(TOTAL_KEY, parts.count, totalAnswer(result.total))
+      answerOf(readRows({}, query), (result, readAt) => {
+        const answer = pageAnswer(pageOf(query, result), readAt)
+        cache.keep(TOTAL_KEY, parts.count, totalAnswer(result.total, readAt))
         if (result.lastId !== undefined && result.lastId <= parts.high) cache.keep(pageRowsKey(query), parts.rows, answer)
         return answer
       })
     )
   }
   const readAuthor = (id: number, tag: string | undefined): Effect.Effect<ReadAnswer> =>
-    cache.read(authorKey(id), tag, Effect.map(repo.findById(id), (row) => authorAnswer(Option.getOrUndefined(row))))
+    cache.read(authorKey(id), tag, answerOf(repo.findById(id), (row, readAt) => authorAnswer(Option.getOrUndefined(row), readAt)))
 
   const create = (name: string) => write("author.created", "create", undefined, repo.create(name))
   const update = (id: number, name: string) => write("author.updated", "update", id, repo.update(id, name))

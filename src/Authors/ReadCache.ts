@@ -5,7 +5,8 @@
  *
  * - A read depends on one *scope*: the whole list, or for a read by id the id's shard (`id mod
  *   65536`). Its answer is stored with the *tag* its reader observed before reading the database,
- *   and served only to a reader observing the same tag.
+ *   served only to a reader observing the same tag, and never when older than
+ *   READ_CACHE_MAX_AGE_SECONDS (counted from when its database read began).
  * - A tag is the scope's shared generation (Redis: read in the reply of the rate check, bumped by
  *   every write on every exit, `BUMP_LUA`) and this process's own (`LocalEpochs`: moved by
  *   this process's writes and, through the change feed, by every committed write of any session,
@@ -114,13 +115,15 @@ interface Entry {
   readonly bytes: number
 }
 
-/** Answers by key, least recently used first, bounded in bytes. */
+/** Answers by key, least recently used first, bounded in bytes and (unless `maxAgeMs` is 0) in age. */
 export class AnswerStore {
   readonly maxBytes: number
+  readonly maxAgeMs: number
   private readonly entries = new Map<string, Entry>()
   private held = 0
-  constructor(maxBytes: number) {
+  constructor(maxBytes: number, maxAgeMs = 0) {
     this.maxBytes = maxBytes
+    this.maxAgeMs = maxAgeMs
   }
   get bytes() {
     return this.held
@@ -128,12 +131,12 @@ export class AnswerStore {
   get size() {
     return this.entries.size
   }
-  /** The answer stored under `key` with `tag`; one stored with another tag is dropped. */
-  get(key: string, tag: string): ReadAnswer | undefined {
+  /** The answer stored under `key` with `tag`, read at most `maxAgeMs` before `now`; any other is dropped. */
+  get(key: string, tag: string, now: number): ReadAnswer | undefined {
     const entry = this.entries.get(key)
     if (entry === undefined) return undefined
     this.entries.delete(key)
-    if (entry.tag !== tag) {
+    if (entry.tag !== tag || (this.maxAgeMs > 0 && now - entry.answer.readAt > this.maxAgeMs)) {
       this.release(entry)
       return undefined
     }
@@ -298,6 +301,8 @@ export interface ReadCacheShape {
    * response: bumps its scopes, here and in Redis. Never fails.
    */
   readonly written: (id: number | undefined, kind: WriteKind, outcome: WriteOutcome) => Effect.Effect<void>
+  /** The cache's clock (ms): an answer's `readAt`. */
+  readonly now: () => number
   /** Differs on every process start: weak ETags built from tags carry it. */
   readonly bootId: string
 }
@@ -305,6 +310,8 @@ export interface ReadCacheShape {
 export interface ReadCacheOptions {
   /** READ_CACHE_MAX_BYTES; 0 switches the cache off (writes still bump the shared generations). */
   readonly maxBytes: number
+  /** READ_CACHE_MAX_AGE_SECONDS in ms; 0: no limit. */
+  readonly maxAgeMs: number
   /** Generations shared by every instance (Redis). */
   readonly shared: SharedGenerations | undefined
   /** Runs the feed of committed writes into the sink (ChangeFeed.ts); none for the embedded database. */
@@ -319,9 +326,11 @@ export interface ReadCacheOptions {
 export const makeReadCache = (options: ReadCacheOptions) =>
   Effect.gen(function*() {
     const enabled = options.maxBytes > 0
-    const store = new AnswerStore(options.maxBytes)
+    const store = new AnswerStore(options.maxBytes, options.maxAgeMs)
     const epochs = new LocalEpochs(options.feed === undefined)
     const shared = options.shared
+    const clock = yield* Effect.clockWith(Effect.succeed)
+    const now = () => Number(clock.monotonicTimeNanosUnsafe() / 1_000_000n)
     const scope = yield* Effect.scope
     const inflight = new Map<string, { readonly tag: string; readonly done: Deferred.Deferred<ReadAnswer | undefined> }>()
     const reset = () => {
@@ -359,7 +368,7 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         if (enabled) readCacheBypassedTotal.inc()
         return load
       }
-      const hit = store.get(key, tag)
+      const hit = store.get(key, tag, now())
       if (hit !== undefined) {
         readCacheHitsTotal.inc()
         return Effect.succeed(hit)
@@ -432,7 +441,7 @@ export const makeReadCache = (options: ReadCacheOptions) =>
       tag,
       read,
       peek: (key, tag) => {
-        const hit = store.get(key, tag)
+        const hit = store.get(key, tag, now())
         if (hit !== undefined) readCacheHitsTotal.inc()
         return hit
       },
@@ -440,6 +449,7 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         store.put(key, tag, answer)
       },
       written,
+      now,
       bootId: randomBytes(6).toString("base64url")
     })
   })
@@ -450,6 +460,7 @@ const fromConfig = (shared: SharedGenerations | undefined) =>
     const pg = yield* PgClient.PgClient
     return yield* makeReadCache({
       maxBytes: config.readCacheMaxBytes,
+      maxAgeMs: config.readCacheMaxAgeSeconds * 1000,
       shared,
       // The pool's settings: the feed's connection is the pool's kind, its own.
       feed: Option.isSome(config.databaseUrl) ? (sink) => runChangeFeed(pg.config, sink) : undefined,
@@ -470,6 +481,7 @@ export class ReadCache extends Context.Service<ReadCache, ReadCacheShape>()("Aut
     peek: () => undefined,
     keep: () => {},
     written: () => Effect.void,
+    now: () => 0,
     bootId: "none"
   }))
 }

@@ -16,6 +16,7 @@ import {
   pageKey,
   ReadAnswer,
   textBytes,
+  totalAnswer,
   withTotal
 } from "../../src/Authors/ReadAnswers.ts"
 import {
@@ -37,7 +38,7 @@ import { readCacheHitsTotal, readCacheMissesTotal } from "../../src/Observabilit
 import { Author, AuthorPage } from "../../src/Domain/Author.ts"
 
 const row = (id: number, name = `Author ${id}`) => ({ id, name, created_at: "2026-01-31T12:00:00.000000" })
-const answerOf = (bytes: number) => listAnswer([row(1, "x".repeat(Math.max(0, bytes - 60)))])
+const answerOf = (bytes: number) => listAnswer([row(1, "x".repeat(Math.max(0, bytes - 60)))], 0)
 const sizeOf = (key: string, answer: ReadAnswer) => textBytes(answer.body) + key.length * 2 + ENTRY_OVERHEAD_BYTES
 
 describe("AnswerStore (LRU by bytes)", () => {
@@ -45,9 +46,9 @@ describe("AnswerStore (LRU by bytes)", () => {
     const store = new AnswerStore(1_000_000)
     const answer = answerOf(200)
     store.put("k", "t1", answer)
-    expect(store.get("k", "t1")).toBe(answer)
-    expect(store.get("k", "t2")).toBeUndefined()
-    expect(store.get("k", "t1")).toBeUndefined() // the stale one was dropped
+    expect(store.get("k", "t1", 0)).toBe(answer)
+    expect(store.get("k", "t2", 0)).toBeUndefined()
+    expect(store.get("k", "t1", 0)).toBeUndefined() // the stale one was dropped
     expect(store.bytes).toBe(0)
   })
 
@@ -56,15 +57,15 @@ describe("AnswerStore (LRU by bytes)", () => {
     const store = new AnswerStore(bound)
     const answers = Array.from({ length: 40 }, (_, i) => [`k${i}`, answerOf(900 + i)] as const)
     for (const [key, answer] of answers.slice(0, 3)) store.put(key, "t", answer)
-    store.get("k0", "t") // k0 used: k1 is now the least recently used
+    store.get("k0", "t", 0) // k0 used: k1 is now the least recently used
     for (const [key, answer] of answers.slice(3)) {
       store.put(key, "t", answer)
       expect(store.bytes).toBeLessThanOrEqual(bound)
     }
-    expect(store.get("k1", "t")).toBeUndefined()
-    expect(store.get("k39", "t")).toBe(answers[39]![1])
+    expect(store.get("k1", "t", 0)).toBeUndefined()
+    expect(store.get("k39", "t", 0)).toBe(answers[39]![1])
     // The count is exact: the sum of what is held.
-    const held = answers.filter(([key]) => store.get(key, "t") !== undefined)
+    const held = answers.filter(([key]) => store.get(key, "t", 0) !== undefined)
     expect(store.bytes).toBe(held.reduce((n, [key, answer]) => n + sizeOf(key, answer), 0))
   })
 
@@ -166,7 +167,7 @@ describe("tags", () => {
 })
 
 const memoryCache = (maxBytes = 1_000_000) =>
-  makeReadCache({ maxBytes, shared: undefined, feed: undefined, settled: Effect.void })
+  makeReadCache({ maxBytes, maxAgeMs: 0, shared: undefined, feed: undefined, settled: Effect.void })
 
 describe("the in-process cache", () => {
   it("answers a second read from memory, and a read after a write of that scope from the database", async () => {
@@ -175,7 +176,7 @@ describe("the in-process cache", () => {
       let loads = 0
       const load = Effect.sync(() => {
         loads++
-        return listAnswer([row(loads)])
+        return listAnswer([row(loads)], 0)
       })
       const readId = (id: number) => cache.read(listKey({ id }), cache.tag(scopeOfId(id), undefined), load)
       const first = yield* readId(5)
@@ -195,7 +196,7 @@ describe("the in-process cache", () => {
       let loads = 0
       const load = Effect.andThen(Effect.sleep("20 millis"), Effect.sync(() => {
         loads++
-        return listAnswer([row(1)])
+        return listAnswer([row(1)], 0)
       }))
       const tag = cache.tag(LIST_SCOPE, undefined)
       const answers = yield* Effect.all(Array.from({ length: 10 }, () => cache.read("k", tag, load)), { concurrency: "unbounded" })
@@ -213,7 +214,7 @@ describe("the in-process cache", () => {
       yield* cache.read("s", tag, streamedLoad)
       yield* cache.read("s", tag, streamedLoad)
       expect(loads).toBe(2)
-      const answerLoad = Effect.sync(() => listAnswer([row(++loads)]))
+      const answerLoad = Effect.sync(() => listAnswer([row(++loads)], 0))
       yield* cache.read("u", undefined, answerLoad)
       yield* cache.read("u", undefined, answerLoad)
       expect(loads).toBe(4)
@@ -228,6 +229,7 @@ describe("the in-process cache", () => {
       // Generations that are never bumped here: tags only.
       const cache = yield* makeReadCache({
         maxBytes: 1_000_000,
+        maxAgeMs: 0,
         shared: { bump: () => Effect.void, onReset: () => Effect.void },
         feed: undefined,
         settled: Effect.void
@@ -276,7 +278,7 @@ describe("unfiltered pages after an append (Authors.readPage, in process)", () =
       authors.readPage({}, { page, perPage, cursor }, cache.tag(LIST_SCOPE, undefined))
     /** The answer from what the repository holds now (not through the cache; counted). */
     const fresh = (perPage: number, page: number, cursor = Option.none<number>()) =>
-      Effect.map(authors.paginate({}, { page, perPage, cursor }), pageAnswer)
+      Effect.map(authors.paginate({}, { page, perPage, cursor }), (result) => pageAnswer(result, 0))
     return { statements, cache, authors, repo, read, fresh } as const
   })
   const counters = Effect.promise(async () => ({
@@ -299,7 +301,7 @@ describe("unfiltered pages after an append (Authors.readPage, in process)", () =
       expect(statements).toEqual({ page: 1, total: 1 })
       // The rows entry was a hit, the total a miss (its statement); the page answer itself is not counted.
       expect(yield* counters).toEqual({ hits: before.hits + 1, misses: before.misses + 1 })
-      expect(after.body).toBe(withTotal(first, 7).body)
+      expect(after.body).toBe(withTotal(first, totalAnswer(7, 0)).body)
       expect(after.meta).toEqual({ ...first.meta, total: 7, pages: 4 })
       expect(yield* read(2, 1)).toBe(after) // kept under the new tag
       // Another full page shares the total kept by the first: no statement but its own page's.
@@ -366,23 +368,23 @@ describe("answers", () => {
   const encode = <A>(schema: Schema.Codec<A, unknown>, value: A) => JSON.stringify(Schema.encodeSync(schema)(value))
 
   it("are byte for byte what Schema encoding gives, with data and meta for the WebSocket", () => {
-    const list = listAnswer(rows)
+    const list = listAnswer(rows, 0)
     expect(list.body).toBe(encode(Schema.Array(Author), rows))
     expect(list.dataJson).toBe(list.body)
     const meta = { page: 2, per_page: 2, total: 9, pages: 5, next_cursor: "YToy", has_more: true }
-    const page = pageAnswer({ items: rows, meta })
+    const page = pageAnswer({ items: rows, meta }, 0)
     expect(page.body).toBe(encode(AuthorPage, { items: rows, meta }))
     expect(page.dataJson).toBe(list.body)
     expect(JSON.parse(page.metaJson)).toEqual(meta)
     expect(page.meta).toEqual(meta)
-    expect(authorAnswer(rows[0]).body).toBe(encode(Author, rows[0]!))
-    expect(authorAnswer(undefined).found).toBe(false)
+    expect(authorAnswer(rows[0], 0).body).toBe(encode(Author, rows[0]!))
+    expect(authorAnswer(undefined, 0).found).toBe(false)
   })
 
   it("carry a strong ETag from their content: the same body, the same ETag", () => {
-    expect(listAnswer(rows).etag).toBe(listAnswer(rows).etag)
-    expect(listAnswer(rows).etag).not.toBe(listAnswer(rows.slice(1)).etag)
-    expect(listAnswer(rows).etag).toMatch(/^"[A-Za-z0-9_-]{27}"$/)
+    expect(listAnswer(rows, 0).etag).toBe(listAnswer(rows, 1).etag)
+    expect(listAnswer(rows, 0).etag).not.toBe(listAnswer(rows.slice(1), 0).etag)
+    expect(listAnswer(rows, 0).etag).toMatch(/^"[A-Za-z0-9_-]{27}"$/)
   })
 
   it("keys tell every parameter apart (absent, empty, and values with separators)", () => {
