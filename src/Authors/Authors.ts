@@ -10,6 +10,7 @@
 import { Context, Effect, Exit, Fiber, Layer, Option, Stream } from "effect"
 import { type AuthorEvent, type AuthorFilters, type AuthorPage, type AuthorRow, isFiltered } from "../Domain/Author.ts"
 import type { AuthorNameTaken, AuthorNotFound } from "../Errors.ts"
+import { authorTotalRepairsTotal } from "../Observability/Metrics.ts"
 import { encodeCursor, pageCount, type PageQuery } from "../Domain/Pagination.ts"
 import {
   authorAnswer,
@@ -34,6 +35,9 @@ export class AuthorEvents extends Context.Service<AuthorEvents, {
   /** Announces nowhere (tests of the HTTP handlers alone). */
   static readonly layerNone = Layer.succeed(AuthorEvents, { publish: () => Effect.void })
 }
+
+/** How often the exact total is checked against `count(*)` (and once at start). */
+const TOTAL_CHECK_EVERY = "10 minutes"
 
 /** The unpaginated list when it is longer than one batch: streamed, never held (nor cached). */
 export interface ListBatches {
@@ -169,6 +173,30 @@ const make = Effect.gen(function*() {
   const create = (name: string) => write("author.created", "create", undefined, repo.create(name))
   const update = (id: number, name: string) => write("author.updated", "update", id, repo.update(id, name))
   const remove = (id: number) => write("author.deleted", "delete", id, repo.remove(id))
+
+  /**
+   * The exact total (migrations/0004's shard rows) is kept by triggers; rows written with them off
+   * (`session_replication_role = replica`, `pg_restore --disable-triggers`) leave it wrong in the
+   * database itself. Checked at start and every TOTAL_CHECK_EVERY: a drift is repaired (Repo.ts
+   * `repairTotal`), counted, logged, and bumped like a write of unknown id.
+   */
+  const checkTotal = Effect.flatMap(repo.repairTotal, (found) =>
+    found === undefined || found.counted === found.kept
+      ? Effect.void
+      : Effect.andThen(
+        Effect.sync(() => authorTotalRepairsTotal.inc()),
+        Effect.andThen(
+          Effect.logWarning(
+            `Author total repaired: the kept total said ${found.kept}, count(*) says ${found.counted} ` +
+              `(drift ${found.counted - found.kept}); rows were written with triggers off`
+          ),
+          cache.written(undefined, "update", "committed")
+        )
+      ))
+  yield* Effect.forkScoped(Effect.forever(Effect.andThen(
+    Effect.catchCause(checkTotal, (cause) => Effect.logWarning("Author total not checked", cause)),
+    Effect.sleep(TOTAL_CHECK_EVERY)
+  )))
 
   // No span of their own: the request's (or WebSocket message's) span names the operation and
   // each statement has its `sql.execute` span; a span costs a copy of the fiber's whole context.
