@@ -1,10 +1,11 @@
 /**
  * The read cache's parts (src/Authors/ReadCache.ts, ReadAnswers.ts): the byte-bounded LRU, the tag
  * logic (which writes change which reads' tags, the list's generations), the in-process cache end
- * to end, unfiltered pages made again from their kept rows after an append (Authors.ts `readPage`),
- * and the answers' text (byte for byte what Schema encoding gives, the same ETag for the same body).
+ * to end, unfiltered pages made again from their kept rows after an append (Authors.ts `readListPage`),
+ * the answers' text (byte for byte what Schema encoding gives, the same ETag for the same body), the
+ * bump on every exit of a write (Authors.ts `write`) and the maximum age.
  */
-import { Context, Effect, Layer, Option, Schema } from "effect"
+import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schema, type Scope } from "effect"
 import { describe, expect, it } from "vitest"
 import { AuthorEvents, Authors } from "../../src/Authors/Authors.ts"
 import {
@@ -31,11 +32,14 @@ import {
   makeReadCache,
   ReadCache,
   scopeOf,
-  scopeOfId
+  scopeOfId,
+  type WriteKind,
+  type WriteOutcome
 } from "../../src/Authors/ReadCache.ts"
 import { AuthorRepo } from "../../src/Authors/Repo.ts"
 import { readCacheHitsTotal, readCacheMissesTotal } from "../../src/Observability/Metrics.ts"
 import { Author, AuthorPage } from "../../src/Domain/Author.ts"
+import { AuthorNameTaken, AuthorNotFound } from "../../src/Errors.ts"
 
 const row = (id: number, name = `Author ${id}`) => ({ id, name, created_at: "2026-01-31T12:00:00.000000" })
 const answerOf = (bytes: number) => listAnswer([row(1, "x".repeat(Math.max(0, bytes - 60)))], 0)
@@ -401,5 +405,126 @@ describe("answers", () => {
       authorKey(1)
     ]
     expect(new Set(keys).size).toBe(keys.length)
+  })
+})
+
+describe("every exit of a write bumps its scopes (Authors `write`)", () => {
+  type Fault = "none" | "die" | "interrupt"
+  /**
+   * The service on the in-memory repository whose writes commit and then fail as `fault` says (a
+   * connection lost after the commit, an interruption), with a cache that records its bumps; `gate`
+   * holds a rename's statement until it is opened.
+   */
+  const setup = (fault: Fault, gate?: Deferred.Deferred<void>) =>
+    Effect.gen(function*() {
+      const bumps: Array<{ id: number | undefined; kind: WriteKind; outcome: WriteOutcome }> = []
+      const reached = Deferred.makeUnsafe<void>()
+      const after = <A, E>(committed: Effect.Effect<A, E>) =>
+        Effect.flatMap(committed, (a) => (fault === "die" ? Effect.die(new Error("connection lost after the commit")) : fault === "interrupt" ? Effect.interrupt : Effect.succeed(a)))
+      const Faulty = Layer.effect(
+        AuthorRepo,
+        Effect.gen(function*() {
+          const repo = yield* AuthorRepo
+          const held = <A, E>(statement: Effect.Effect<A, E>) =>
+            gate === undefined ? statement : Effect.andThen(Effect.andThen(Deferred.succeed(reached, undefined), Deferred.await(gate)), statement)
+          return AuthorRepo.of({
+            ...repo,
+            create: (name) => after(repo.create(name)),
+            update: (id, name) => after(held(repo.update(id, name))),
+            remove: (id) => after(repo.remove(id))
+          })
+        })
+      ).pipe(Layer.provide(AuthorRepo.layerMemory))
+      const recording = ReadCache.of({ ...Context.get(yield* Layer.build(ReadCache.layerNone), ReadCache), written: (id, kind, outcome) => Effect.sync(() => void bumps.push({ id, kind, outcome })) })
+      const context = yield* Layer.build(Authors.layer.pipe(Layer.provideMerge(Faulty), Layer.provide([AuthorEvents.layerNone, Layer.succeed(ReadCache, recording)])))
+      return { bumps, reached, authors: Context.get(context, Authors), repo: Context.get(context, AuthorRepo) }
+    })
+  const run = <A, E>(effect: Effect.Effect<A, E, Scope.Scope>) => Effect.runPromise(Effect.scoped(effect))
+
+  it("answered: bumped as committed; a 409 or a 404: nothing committed, nothing bumped", () =>
+    run(Effect.gen(function*() {
+      const { bumps, authors } = yield* setup("none")
+      const row = yield* authors.create("Ann")
+      yield* authors.update(row.id, "Ann Renamed")
+      expect(yield* Effect.flip(authors.create("Ann Renamed"))).toBeInstanceOf(AuthorNameTaken)
+      expect(yield* Effect.flip(authors.update(99, "Nobody"))).toBeInstanceOf(AuthorNotFound)
+      expect(yield* Effect.flip(authors.remove(99))).toBeInstanceOf(AuthorNotFound)
+      yield* authors.remove(row.id)
+      expect(bumps).toEqual([
+        { id: row.id, kind: "create", outcome: "committed" },
+        { id: row.id, kind: "update", outcome: "committed" },
+        { id: row.id, kind: "delete", outcome: "committed" }
+      ])
+    })))
+
+  for (const fault of ["die", "interrupt"] as const) {
+    it(`committed, then the request ${fault === "die" ? "dies" : "is interrupted"}: bumped as unknown (a create's id unknown)`, () =>
+      run(Effect.gen(function*() {
+        const { bumps, authors, repo } = yield* setup(fault)
+        const created = yield* Effect.exit(authors.create("Bob"))
+        expect(Exit.isFailure(created)).toBe(true)
+        const [row] = yield* repo.listBatch({}, Option.none())
+        yield* Effect.exit(authors.update(row!.id, "Bob Renamed"))
+        yield* Effect.exit(authors.remove(row!.id))
+        expect(bumps).toEqual([
+          { id: undefined, kind: "create", outcome: "unknown" },
+          { id: row!.id, kind: "update", outcome: "unknown" },
+          { id: row!.id, kind: "delete", outcome: "unknown" }
+        ])
+      })))
+  }
+
+  it("a request interrupted while its statement runs (its client went away) waits for the outcome, then bumps", () =>
+    run(Effect.gen(function*() {
+      const gate = Deferred.makeUnsafe<void>()
+      const { bumps, reached, authors, repo } = yield* setup("none", gate)
+      const row = yield* authors.create("Cy")
+      const fiber = yield* Effect.forkChild(authors.update(row.id, "Cy Renamed"))
+      yield* Deferred.await(reached)
+      const interrupting = yield* Effect.forkChild(Fiber.interrupt(fiber), { startImmediately: true })
+      yield* Effect.yieldNow
+      expect(bumps).toHaveLength(1) // only the create's: the rename is still waiting for its statement
+      yield* Deferred.succeed(gate, undefined)
+      yield* Fiber.join(interrupting)
+      expect(Option.getOrThrow(yield* repo.findById(row.id)).name).toBe("Cy Renamed")
+      expect(bumps[1]).toEqual({ id: row.id, kind: "update", outcome: "committed" })
+    })))
+})
+
+describe("READ_CACHE_MAX_AGE_SECONDS", () => {
+  it("an answer read longer ago than the maximum age is not served, and is dropped; 0 is no limit", () => {
+    const store = new AnswerStore(1_000_000, 60_000)
+    const answer = listAnswer([row(1)], 1_000)
+    store.put("k", "t", answer)
+    expect(store.get("k", "t", 61_000)).toBe(answer) // exactly the maximum age
+    expect(store.get("k", "t", 61_001)).toBeUndefined()
+    expect(store.size).toBe(0)
+    const unbounded = new AnswerStore(1_000_000, 0)
+    unbounded.put("k", "t", answer)
+    expect(unbounded.get("k", "t", Number.MAX_SAFE_INTEGER)).toBe(answer)
+  })
+
+  it("a page made from kept rows and a total is as old as the older of the two", () => {
+    const rows = pageAnswer({ items: [row(1)], meta: { page: 1, per_page: 1, total: 5, pages: 5, next_cursor: "YTox", has_more: true } }, 1_000)
+    expect(withTotal(rows, totalAnswer(6, 5_000)).readAt).toBe(1_000)
+    expect(withTotal(rows, totalAnswer(6, 500)).readAt).toBe(500)
+  })
+
+  it("through the cache: a read after the maximum age goes to the database again (the cache's clock: Effect's)", async () => {
+    let ms = 1_000_000
+    const clock = { ...Context.get(Context.empty(), Clock.Clock), monotonicTimeNanosUnsafe: () => BigInt(ms) * 1_000_000n }
+    await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+      const cache = yield* makeReadCache({ maxBytes: 1_000_000, maxAgeMs: 60_000, shared: undefined, feed: undefined, settled: Effect.void })
+      let loads = 0
+      const load = Effect.sync(() => listAnswer([row(++loads)], cache.now()))
+      const read = () => cache.read("k", cache.tag(LIST_SCOPE, undefined), load)
+      yield* read()
+      ms += 60_000
+      yield* read()
+      expect(loads).toBe(1)
+      ms += 1
+      yield* read()
+      expect(loads).toBe(2)
+    })).pipe(Effect.provideService(Clock.Clock, clock)))
   })
 })
