@@ -1,14 +1,14 @@
 /**
- * The exact read cache of author reads (docs/architecture.md#the-read-cache). `GET /authors` (one
- * batch), `GET /authors/paginated`, `GET /authors/{author_id}` and WebSocket packages 1 and 2 are
- * answered from memory while nothing they depend on changed.
+ * The exact read cache of author reads (docs/architecture.md#its-invariants: I1…I8 are kept here).
+ * `GET /authors` (one batch), `GET /authors/paginated`, `GET /authors/{author_id}` and WebSocket
+ * packages 1 and 2 are answered from memory while nothing they depend on changed.
  *
  * - A read depends on one *scope*: the whole list, or for a read by id the id's shard (`id mod
  *   65536`). Its answer is stored with the *tag* its reader observed before reading the database,
  *   served only to a reader observing the same tag, and never when older than
  *   READ_CACHE_MAX_AGE_SECONDS (counted from when its database read began).
  * - A tag is the scope's shared generation (Redis: read in the reply of the rate check, bumped by
- *   every write on every exit, `BUMP_LUA`) and this process's own (`LocalEpochs`: moved by
+ *   every write before its response, `BUMP_LUA`) and this process's own (`LocalEpochs`: moved by
  *   this process's writes and, through the change feed, by every committed write of any session,
  *   ChangeFeed.ts; none with the embedded PGlite, whose one session every pglite-socket
  *   connection shares, so notifications do not reach a listener, and whose only writer is this
