@@ -223,7 +223,7 @@ export class LocalEpochs {
  * write's kind, the id (or ""). The list's rule is `ListGenerations.written`'s; every value set is
  * `next_generation`'s, so none repeats.
  */
-export const BUMP_LUA = `${nextGenerationLua}local list = redis.call('HMGET', KEYS[1], 'rows', 'count', 'high')
+const BUMP_LUA = `${nextGenerationLua}local list = redis.call('HMGET', KEYS[1], 'rows', 'count', 'high')
 if ARGV[1] == 'create' and ARGV[2] ~= '' and tonumber(ARGV[2]) >= tonumber(list[3] or '0') then
   redis.call('HSET', KEYS[1], 'high', ARGV[2], 'count', next_generation(list[2]))
 else

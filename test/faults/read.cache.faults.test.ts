@@ -101,23 +101,42 @@ const waitingOnLock = async (client: pg.Client, prefix: string) =>
     [APPLICATION_NAME, `${prefix}%`]
   )).rows[0]!.n)
 
-/**
- * Sends a write to `at` and, once its statement waits on the test's lock, goes away (the client's
- * request is aborted). Two round trips through the instance follow, so it has seen the client go.
- */
-const abandonedWrite = async (at: Instance, probe: pg.Client, method: "PUT" | "POST", path: string, name: string, statement: string) => {
+/** Sends a write to `at`; resolves once its statement waits on the test's lock, with its outcome to come. */
+const writeWaitingOnLock = async (at: Instance, probe: pg.Client, method: "PUT" | "POST", path: string, name: string, statement: string) => {
   const controller = new AbortController()
   const sent = fetch(`${at.url}${path}`, {
     method,
     headers: { authorization: `Bearer ${at.token}`, "content-type": "application/json" },
     body: JSON.stringify({ name }),
     signal: controller.signal
-  }).then(() => "answered", () => "abandoned")
+  }).then(() => "answered", () => "not answered")
   await eventually(async () => (await waitingOnLock(probe, statement)) > 0, `the ${method} to wait on the test's lock`)
-  controller.abort()
-  expect(await sent).toBe("abandoned")
+  return { abort: () => controller.abort(), sent }
+}
+
+/**
+ * A write to `at` that goes away (the client's request is aborted) once its statement waits on the
+ * test's lock. Two round trips through the instance follow, so it has seen the client go.
+ */
+const abandonedWrite = async (at: Instance, probe: pg.Client, method: "PUT" | "POST", path: string, name: string, statement: string) => {
+  const { abort, sent } = await writeWaitingOnLock(at, probe, method, path, name, statement)
+  abort()
+  expect(await sent).toBe("not answered")
   await requestsInFlight(at.url)
   await requestsInFlight(at.url)
+}
+
+/** Runs `during` while the test's own transaction holds author `id`'s row, then commits. */
+const holdingRow = async (url: string, id: number, during: () => Promise<void>) => {
+  const holder = await sql(url)
+  try {
+    await holder.query("BEGIN")
+    await holder.query("SELECT id FROM authors WHERE id = $1 FOR UPDATE", [id])
+    await during()
+    await holder.query("COMMIT")
+  } finally {
+    await holder.end()
+  }
 }
 
 const runsHere = TEST_DATABASE_URL !== undefined && onPath("redis-server")
@@ -179,15 +198,7 @@ describe.runIf(runsHere)("two instances on one PostgreSQL and one private Redis"
     const newName = `${oldName} renamed`
     const id = await create(a, oldName)
     await warm(id, oldName)
-    const holder = await sql(db.url!)
-    try {
-      await holder.query("BEGIN")
-      await holder.query("SELECT id FROM authors WHERE id = $1 FOR UPDATE", [id])
-      await abandonedWrite(a, probe, "PUT", `/authors/${id}`, newName, "UPDATE authors")
-      await holder.query("COMMIT")
-    } finally {
-      await holder.end()
-    }
+    await holdingRow(db.url!, id, () => abandonedWrite(a, probe, "PUT", `/authors/${id}`, newName, "UPDATE authors"))
     await eventually(async () => (await databaseOf(probe, id)).name === newName, "the rename to commit")
     for (const at of [a, b]) await reflected(at, id, oldName, newName)
   })
@@ -282,22 +293,11 @@ describe.runIf(runsHere)("two instances on one PostgreSQL and one private Redis"
     const newName = `${oldName} renamed`
     const id = await create(a, oldName)
     await warm(id, oldName)
-    const holder = await sql(db.url!)
-    try {
-      await holder.query("BEGIN")
-      await holder.query("SELECT id FROM authors WHERE id = $1 FOR UPDATE", [id])
-      const sent = fetch(`${a.url}/authors/${id}`, {
-        method: "PUT",
-        headers: { authorization: `Bearer ${a.token}`, "content-type": "application/json" },
-        body: JSON.stringify({ name: newName })
-      }).then(() => "answered", () => "not answered")
-      await eventually(async () => (await waitingOnLock(probe, "UPDATE authors")) > 0, "the rename to wait on the lock")
+    await holdingRow(db.url!, id, async () => {
+      const { sent } = await writeWaitingOnLock(a, probe, "PUT", `/authors/${id}`, newName, "UPDATE authors")
       expect((await a.service.stop("SIGKILL")).code).toBe("SIGKILL")
       expect(await sent).toBe("not answered")
-      await holder.query("COMMIT")
-    } finally {
-      await holder.end()
-    }
+    })
     await eventually(async () => (await databaseOf(probe, id)).name === newName, "the rename to commit after the kill")
     await reflected(b, id, oldName, newName)
   })
