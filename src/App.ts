@@ -180,7 +180,8 @@ const layerStartupLog = Layer.effectDiscard(Effect.gen(function*() {
   if (config.appEnv === "production" && Option.isNone(config.redis)) {
     yield* Effect.logWarning(
       "REDIS_URL is not set (nor REDIS_CLUSTER_NODES or REDIS_SENTINELS): rate limits, WebSocket connection counts, broadcasts " +
-        "and session expiry are per instance (in-process stores); with more than one instance, set one of them"
+        "and session expiry are per instance (in-process stores), and the read cache learns of another instance's writes from " +
+        "PostgreSQL within a second, not before their response; with more than one instance, set one of them"
     )
   }
 }))

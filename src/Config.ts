@@ -151,6 +151,8 @@ export interface AppConfigShape {
   readonly otelServiceName: string
   /** The read cache's bound in bytes (Authors/ReadCache.ts); 0 switches it off. */
   readonly readCacheMaxBytes: number
+  /** The oldest answer the read cache serves, in seconds (docs/architecture.md#the-read-cache); 0: no limit. */
+  readonly readCacheMaxAgeSeconds: number
 }
 
 /** A failure that names the variable: the message is shown as is, `at ["NAME"]` follows it. */
@@ -418,7 +420,8 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     otelExporterOtlpEndpoint: yield* nonEmpty("OTEL_EXPORTER_OTLP_ENDPOINT"),
     otelExporterOtlpTracesEndpoint: yield* nonEmpty("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
     otelServiceName: yield* Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("author-directory-service")),
-    readCacheMaxBytes: yield* nonNegativeInt("READ_CACHE_MAX_BYTES", 33_554_432)
+    readCacheMaxBytes: yield* nonNegativeInt("READ_CACHE_MAX_BYTES", 33_554_432),
+    readCacheMaxAgeSeconds: yield* nonNegativeInt("READ_CACHE_MAX_AGE_SECONDS", 60)
   } satisfies AppConfigShape
 })
 

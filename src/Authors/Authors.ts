@@ -2,12 +2,15 @@
  * The authors service: the one implementation behind HTTP and the WebSocket packages. Every
  * change is announced on `AuthorEvents` (broadcast to WebSocket clients, docs/websocket.md#broadcasts). Reads come
  * as the text they are sent as, through the read cache (ReadCache.ts), which every write bumps
- * after its commit and before its response — and before its broadcast, so a client that reads on
- * hearing of a change reads the change. An unfiltered page whose answer a create outdated (its
- * total changed) is made again from its rows kept apart and the total alone (`readPage`).
+ * on every exit (`write`): after its commit and before its response — and before its broadcast,
+ * so a client that reads on hearing of a change reads the change. An unfiltered page whose answer
+ * a create outdated (its total changed) is made again from its rows kept apart and the total alone
+ * (`readListPage`).
  */
-import { Context, Effect, Fiber, Layer, Option, Stream } from "effect"
+import { Context, Effect, Exit, Fiber, Layer, Option, Stream } from "effect"
 import { type AuthorEvent, type AuthorFilters, type AuthorPage, type AuthorRow, isFiltered } from "../Domain/Author.ts"
+import type { AuthorNameTaken, AuthorNotFound } from "../Errors.ts"
+import { authorTotalRepairsTotal } from "../Observability/Metrics.ts"
 import { encodeCursor, pageCount, type PageQuery } from "../Domain/Pagination.ts"
 import {
   authorAnswer,
@@ -20,7 +23,6 @@ import {
   type ReadAnswer,
   TOTAL_KEY,
   totalAnswer,
-  totalOf,
   withTotal
 } from "./ReadAnswers.ts"
 import { type ListTags, listTagsOf, ReadCache, type WriteKind } from "./ReadCache.ts"
@@ -33,6 +35,9 @@ export class AuthorEvents extends Context.Service<AuthorEvents, {
   /** Announces nowhere (tests of the HTTP handlers alone). */
   static readonly layerNone = Layer.succeed(AuthorEvents, { publish: () => Effect.void })
 }
+
+/** How often the exact total is checked against `count(*)` (and once at start). */
+const TOTAL_CHECK_EVERY = "10 minutes"
 
 /** The unpaginated list when it is longer than one batch: streamed, never held (nor cached). */
 export interface ListBatches {
@@ -49,12 +54,41 @@ const make = Effect.gen(function*() {
    * write to Redis (one connection, auto-pipelined), which runs them in that order: the broadcast
    * still reaches no one before the bump. The response waits for the bump only.
    */
-  const announce = (event: AuthorEvent["event"], kind: WriteKind) => (author: AuthorRow) =>
-    Effect.flatMap(Effect.forkChild(cache.written(author.id, kind), { startImmediately: true }), (bump) =>
+  const announce = (event: AuthorEvent["event"], kind: WriteKind, author: AuthorRow) =>
+    Effect.flatMap(Effect.forkChild(cache.written(author.id, kind, "committed"), { startImmediately: true }), (bump) =>
       Effect.andThen(
         Effect.forkDetach(events.publish({ event, author }), { startImmediately: true }),
         Fiber.join(bump)
       ))
+
+  /**
+   * A write and its bump, on every exit (docs/architecture.md#the-read-cache, I3), as one
+   * uninterruptible step: a request whose client went away (or a shutdown) waits for its
+   * statement's outcome, bounded by the statement deadline, instead of leaving it to commit
+   * unannounced. Answered: bumped and broadcast. A 409 or 404 changed nothing. Any other exit (a
+   * database error such as the deadline, a defect) may have committed: its scopes are bumped
+   * anyway (`id` undefined: a create, whose id is unknown). The bump follows the statement's own
+   * commit: a write is one autocommit statement, never part of a wider transaction.
+   */
+  const write = <E extends AuthorNameTaken | AuthorNotFound>(
+    event: AuthorEvent["event"],
+    kind: WriteKind,
+    id: number | undefined,
+    statement: Effect.Effect<AuthorRow, E>
+  ): Effect.Effect<AuthorRow, E> =>
+    Effect.uninterruptible(Effect.onExit(statement, (exit) =>
+      Exit.isSuccess(exit)
+        ? announce(event, kind, exit.value)
+        : exit.cause.reasons.every((reason) => reason._tag === "Fail")
+        ? Effect.void
+        : cache.written(id, kind, "unknown")))
+
+  /** `load`'s result as an answer stamped with the time the read began: its age counts from there. */
+  const answerOf = <A, B>(load: Effect.Effect<A>, answer: (a: A, readAt: number) => B): Effect.Effect<B> =>
+    Effect.suspend(() => {
+      const readAt = cache.now()
+      return Effect.map(load, (a) => answer(a, readAt))
+    })
 
   /**
    * The whole list, by id, in keyset batches of LIST_BATCH_SIZE rows, so memory does not grow
@@ -95,11 +129,11 @@ const make = Effect.gen(function*() {
 
   // Reads as answers, through the cache; `tag` from `ReadCache.tag` (undefined: not cached).
   const readList = (filters: AuthorFilters, tag: string | undefined): Effect.Effect<ReadAnswer | ListBatches> =>
-    cache.read(listKey(filters), tag, Effect.map(listBatches(filters), ({ first, more, rest }) => (more ? { first, rest } : listAnswer(first))))
+    cache.read(listKey(filters), tag, answerOf(listBatches(filters), ({ first, more, rest }, readAt) => (more ? { first, rest } : listAnswer(first, readAt))))
   const readPage = (filters: AuthorFilters, query: PageQuery, tag: string | undefined): Effect.Effect<ReadAnswer> => {
     const parts = tag === undefined || isFiltered(filters) ? undefined : listTagsOf(tag)
     return tag === undefined || parts === undefined
-      ? cache.read(pageKey(filters, query), tag, Effect.map(paginate(filters, query), pageAnswer))
+      ? cache.read(pageKey(filters, query), tag, answerOf(paginate(filters, query), pageAnswer))
       : Effect.suspend(() => readListPage(query, tag, parts))
   }
 
@@ -108,7 +142,7 @@ const make = Effect.gen(function*() {
    * its rows kept apart under the `rows` generation, with the total (kept under `count`, else read
    * alone); else the page statement, whose total is kept, and whose rows are kept when the page is
    * full and the row after it is not above the `high` its reader observed — so no create that
-   * leaves `rows` as it was (its id above every `high` before it) can land among them.
+   * leaves `rows` as it was (its id not below any `high` before it) can land among them.
    */
   const readListPage = (query: PageQuery, tag: string, parts: ListTags): Effect.Effect<ReadAnswer> => {
     const key = pageKey({}, query)
@@ -116,8 +150,8 @@ const make = Effect.gen(function*() {
     if (kept !== undefined) return Effect.succeed(kept)
     const rows = cache.peek(pageRowsKey(query), parts.rows)
     if (rows !== undefined) {
-      return Effect.map(cache.read(TOTAL_KEY, parts.count, Effect.map(repo.total, totalAnswer)), (total) => {
-        const answer = withTotal(rows, totalOf(total))
+      return Effect.map(cache.read(TOTAL_KEY, parts.count, answerOf(repo.total, totalAnswer)), (total) => {
+        const answer = withTotal(rows, total)
         cache.keep(key, tag, answer)
         return answer
       })
@@ -125,20 +159,44 @@ const make = Effect.gen(function*() {
     return cache.read(
       key,
       tag,
-      Effect.map(readRows({}, query), (result) => {
-        const answer = pageAnswer(pageOf(query, result))
-        cache.keep(TOTAL_KEY, parts.count, totalAnswer(result.total))
+      answerOf(readRows({}, query), (result, readAt) => {
+        const answer = pageAnswer(pageOf(query, result), readAt)
+        cache.keep(TOTAL_KEY, parts.count, totalAnswer(result.total, readAt))
         if (result.lastId !== undefined && result.lastId <= parts.high) cache.keep(pageRowsKey(query), parts.rows, answer)
         return answer
       })
     )
   }
   const readAuthor = (id: number, tag: string | undefined): Effect.Effect<ReadAnswer> =>
-    cache.read(authorKey(id), tag, Effect.map(repo.findById(id), (row) => authorAnswer(Option.getOrUndefined(row))))
+    cache.read(authorKey(id), tag, answerOf(repo.findById(id), (row, readAt) => authorAnswer(Option.getOrUndefined(row), readAt)))
 
-  const create = (name: string) => repo.create(name).pipe(Effect.tap(announce("author.created", "create")))
-  const update = (id: number, name: string) => repo.update(id, name).pipe(Effect.tap(announce("author.updated", "update")))
-  const remove = (id: number) => repo.remove(id).pipe(Effect.tap(announce("author.deleted", "delete")))
+  const create = (name: string) => write("author.created", "create", undefined, repo.create(name))
+  const update = (id: number, name: string) => write("author.updated", "update", id, repo.update(id, name))
+  const remove = (id: number) => write("author.deleted", "delete", id, repo.remove(id))
+
+  /**
+   * The exact total (migrations/0004's shard rows) is kept by triggers; rows written with them off
+   * (`session_replication_role = replica`, `pg_restore --disable-triggers`) leave it wrong in the
+   * database itself. Checked at start and every TOTAL_CHECK_EVERY: a drift is repaired (Repo.ts
+   * `repairTotal`), counted, logged, and bumped like a write of unknown id.
+   */
+  const checkTotal = Effect.flatMap(repo.repairTotal, (found) =>
+    found === undefined || found.counted === found.kept
+      ? Effect.void
+      : Effect.andThen(
+        Effect.sync(() => authorTotalRepairsTotal.inc()),
+        Effect.andThen(
+          Effect.logWarning(
+            `Author total repaired: the kept total said ${found.kept}, count(*) says ${found.counted} ` +
+              `(drift ${found.counted - found.kept}); rows were written with triggers off`
+          ),
+          cache.written(undefined, "update", "committed")
+        )
+      ))
+  yield* Effect.forkScoped(Effect.forever(Effect.andThen(
+    Effect.catchCause(checkTotal, (cause) => Effect.logWarning("Author total not checked", cause)),
+    Effect.sleep(TOTAL_CHECK_EVERY)
+  )))
 
   // No span of their own: the request's (or WebSocket message's) span names the operation and
   // each statement has its `sql.execute` span; a span costs a copy of the fiber's whole context.

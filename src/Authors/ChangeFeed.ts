@@ -1,14 +1,15 @@
 /**
- * Writes made to `authors` outside the service, as they commit: the trigger of
- * migrations/0005_authors_notify.sql NOTIFYs the changed ids on `authors_changed`, and this feed
- * LISTENs on a connection of its own (not one of the pool's, which serve statements). It tells its
- * sink when it is listening (`up`), when it may be missing notifications (`down`: the connection
- * failed, or did not answer the heartbeat in time), and what changed.
+ * Every committed write to `authors`, whoever made it, as it commits: the triggers of
+ * migrations/0007_authors_notify_every_write.sql NOTIFY what a statement changed on
+ * `authors_changed`, and this feed LISTENs on a connection of its own (not one of the pool's, which
+ * serve statements). It tells its sink when it is listening (`up`), when it may be missing
+ * notifications (`down`: the connection failed, or did not answer the heartbeat in time), and what
+ * changed.
  *
  * The heartbeat (`SELECT 1` every HEARTBEAT_EVERY_MS, answered within HEARTBEAT_TIMEOUT_MS) bounds
  * how long a connection that silently stopped delivering (half-open, black-holed) can go
  * unnoticed: a notification lost that way is noticed within their sum, well under the read
- * cache's 1 s for outside writes, and the cache is bypassed from then on until LISTEN is back.
+ * cache's 1 s for a committed write, and the cache is bypassed from then on until LISTEN is back.
  *
  * A failed session is abandoned, not waited for: closing a listener sends UNLISTEN, which a
  * black-holed connection never answers (it ends with the socket's keepalive). So recovery and
@@ -26,11 +27,11 @@ const RETRY_MIN_MS = 100
 const RETRY_MAX_MS = 2_000
 
 export interface FeedSink {
-  /** LISTEN is confirmed: from now on every outside write is notified. */
+  /** LISTEN is confirmed: from now on every committed write is notified. */
   readonly up: () => void
   /** Notifications may be missed from now on. */
   readonly down: () => void
-  /** One notification's payload: ids separated by commas, or `all`. */
+  /** One notification's payload: `c:`, `u:` or `d:` and ids separated by commas, or `all`. */
   readonly changed: (payload: string) => void
 }
 
@@ -80,9 +81,9 @@ export const runChangeFeed = (config: PgConnection.Config, sink: FeedSink): Effe
       sink.down()
       fiber.interruptUnsafe()
       if (listening) {
-        yield* Effect.logWarning("Read cache bypassed: the LISTEN connection for outside writes was lost; reconnecting", cause)
+        yield* Effect.logWarning("Read cache bypassed: the LISTEN connection for committed writes was lost; reconnecting", cause)
       } else if (wait === RETRY_MIN_MS) {
-        yield* Effect.logWarning("Read cache bypassed: LISTEN for outside writes is not established; retrying", cause)
+        yield* Effect.logWarning("Read cache bypassed: LISTEN for committed writes is not established; retrying", cause)
       }
       listening = false
       yield* Effect.sleep(wait)

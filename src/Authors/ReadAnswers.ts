@@ -4,7 +4,9 @@
  * instance), and where in the body WebSocket packages 1 and 2 find their `data` and `meta`. This
  * is what the read cache keeps (ReadCache.ts): a hit writes the stored text, nothing is encoded
  * again, and `answered` is the HTTP answer of one — the handlers' and the front door's cached-read
- * stage's alike (Http.ts). Keys name a read exactly (every parameter that shapes its answer).
+ * stage's alike (Http.ts). Keys name a read exactly (every parameter that shapes its answer). Each
+ * answer knows when the read it came from began (`readAt`): no answer older than
+ * READ_CACHE_MAX_AGE_SECONDS is served.
  */
 import { HttpServerResponse } from "effect/http"
 import { hash } from "node:crypto"
@@ -22,13 +24,16 @@ export class ReadAnswer {
   /** Pages only: WebSocket package 2's `meta` (protobuf needs the object). */
   readonly meta: PageMeta | null
   readonly found: boolean
-  constructor(body: string, dataStart: number, dataEnd: number, meta: PageMeta | null, found: boolean) {
+  /** When the database read it came from began (the read cache's clock, ms); the older part's for a page made of two. */
+  readonly readAt: number
+  constructor(body: string, dataStart: number, dataEnd: number, meta: PageMeta | null, found: boolean, readAt: number) {
     this.body = body
     this.etag = `"${hash("sha256", body, "base64url").slice(0, 27)}"`
     this.dataStart = dataStart
     this.dataEnd = dataEnd
     this.meta = meta
     this.found = found
+    this.readAt = readAt
   }
 
   /** The rows as a JSON array. */
@@ -70,40 +75,42 @@ const ITEMS_LABEL = `{"items":`
 const META_LABEL = `,"meta":`
 
 /** `GET /authors` (one batch) and package 1: the rows, byte for byte `Schema.Array(Author)`. */
-export const listAnswer = (rows: ReadonlyArray<AuthorRow>): ReadAnswer => {
+export const listAnswer = (rows: ReadonlyArray<AuthorRow>, readAt: number): ReadAnswer => {
   const body = `[${authorRowsJson(rows)}]`
-  return new ReadAnswer(body, 0, body.length, null, true)
+  return new ReadAnswer(body, 0, body.length, null, true, readAt)
 }
 
 /** `GET /authors/paginated` and package 2: `{"items":[…],"meta":{…}}` (keys in `AuthorPage`'s order). */
-export const pageAnswer = (page: AuthorPage): ReadAnswer => pageOfRows(`[${authorRowsJson(page.items)}]`, page.meta)
+export const pageAnswer = (page: AuthorPage, readAt: number): ReadAnswer =>
+  pageOfRows(`[${authorRowsJson(page.items)}]`, page.meta, readAt)
 
-const pageOfRows = (rows: string, meta: PageMeta): ReadAnswer => {
+const pageOfRows = (rows: string, meta: PageMeta, readAt: number): ReadAnswer => {
   const body = `${ITEMS_LABEL}${rows}${META_LABEL}${JSON.stringify(meta)}}`
-  return new ReadAnswer(body, ITEMS_LABEL.length, ITEMS_LABEL.length + rows.length, meta, true)
+  return new ReadAnswer(body, ITEMS_LABEL.length, ITEMS_LABEL.length + rows.length, meta, true, readAt)
 }
 
 /**
- * A page answer with another total of the list: the same rows, `next_cursor` and `has_more`; its
- * meta's `total` and `pages` from `total`. Byte for byte `pageAnswer` of the same page read then.
+ * A page answer with another total of the list (`totalAnswer`): the same rows, `next_cursor` and
+ * `has_more`; its meta's `total` and `pages` from the total. Byte for byte `pageAnswer` of the same
+ * page read then; as old as the older of the two.
  */
-export const withTotal = (answer: ReadAnswer, total: number): ReadAnswer => {
+export const withTotal = (answer: ReadAnswer, totalRead: ReadAnswer): ReadAnswer => {
   const meta = answer.meta!
-  return pageOfRows(answer.dataJson, { ...meta, total, pages: pageCount(total, meta.per_page) })
+  const total = Number(totalRead.body)
+  return pageOfRows(answer.dataJson, { ...meta, total, pages: pageCount(total, meta.per_page) }, Math.min(answer.readAt, totalRead.readAt))
 }
 
 /** The list's total as kept on its own (its JSON: the number). */
-export const totalAnswer = (total: number): ReadAnswer => {
+export const totalAnswer = (total: number, readAt: number): ReadAnswer => {
   const body = String(total)
-  return new ReadAnswer(body, 0, body.length, null, true)
+  return new ReadAnswer(body, 0, body.length, null, true, readAt)
 }
-export const totalOf = (answer: ReadAnswer): number => Number(answer.body)
 
 /** `GET /authors/{author_id}`: the author, or that there is none (kept too: a 404 is a read). */
-export const authorAnswer = (row: AuthorRow | undefined): ReadAnswer =>
+export const authorAnswer = (row: AuthorRow | undefined, readAt: number): ReadAnswer =>
   row === undefined
-    ? new ReadAnswer("", 0, 0, null, false)
-    : ((body) => new ReadAnswer(body, 0, body.length, null, true))(JSON.stringify({ id: row.id, name: row.name, created_at: row.created_at }))
+    ? new ReadAnswer("", 0, 0, null, false, readAt)
+    : ((body) => new ReadAnswer(body, 0, body.length, null, true, readAt))(JSON.stringify({ id: row.id, name: row.name, created_at: row.created_at }))
 
 // Keys: fields joined by NUL, which no parameter can hold (Domain/Params.ts `ParamText`); an
 // absent value is `-`, a present one `=` + the value, so `name=` and no name differ.

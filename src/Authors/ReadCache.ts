@@ -1,61 +1,29 @@
 /**
- * The exact read cache of author reads (docs/architecture.md#the-read-cache): `GET /authors` (one batch),
- * `GET /authors/paginated` (offset and cursor), `GET /authors/{author_id}` and WebSocket packages
- * 1 and 2 are answered from memory when nothing they depend on changed since the answer was read.
+ * The exact read cache of author reads (docs/architecture.md#its-invariants: I1…I8 are kept here).
+ * `GET /authors` (one batch), `GET /authors/paginated`, `GET /authors/{author_id}` and WebSocket
+ * packages 1 and 2 are answered from memory while nothing they depend on changed.
  *
- * Rules it keeps:
- * - A read that starts after the response to a write was sent reflects the write, on every
- *   instance. Each read depends on one *scope*: the whole list (`list`: lists, pages, totals) or,
- *   for reads filtered by id, the id's shard (`id:<id mod 65536>`), so a create leaves unrelated id
- *   lookups alone (below 65,536 authors, a shard is one id). Every write (create, rename, delete)
- *   bumps `list` and its id's shard after its commit and before its response. An answer is stored
- *   with the *tag* its reader observed before its database read, and served only to a reader
- *   observing the same tag. A reader that observed a tag from after a write's bump started after
- *   the bump, so after the commit: its database read saw the write. Tags never repeat (below), so
- *   an answer from before a write never matches again.
- * - The list's generation is three values (`ListGenerations`): `rows`, moved by every write but an
- *   *append* (a create whose id is above `high`), `count`, moved by every write, and `high`, the
- *   largest id appended. A read of the list depends on all three (any write changes its answer: an
- *   unfiltered page carries the total). An unfiltered page's rows alone depend on `rows` only when
- *   the page is full and the row after it (the largest id its statement read) is not above the
- *   `high` its reader observed: a later append has an id above every `high` before it, so it lands
- *   after that row, and a create committed but not bumped yet when the page was read has an id
- *   above that `high`, so a page holding it is not kept this way. Such rows are kept apart, and so
- *   is the total (under `count`): a page after an append is made from its kept rows and the total,
- *   read alone when no reader has since (Authors.ts `readPage`).
- * - With Redis, the tag's shared part is the scope's generation: `<REDIS_KEY_PREFIX>authors:gen:id:<n>`
- *   for a shard, the hash `<REDIS_KEY_PREFIX>authors:gen:all` (read as `rows.count.high`) for the
- *   list. It is read in the reply of the rate-limit script the request (or WebSocket message) runs
- *   anyway: no extra round trip (RateLimit/RedisRateLimiter.ts). A write bumps both in one script.
- *   A missing counter starts at Redis's clock in µs (Store/Redis.ts `clockCounterLua`,
- *   `clockRecordLua`; a missing `high` at 0), so after a restart or a flush no value seen before
- *   comes back. When the generation could not be read (rate limiting off, Redis down with
- *   RATE_LIMIT_FAIL_MODE=open) the read is served from the database and not stored. When a bump
- *   fails, this instance drops its own scopes and tells the others through PostgreSQL
- *   (`NOTIFY authors_changed`), logged and counted: they drop theirs when it arrives
- *   (milliseconds), the one window where another instance may still answer from before the write.
- *   A Redis failover that loses acknowledged writes can likewise lose a bump.
- * - Without Redis (one instance), generations live in this process.
- * - Every tag also carries a per-scope epoch of this process, bumped by its own writes (a shard's;
- *   the list's own writes move its generations) and by writes made outside the service, which
- *   arrive by LISTEN (ChangeFeed.ts) within milliseconds and move the list's whole tag. While the
- *   LISTEN connection is down every read bypasses the cache; when it is back the cache is flushed.
- *   With the embedded database (PGlite, no DATABASE_URL) there is no feed: notifications do not
- *   cross pglite-socket's connections (they share one session), and the database lives inside this
- *   process, so the only writers are the service itself and a local client of its loopback socket;
- *   such a client's writes are not seen by the cache.
- * - Memory: answers are kept least-recently-used first out, counted by their text's bytes plus a
- *   fixed overhead (a page kept both whole and for its rows counts twice); `read_cache_bytes` never
- *   exceeds READ_CACHE_MAX_BYTES (0 switches the cache off). An answer larger than 1/16 of the
- *   bound, and a streamed list (more than one batch), is not stored. Concurrent misses of one key
- *   under one tag share one database read.
- * - Counts: each entry looked up is a hit (held, or loaded by a concurrent identical read) or a
- *   miss (its statement ran), so misses count database reads. A page made from its kept rows counts
- *   those rows (a hit) and its total (a hit, or a miss when the total was read), not itself.
+ * - A read depends on one *scope*: the whole list, or for a read by id the id's shard (`id mod
+ *   65536`). Its answer is stored with the *tag* its reader observed before reading the database,
+ *   served only to a reader observing the same tag, and never when older than
+ *   READ_CACHE_MAX_AGE_SECONDS (counted from when its database read began).
+ * - A tag is the scope's shared generation (Redis: read in the reply of the rate check, bumped by
+ *   every write before its response, `BUMP_LUA`) and this process's own (`LocalEpochs`: moved by
+ *   this process's writes and, through the change feed, by every committed write of any session,
+ *   ChangeFeed.ts; none with the embedded PGlite, whose one session every pglite-socket
+ *   connection shares, so notifications do not reach a listener, and whose only writer is this
+ *   process). Neither repeats: a Redis value is above every value issued before it
+ *   (Store/Redis.ts `nextGenerationLua`), local ones only count up, and a Redis reconnection drops
+ *   every answer and moves every local epoch.
+ * - The list's generations are three numbers (`ListGenerations`), so that an append leaves the rows
+ *   of full unfiltered pages kept (Authors.ts `readListPage`).
+ * - With no tag (no generation read, the feed down, the cache off) a read goes to the database and
+ *   is not stored. Memory: least recently used out first, never above READ_CACHE_MAX_BYTES.
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
-import type * as PgConnection from "@effect/sql-pg/PgConnection"
-import { Context, Deferred, Effect, Exit, Layer, Option } from "effect"
+import { Context, Deferred, Effect, Exit, Layer, Option, Schedule } from "effect"
+import type * as Lifetime from "effect/Scope"
+
 import { randomBytes } from "node:crypto"
 import {
   readCacheBypassedTotal,
@@ -68,8 +36,8 @@ import {
 } from "../Observability/Metrics.ts"
 import { AppConfig } from "../Config.ts"
 import type { GenerationKey, Observed } from "../Domain/RequestContext.ts"
-import { clockCounterLua, clockRecordLua, isDisconnected, RedisClient, redisCommand, type RedisConnection } from "../Store/Redis.ts"
-import { CHANGES_CHANNEL, type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
+import { isDisconnected, nextGenerationLua, RedisClient, type RedisConnection, RedisError, redisCommand } from "../Store/Redis.ts"
+import { type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
 import { ReadAnswer, textBytes } from "./ReadAnswers.ts"
 
 /**
@@ -96,15 +64,16 @@ export type WriteKind = "create" | "update" | "delete"
 
 /**
  * The list's generations: `rows` changes with every write but an *append* (a create whose id is
- * above `high`, the largest id appended so far), `count` with every create and delete (and
- * update: simpler, and rare). BUMP_LUA keeps them so in Redis; this class in the process.
+ * not below `high`, the largest id appended so far: the same create seen twice, by its bump and by
+ * its notification, is one append), `count` with every write. `BUMP_LUA` keeps them so in Redis,
+ * this class in the process. A write of unknown id (`undefined`) is not an append.
  */
 export class ListGenerations {
   private rows = 0
   private count = 0
   private high = 0
-  written(id: number, kind: WriteKind) {
-    if (kind === "create" && id > this.high) this.high = id
+  written(id: number | undefined, kind: WriteKind) {
+    if (kind === "create" && id !== undefined && id >= this.high) this.high = id
     else this.rows++
     this.count++
   }
@@ -114,24 +83,25 @@ export class ListGenerations {
   }
 }
 
-/** A list tag's parts: a page's rows and its total each depend on one of them (Authors.ts `readPage`). */
+/** A list tag's parts: a page's rows and its total each depend on one of them (Authors.ts `readListPage`). */
 export interface ListTags {
-  /** The tag of a full page's rows: its `rows` generation and the list's epoch. */
+  /** The tag of a full page's rows: the `rows` generations. */
   readonly rows: string
-  /** The tag of the total: its `count` generation and the list's epoch. */
+  /** The tag of the total: the `count` generations. */
   readonly count: string
-  /** The largest id appended when the tag was read. */
+  /** The smallest of the `high` marks the tag carries (Redis's and this process's). */
   readonly high: number
 }
 
-/** The parts of a list tag (`rows.count.high:epoch`); undefined when it is not one. */
+/** The parts of a list tag (`rows.count.high`, shared and local joined by `:`); undefined when it is not one. */
 export const listTagsOf = (tag: string): ListTags | undefined => {
-  const colon = tag.lastIndexOf(":")
-  const parts = tag.slice(0, colon).split(".")
-  const high = Number(parts[2])
-  if (colon === -1 || parts.length !== 3 || !Number.isSafeInteger(high)) return undefined
-  const epoch = tag.slice(colon)
-  return { rows: `${parts[0]}${epoch}`, count: `${parts[1]}${epoch}`, high }
+  const records = tag.split(":").map((record) => record.split("."))
+  if (!records.every((parts) => parts.length === 3 && Number.isSafeInteger(Number(parts[2])) && parts[2] !== "")) return undefined
+  return {
+    rows: records.map((parts) => parts[0]).join(":"),
+    count: records.map((parts) => parts[1]).join(":"),
+    high: Math.min(...records.map((parts) => Number(parts[2])))
+  }
 }
 
 /** Bytes counted per entry besides its text: the entry, its key and tag, the map's slot. */
@@ -145,13 +115,15 @@ interface Entry {
   readonly bytes: number
 }
 
-/** Answers by key, least recently used first, bounded in bytes. */
+/** Answers by key, least recently used first, bounded in bytes and (unless `maxAgeMs` is 0) in age. */
 export class AnswerStore {
   readonly maxBytes: number
+  readonly maxAgeMs: number
   private readonly entries = new Map<string, Entry>()
   private held = 0
-  constructor(maxBytes: number) {
+  constructor(maxBytes: number, maxAgeMs = 0) {
     this.maxBytes = maxBytes
+    this.maxAgeMs = maxAgeMs
   }
   get bytes() {
     return this.held
@@ -159,12 +131,12 @@ export class AnswerStore {
   get size() {
     return this.entries.size
   }
-  /** The answer stored under `key` with `tag`; one stored with another tag is dropped. */
-  get(key: string, tag: string): ReadAnswer | undefined {
+  /** The answer stored under `key` with `tag`, read at most `maxAgeMs` before `now`; any other is dropped. */
+  get(key: string, tag: string, now: number): ReadAnswer | undefined {
     const entry = this.entries.get(key)
     if (entry === undefined) return undefined
     this.entries.delete(key)
-    if (entry.tag !== tag) {
+    if (entry.tag !== tag || (this.maxAgeMs > 0 && now - entry.answer.readAt > this.maxAgeMs)) {
       this.release(entry)
       return undefined
     }
@@ -207,51 +179,99 @@ export class AnswerStore {
   }
 }
 
+/** A notification's kinds (migrations/0007): `c:` inserted, `u:` updated, `d:` deleted; plain ids (0005's) are updates. */
+const PAYLOAD_KINDS: Readonly<Record<string, WriteKind>> = { c: "create", u: "update", d: "delete" }
+
 /**
- * This process's side of the tags: an epoch per scope, and whether tags can be checked at all (the
- * feed of outside writes is up). A write made here bumps its id's shard; the list's epoch moves
- * only with outside writes (or a bump that failed), its writes move its generations.
+ * This process's side of the tags: an epoch per id shard and the list's generations, moved by
+ * every write this process learns of (its own, and the change feed's), and whether tags can be
+ * checked at all (the feed is up, or there is none). They only count up.
  */
 export class LocalEpochs {
-  private readonly epochs = new Float64Array(ID_SHARDS + 1)
+  private readonly shards = new Float64Array(ID_SHARDS)
+  private readonly list = new ListGenerations()
   checkable: boolean
   constructor(checkable: boolean) {
     this.checkable = checkable
   }
-  /** `shared` is the scope's generation: Redis's, or the list's `ListGenerations` (none for a shard without Redis). */
-  tag(scope: Scope, shared: string | undefined): string {
-    return shared === undefined ? `${this.epochs[scope]}` : `${shared}:${this.epochs[scope]}`
+  /** The scope's part of a tag. */
+  tag(scope: Scope): string {
+    return scope === LIST_SCOPE ? this.list.value : `${this.shards[scope]}`
   }
-  /** A write of author `id` made here: the id's shard. */
-  written(id: number) {
-    this.epochs[scopeOfId(id)]!++
+  /** A write of author `id` (undefined: unknown). */
+  written(id: number | undefined, kind: WriteKind) {
+    if (id !== undefined) this.shards[scopeOfId(id)]!++
+    this.list.written(id, kind)
   }
+  /** Anything may have changed. */
   all() {
-    for (let scope = 0; scope < this.epochs.length; scope++) this.epochs[scope]!++
+    for (let scope = 0; scope < ID_SHARDS; scope++) this.shards[scope]!++
+    this.list.written(undefined, "update")
   }
-  /** A notification of outside writes: ids separated by commas; anything else means everything. */
+  /** A notification of committed writes (ChangeFeed.ts): `c:1,2`, `u:3`, `d:4`, plain ids; anything else means everything. */
   changed(payload: string) {
-    const ids = payload.split(",")
-    if (ids.length === 0 || !ids.every((id) => /^\d{1,19}$/.test(id))) return this.all()
-    this.epochs[LIST_SCOPE]!++
-    for (const id of ids) this.epochs[scopeOfId(Number(id))]!++
+    const kind = payload[1] === ":" ? PAYLOAD_KINDS[payload[0]!] : "update"
+    const ids = (payload[1] === ":" ? payload.slice(2) : payload).split(",")
+    if (kind === undefined || !ids.every((id) => /^\d{1,19}$/.test(id))) return this.all()
+    // Ascending: the creates of one statement committed together, all of them appends when above `high`.
+    for (const id of ids.map(Number).sort((a, b) => a - b)) this.written(id, kind)
   }
 }
 
 /**
- * KEYS[1] = the list's record, KEYS[2] = the id's shard; ARGV = the write's kind, the id. The list's
- * rule is `ListGenerations.written`'s.
+ * KEYS[1] = the list's record, KEYS[2] = the id's shard (absent: the id is unknown); ARGV = the
+ * write's kind, the id (or ""). The list's rule is `ListGenerations.written`'s; every value set is
+ * `next_generation`'s, so none repeats.
  */
-const BUMP_LUA = `${clockRecordLua("list", "KEYS[1]")}local id = tonumber(ARGV[2])
-if ARGV[1] == 'create' and id > tonumber(list_r[3] or '0') then
-  redis.call('HSET', KEYS[1], 'high', ARGV[2])
+const BUMP_LUA = `${nextGenerationLua}local list = redis.call('HMGET', KEYS[1], 'rows', 'count', 'high')
+if ARGV[1] == 'create' and ARGV[2] ~= '' and tonumber(ARGV[2]) >= tonumber(list[3] or '0') then
+  redis.call('HSET', KEYS[1], 'high', ARGV[2], 'count', next_generation(list[2]))
 else
-  redis.call('HINCRBY', KEYS[1], 'rows', 1)
+  redis.call('HSET', KEYS[1], 'rows', next_generation(list[1]), 'count', next_generation(list[2]))
 end
-redis.call('HINCRBY', KEYS[1], 'count', 1)
-${clockCounterLua("shard", "KEYS[2]")}redis.call('INCR', KEYS[2])
+if KEYS[2] then redis.call('SET', KEYS[2], next_generation(redis.call('GET', KEYS[2]))) end
 return 1
 `
+
+/** Generations every instance shares (Redis): what a write bumps before its response. */
+export interface SharedGenerations {
+  /** `BUMP_LUA`: the list's record and, for a known id, its shard. */
+  readonly bump: (id: number | undefined, kind: WriteKind) => Effect.Effect<void, RedisError>
+  /**
+   * Calls `reset` whenever the store may have lost or rolled back values (a reconnection), until
+   * the scope closes.
+   */
+  readonly onReset: (reset: () => void) => Effect.Effect<void, never, Lifetime.Scope>
+}
+
+/** The generations in Redis: `BUMP_LUA`, and a reset on every "ready" after the first. */
+export const redisGenerations = (client: RedisConnection, prefix: string): SharedGenerations => ({
+  // EVAL, not EVALSHA: after a script flush EVALSHA would be retried as EVAL behind the
+  // broadcast issued with it (Authors.ts `announce`), which must not overtake the bump.
+  bump: (id, kind) =>
+    isDisconnected(client)
+      ? Effect.fail(new RedisError({ command: "EVAL bump_generations", cause: new Error(`Redis ${client.status}`) }))
+      : redisCommand("EVAL bump_generations", () =>
+        id === undefined
+          ? client.eval(BUMP_LUA, 1, `${prefix}${LIST_GENERATION_KEY}`, kind, "")
+          : client.eval(BUMP_LUA, 2, `${prefix}${LIST_GENERATION_KEY}`, `${prefix}${generationKeyOf(scopeOfId(id))}`, kind, id)).pipe(Effect.asVoid),
+  onReset: (reset) =>
+    Effect.acquireRelease(
+      Effect.sync(() => {
+        let readyBefore = client.status === "ready"
+        const onReady = () => {
+          if (readyBefore) reset()
+          readyBefore = true
+        }
+        client.on("ready", onReady)
+        return onReady
+      }),
+      (onReady) => Effect.sync(() => client.off("ready", onReady))
+    ).pipe(Effect.asVoid)
+})
+
+/** How a write ended: its commit is known (answered), or it may have committed (a database error, a defect, an interruption). */
+export type WriteOutcome = "committed" | "unknown"
 
 export interface ReadCacheShape {
   /**
@@ -274,10 +294,15 @@ export interface ReadCacheShape {
    * counted: the caller goes on to `read`, which counts the miss and shares concurrent loads.
    */
   readonly peek: (key: string, tag: string) => ReadAnswer | undefined
-  /** Stores an answer read under `tag` (a part of a page read with its rows: Authors.ts `readPage`). */
+  /** Stores an answer read under `tag` (a part of a page read with its rows: Authors.ts `readListPage`). */
   readonly keep: (key: string, tag: string, answer: ReadAnswer) => void
-  /** After the commit of a write of author `id`, before its response. Never fails. */
-  readonly written: (id: number, kind: WriteKind) => Effect.Effect<void>
+  /**
+   * After a write of author `id` (undefined: a create whose id is unknown) ended, before its
+   * response: bumps its scopes, here and in Redis. Never fails.
+   */
+  readonly written: (id: number | undefined, kind: WriteKind, outcome: WriteOutcome) => Effect.Effect<void>
+  /** The cache's clock (ms): an answer's `readAt`. */
+  readonly now: () => number
   /** Differs on every process start: weak ETags built from tags carry it. */
   readonly bootId: string
 }
@@ -285,34 +310,38 @@ export interface ReadCacheShape {
 export interface ReadCacheOptions {
   /** READ_CACHE_MAX_BYTES; 0 switches the cache off (writes still bump the shared generations). */
   readonly maxBytes: number
-  /** Generations shared by every instance. */
-  readonly redis: { readonly client: RedisConnection; readonly prefix: string } | undefined
-  /** The PostgreSQL server's connection settings (LISTEN); none for the embedded database. */
-  readonly feed: PgConnection.Config | undefined
-  /** Tells every instance (through PostgreSQL) that author `id` changed: a failed bump's fallback. */
-  readonly notify: (channel: string, payload: string) => Effect.Effect<void, unknown>
+  /** READ_CACHE_MAX_AGE_SECONDS in ms; 0: no limit. */
+  readonly maxAgeMs: number
+  /** Generations shared by every instance (Redis). */
+  readonly shared: SharedGenerations | undefined
+  /** Runs the feed of committed writes into the sink (ChangeFeed.ts); none for the embedded database. */
+  readonly feed: ((sink: FeedSink) => Effect.Effect<never>) | undefined
+  /**
+   * With no feed: returns once every statement sent before it has ended (PGlite runs one at a
+   * time), so a statement given up on has committed or never will.
+   */
+  readonly settled: Effect.Effect<void, unknown>
 }
 
 export const makeReadCache = (options: ReadCacheOptions) =>
   Effect.gen(function*() {
     const enabled = options.maxBytes > 0
-    const store = new AnswerStore(options.maxBytes)
+    const store = new AnswerStore(options.maxBytes, options.maxAgeMs)
     const epochs = new LocalEpochs(options.feed === undefined)
-    const list = new ListGenerations()
-    const redis = options.redis
-    // EVAL, not EVALSHA: after a script flush EVALSHA would be retried as EVAL behind the
-    // broadcast issued with it (Authors.ts `announce`), which must not overtake the bump.
-    const bump = redis === undefined
-      ? undefined
-      : (id: number, kind: WriteKind) =>
-        redis.client.eval(BUMP_LUA, 2, `${redis.prefix}${LIST_GENERATION_KEY}`, `${redis.prefix}${generationKeyOf(scopeOfId(id))}`, kind, id)
+    const shared = options.shared
+    const clock = yield* Effect.clockWith(Effect.succeed)
+    const now = () => Number(clock.monotonicTimeNanosUnsafe() / 1_000_000n)
+    const scope = yield* Effect.scope
     const inflight = new Map<string, { readonly tag: string; readonly done: Deferred.Deferred<ReadAnswer | undefined> }>()
+    const reset = () => {
+      store.clear()
+      epochs.all()
+    }
 
     if (options.feed !== undefined) {
       const sink: FeedSink = {
         up: () => {
-          store.clear()
-          epochs.all()
+          reset()
           epochs.checkable = true
         },
         down: () => {
@@ -320,13 +349,14 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         },
         changed: (payload) => epochs.changed(payload)
       }
-      yield* Effect.forkScoped(runChangeFeed(options.feed, sink))
+      yield* Effect.forkScoped(options.feed(sink))
     }
+    if (shared !== undefined) yield* shared.onReset(reset)
 
     const tag = (scope: Scope, observed: Observed | undefined): string | undefined => {
       if (!enabled || !epochs.checkable) return undefined
-      if (redis === undefined) return epochs.tag(scope, scope === LIST_SCOPE ? list.value : undefined)
-      return observed !== undefined && observed.key === generationKeyOf(scope) ? epochs.tag(scope, observed.value) : undefined
+      if (shared === undefined) return epochs.tag(scope)
+      return observed !== undefined && observed.key === generationKeyOf(scope) ? `${observed.value}:${epochs.tag(scope)}` : undefined
     }
 
     const read = <A, E, R>(key: string, tag: string | undefined, load: Effect.Effect<ReadAnswer | A, E, R>): Effect.Effect<ReadAnswer | A, E, R> =>
@@ -338,7 +368,7 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         if (enabled) readCacheBypassedTotal.inc()
         return load
       }
-      const hit = store.get(key, tag)
+      const hit = store.get(key, tag, now())
       if (hit !== undefined) {
         readCacheHitsTotal.inc()
         return Effect.succeed(hit)
@@ -361,37 +391,57 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         }))
     }
 
-    const bumpFailed = (id: number, cause: unknown) =>
-      Effect.gen(function*() {
-        readCacheInvalidationErrorsTotal.inc()
-        epochs.changed(String(id))
-        yield* Effect.logWarning("Read cache: generations not bumped in Redis; other instances are told through PostgreSQL", cause)
-        yield* options.notify(CHANGES_CHANNEL, String(id)).pipe(
-          Effect.catch((error) => Effect.logError("Read cache: other instances could not be told of a write", error))
-        )
-      })
-
-    const written = (id: number, kind: WriteKind): Effect.Effect<void> =>
-      Effect.suspend(() => {
-        epochs.written(id)
-        if (redis === undefined || bump === undefined) {
-          list.written(id, kind)
+    /**
+     * No feed (PGlite): a statement given up on may still commit behind the statements queued before
+     * it. Once a statement sent later has run (retried until it has), it has committed or never
+     * will: everything moves again. One round at a time; an outcome unknown during a round asks
+     * for another.
+     */
+    let settling = false
+    let unsettled = false
+    const settleRound: Effect.Effect<void> = Effect.suspend(() => {
+      unsettled = false
+      return options.settled.pipe(
+        Effect.retry(Schedule.spaced("100 millis")),
+        Effect.ignore,
+        Effect.andThen(Effect.suspend(() => {
+          epochs.all()
+          if (unsettled) return settleRound
+          settling = false
           return Effect.void
-        }
-        if (isDisconnected(redis.client)) return bumpFailed(id, new Error(`Redis ${redis.client.status}`))
-        return redisCommand("EVAL bump_generations", () => bump(id, kind)).pipe(
-          Effect.asVoid,
-          Effect.catch((error) => bumpFailed(id, error.cause))
+        }))
+      )
+    })
+    const unsettle = Effect.suspend(() => {
+      unsettled = true
+      if (settling) return Effect.void
+      settling = true
+      return Effect.asVoid(Effect.forkIn(settleRound, scope))
+    })
+
+    const written = (id: number | undefined, kind: WriteKind, outcome: WriteOutcome): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        epochs.written(id, kind)
+        const settle = outcome === "unknown" && options.feed === undefined ? unsettle : Effect.void
+        if (shared === undefined) return settle
+        return shared.bump(id, kind).pipe(
+          Effect.catch((error) =>
+            Effect.andThen(
+              Effect.sync(() => readCacheInvalidationErrorsTotal.inc()),
+              Effect.logWarning("Read cache: generations not bumped in Redis; other instances learn of the write from PostgreSQL", error.cause)
+            )
+          ),
+          Effect.andThen(settle)
         )
       })
 
     return ReadCache.of({
       generationKey: (scope) =>
-        !enabled || redis === undefined ? undefined : scope === LIST_SCOPE ? LIST_GENERATION : { key: generationKeyOf(scope), record: false },
+        !enabled || shared === undefined ? undefined : scope === LIST_SCOPE ? LIST_GENERATION : { key: generationKeyOf(scope), record: false },
       tag,
       read,
       peek: (key, tag) => {
-        const hit = store.get(key, tag)
+        const hit = store.get(key, tag, now())
         if (hit !== undefined) readCacheHitsTotal.inc()
         return hit
       },
@@ -399,20 +449,22 @@ export const makeReadCache = (options: ReadCacheOptions) =>
         store.put(key, tag, answer)
       },
       written,
+      now,
       bootId: randomBytes(6).toString("base64url")
     })
   })
 
-const fromConfig = (redis: ReadCacheOptions["redis"]) =>
+const fromConfig = (shared: SharedGenerations | undefined) =>
   Effect.gen(function*() {
     const config = yield* AppConfig
     const pg = yield* PgClient.PgClient
     return yield* makeReadCache({
       maxBytes: config.readCacheMaxBytes,
-      redis,
+      maxAgeMs: config.readCacheMaxAgeSeconds * 1000,
+      shared,
       // The pool's settings: the feed's connection is the pool's kind, its own.
-      feed: Option.isSome(config.databaseUrl) ? pg.config : undefined,
-      notify: pg.notify
+      feed: Option.isSome(config.databaseUrl) ? (sink) => runChangeFeed(pg.config, sink) : undefined,
+      settled: Effect.asVoid(pg`SELECT 1`)
     })
   })
 
@@ -420,7 +472,7 @@ export class ReadCache extends Context.Service<ReadCache, ReadCacheShape>()("Aut
   /** One instance: generations in this process. */
   static readonly layerMemory = Layer.effect(ReadCache, fromConfig(undefined))
   /** Generations in Redis, shared by every instance. */
-  static readonly layerRedis = Layer.effect(ReadCache, Effect.flatMap(RedisClient, ({ client, prefix }) => fromConfig({ client, prefix })))
+  static readonly layerRedis = Layer.effect(ReadCache, Effect.flatMap(RedisClient, ({ client, prefix }) => fromConfig(redisGenerations(client, prefix))))
   /** A cache that stores nothing and bumps nothing (tests of the transports alone). */
   static readonly layerNone = Layer.succeed(ReadCache, ReadCache.of({
     generationKey: () => undefined,
@@ -429,6 +481,7 @@ export class ReadCache extends Context.Service<ReadCache, ReadCacheShape>()("Aut
     peek: () => undefined,
     keep: () => {},
     written: () => Effect.void,
+    now: () => 0,
     bootId: "none"
   }))
 }

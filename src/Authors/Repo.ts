@@ -12,6 +12,7 @@ import type * as Statement from "effect/sql/Statement"
 import { type AuthorFilters, type AuthorRow, isFiltered } from "../Domain/Author.ts"
 import type { PageRequest } from "../Domain/Pagination.ts"
 import { AuthorNameTaken, AuthorNotFound } from "../Errors.ts"
+import { CHANGES_CHANNEL } from "./ChangeFeed.ts"
 
 export interface AuthorPageResult {
   readonly items: ReadonlyArray<AuthorRow>
@@ -26,6 +27,9 @@ export const AUTHOR_ID_MAX = 2_147_483_647
 
 /** Rows per statement when the unpaginated list is streamed (keyset batches by id). */
 export const LIST_BATCH_SIZE = 1000
+
+/** Held (transaction-level) by the instance checking the total: an arbitrary, fixed key. */
+const TOTAL_REPAIR_LOCK_KEY = 727_172_002
 
 /** SQLSTATE 23505, as the driver classifies it. */
 const isUniqueViolation = (error: SqlError.SqlError) => error.reason._tag === "UniqueViolation"
@@ -124,7 +128,27 @@ const make = Effect.gen(function*() {
       Effect.flatMap((rows) => first(rows, () => AuthorNotFound.of(id)))
     )
 
-  return { listBatch, page, total, findById, create, update, remove } as const
+  /**
+   * Repairs the unfiltered total when it drifted from `count(*)` (rows written with triggers off:
+   * docs/operations.md#stale-answers-after-writing-to-the-database-by-hand) and says what it found;
+   * undefined when another instance is checking. The drift is read in one statement, one snapshot:
+   * writes that commit meanwhile change the rows and the shards alike, so it stays exact; it is added
+   * to one shard row (to its latest value) and every instance's cache is told (NOTIFY `all`). Under
+   * a transaction-level advisory lock, so two instances never both apply it.
+   */
+  const repairTotal = sql.withTransaction(Effect.gen(function*() {
+    const locked = yield* sql<{ locked: boolean }>`SELECT pg_try_advisory_xact_lock(${TOTAL_REPAIR_LOCK_KEY}) AS locked`
+    if (locked[0]?.locked !== true) return undefined
+    const rows = yield* sql<{ counted: number; kept: number }>`SELECT (SELECT count(*) FROM authors)::float8 AS counted, (SELECT coalesce(sum(n), 0) FROM author_count_shards)::float8 AS kept`
+    const { counted, kept } = rows[0]!
+    if (counted !== kept) {
+      yield* sql`UPDATE author_count_shards SET n = n + ${counted - kept}::bigint WHERE shard = 0`
+      yield* sql`SELECT pg_notify(${CHANGES_CHANNEL}, 'all')`
+    }
+    return { counted, kept } as const
+  })).pipe(Effect.orDie)
+
+  return { listBatch, page, total, findById, create, update, remove, repairTotal } as const
 })
 
 /** `created_at` as the SQL repository formats it: UTC, microseconds, no zone. */
@@ -178,7 +202,9 @@ const makeMemory = Effect.sync((): AuthorRepo["Service"] => {
         rows.set(id, updated)
         return Effect.succeed(updated)
       }),
-    remove: (id) => Effect.tap(Effect.suspend(() => found(id)), () => Effect.sync(() => rows.delete(id)))
+    remove: (id) => Effect.tap(Effect.suspend(() => found(id)), () => Effect.sync(() => rows.delete(id))),
+    // Its total is the map's size: it cannot drift.
+    repairTotal: Effect.sync(() => ({ counted: rows.size, kept: rows.size }))
   }
 })
 

@@ -16,10 +16,7 @@ import { databaseTimeout } from "./Deadline.ts"
 import { makePgClient, PREPARED_STATEMENTS_MAX } from "./Instrumentation.ts"
 import { runMigrations } from "./Migrator.ts"
 
-/**
- * Every session of the service carries it. The trigger that tells the read cache of writes made
- * outside the service skips the sessions with this name (migrations/0005_authors_notify.sql).
- */
+/** Every session of the service carries it (`pg_stat_activity` names the service's sessions). */
 export const APPLICATION_NAME = "author-directory-service"
 
 /** Starts PGlite (persisted in `dataDir`, or in memory) behind a loopback socket server. */
@@ -35,7 +32,7 @@ export const embeddedPostgres = (options: { readonly dataDir: Option.Option<stri
         extensions: { pg_trgm }
       })
       // PGlite is one session behind every socket connection, which ignores their startup
-      // parameters: the service's name is set on the session itself, so its writes are its own.
+      // parameters: the service's name is set on the session itself.
       await db.exec(`SET application_name TO '${APPLICATION_NAME}'`)
       const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: options.maxConnections })
       await server.start()

@@ -245,7 +245,13 @@ export const readCacheEntries = new client.Gauge({
 })
 export const readCacheInvalidationErrorsTotal = new client.Counter({
   name: "read_cache_invalidation_errors_total",
-  help: "Writes whose generations could not be bumped in Redis (the other instances were told through PostgreSQL NOTIFY instead)",
+  help: "Writes whose generations could not be bumped in Redis (the other instances learn of them from PostgreSQL's change feed)",
+  registers: [registry]
+})
+/** The exact author total repaired after rows were written with triggers off (Authors/Authors.ts `checkTotal`). */
+export const authorTotalRepairsTotal = new client.Counter({
+  name: "author_total_repairs_total",
+  help: "Times the exact author total (author_count_shards) was found to differ from count(*) and was repaired",
   registers: [registry]
 })
 export const appInfo = new client.Gauge({

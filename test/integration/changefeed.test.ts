@@ -1,18 +1,21 @@
 /**
- * The feed of outside writes (src/Authors/ChangeFeed.ts) on real PostgreSQL, through a proxy the
+ * The feed of committed writes (src/Authors/ChangeFeed.ts) on real PostgreSQL, through a proxy the
  * test can black-hole: it says when it listens, delivers what the trigger notifies, says `down`
  * within the heartbeat's bound when the connection silently stops delivering (the read cache then
- * bypasses itself), and listens again once the connection is back (the cache then flushes).
+ * bypasses itself), and listens again once the connection is back (the cache then flushes). The
+ * triggers (migrations/0007) notify every session's writes, the service's own name included, with
+ * what each statement did.
  */
-import { Effect, Fiber, Redacted } from "effect"
+import { Effect, Exit, Fiber, Layer, Redacted, Scope } from "effect"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { HEARTBEAT_EVERY_MS, HEARTBEAT_TIMEOUT_MS, runChangeFeed } from "../../src/Authors/ChangeFeed.ts"
+import { APPLICATION_NAME, Database } from "../../src/Db/Database.ts"
 import { eventually } from "../support/Eventually.ts"
 import { proxiedDatabase } from "../support/DatabaseServer.ts"
 import { type Cleanups, runCleanups } from "../support/Launcher.ts"
 import { type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
-import { TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
+import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
 describe.runIf(TEST_DATABASE_URL !== undefined)("the LISTEN feed of outside writes", () => {
   let db: TestDatabase
@@ -48,6 +51,38 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the LISTEN feed of outside writ
     } finally {
       await client.end()
       await Effect.runPromise(Fiber.interrupt(fiber))
+    }
+  })
+})
+
+describe.runIf(TEST_DATABASE_URL !== undefined)("the triggers of committed writes", () => {
+  it("notify every session's writes, the service's own included, with each statement's kind and ids (`all` past 100 ids and for TRUNCATE)", async () => {
+    const db = await createPostgresDatabase(TEST_DATABASE_URL!)
+    const scope = Effect.runSync(Scope.make())
+    const payloads: Array<string> = []
+    const client = new pg.Client({ connectionString: db.url, application_name: APPLICATION_NAME })
+    try {
+      await Effect.runPromise(Scope.provide(Layer.build(Database.layer(Redacted.make(db.url!), 1)), scope)) // the migrations
+      let up = false
+      const fiber = Effect.runFork(runChangeFeed({ url: Redacted.make(db.url!) }, {
+        up: () => void (up = true),
+        down: () => {},
+        changed: (payload) => void payloads.push(payload)
+      }))
+      await eventually(() => up, "the feed to listen")
+      await client.connect()
+      const id = Number((await client.query<{ id: string }>("INSERT INTO authors (name) VALUES ('Feed') RETURNING id")).rows[0]!.id)
+      await client.query("UPDATE authors SET name = 'Feed renamed' WHERE id = $1", [id])
+      await client.query("DELETE FROM authors WHERE id = $1", [id])
+      await client.query("INSERT INTO authors (name) SELECT 'Bulk ' || g FROM generate_series(1, 101) AS g")
+      await client.query("TRUNCATE authors")
+      await eventually(() => payloads.length === 5, "five notifications")
+      expect(payloads).toEqual([`c:${id}`, `u:${id}`, `d:${id}`, "all", "all"])
+      await Effect.runPromise(Fiber.interrupt(fiber))
+    } finally {
+      await client.end()
+      await Effect.runPromise(Scope.close(scope, Exit.void))
+      await db.dispose()
     }
   })
 })

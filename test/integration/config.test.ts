@@ -260,7 +260,7 @@ describe("PROFILING_ENABLED (true in development, false in production)", () => {
     expect(await profilingOf({ APP_ENV: "development", PROFILING_ENABLED: "false" })).toBe(false)
   })
 
-  it("a production process with PROFILING_ENABLED unset reports profiling disabled and refuses a capture; without REDIS_URL it warns once that its stores are per instance", async () => {
+  it("a production process with PROFILING_ENABLED unset reports profiling disabled and refuses a capture; without REDIS_URL it warns once that its stores are per instance and what its read cache sees", async () => {
     const productionDir = join(dataDir, "production")
     const database = await startDatabaseServer()
     let service: Service | undefined
@@ -294,6 +294,7 @@ describe("PROFILING_ENABLED (true in development, false in production)", () => {
         level: "WARN",
         message: expect.stringMatching(/rate limits, WebSocket connection counts, broadcasts and session expiry are per instance/)
       })
+      expect(JSON.parse(warnings[0]!).message).toMatch(/the read cache learns of another instance's writes from PostgreSQL within a second, not before their response/)
     } finally {
       await service?.stop()
       await database.close()

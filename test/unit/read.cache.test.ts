@@ -1,10 +1,11 @@
 /**
  * The read cache's parts (src/Authors/ReadCache.ts, ReadAnswers.ts): the byte-bounded LRU, the tag
  * logic (which writes change which reads' tags, the list's generations), the in-process cache end
- * to end, unfiltered pages made again from their kept rows after an append (Authors.ts `readPage`),
- * and the answers' text (byte for byte what Schema encoding gives, the same ETag for the same body).
+ * to end, unfiltered pages made again from their kept rows after an append (Authors.ts `readListPage`),
+ * the answers' text (byte for byte what Schema encoding gives, the same ETag for the same body), the
+ * bump on every exit of a write (Authors.ts `write`) and the maximum age.
  */
-import { Context, Effect, Layer, Option, Schema } from "effect"
+import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schema, type Scope } from "effect"
 import { describe, expect, it } from "vitest"
 import { AuthorEvents, Authors } from "../../src/Authors/Authors.ts"
 import {
@@ -16,6 +17,7 @@ import {
   pageKey,
   ReadAnswer,
   textBytes,
+  totalAnswer,
   withTotal
 } from "../../src/Authors/ReadAnswers.ts"
 import {
@@ -30,14 +32,17 @@ import {
   makeReadCache,
   ReadCache,
   scopeOf,
-  scopeOfId
+  scopeOfId,
+  type WriteKind,
+  type WriteOutcome
 } from "../../src/Authors/ReadCache.ts"
 import { AuthorRepo } from "../../src/Authors/Repo.ts"
 import { readCacheHitsTotal, readCacheMissesTotal } from "../../src/Observability/Metrics.ts"
 import { Author, AuthorPage } from "../../src/Domain/Author.ts"
+import { AuthorNameTaken, AuthorNotFound } from "../../src/Errors.ts"
 
 const row = (id: number, name = `Author ${id}`) => ({ id, name, created_at: "2026-01-31T12:00:00.000000" })
-const answerOf = (bytes: number) => listAnswer([row(1, "x".repeat(Math.max(0, bytes - 60)))])
+const answerOf = (bytes: number) => listAnswer([row(1, "x".repeat(Math.max(0, bytes - 60)))], 0)
 const sizeOf = (key: string, answer: ReadAnswer) => textBytes(answer.body) + key.length * 2 + ENTRY_OVERHEAD_BYTES
 
 describe("AnswerStore (LRU by bytes)", () => {
@@ -45,9 +50,9 @@ describe("AnswerStore (LRU by bytes)", () => {
     const store = new AnswerStore(1_000_000)
     const answer = answerOf(200)
     store.put("k", "t1", answer)
-    expect(store.get("k", "t1")).toBe(answer)
-    expect(store.get("k", "t2")).toBeUndefined()
-    expect(store.get("k", "t1")).toBeUndefined() // the stale one was dropped
+    expect(store.get("k", "t1", 0)).toBe(answer)
+    expect(store.get("k", "t2", 0)).toBeUndefined()
+    expect(store.get("k", "t1", 0)).toBeUndefined() // the stale one was dropped
     expect(store.bytes).toBe(0)
   })
 
@@ -56,15 +61,15 @@ describe("AnswerStore (LRU by bytes)", () => {
     const store = new AnswerStore(bound)
     const answers = Array.from({ length: 40 }, (_, i) => [`k${i}`, answerOf(900 + i)] as const)
     for (const [key, answer] of answers.slice(0, 3)) store.put(key, "t", answer)
-    store.get("k0", "t") // k0 used: k1 is now the least recently used
+    store.get("k0", "t", 0) // k0 used: k1 is now the least recently used
     for (const [key, answer] of answers.slice(3)) {
       store.put(key, "t", answer)
       expect(store.bytes).toBeLessThanOrEqual(bound)
     }
-    expect(store.get("k1", "t")).toBeUndefined()
-    expect(store.get("k39", "t")).toBe(answers[39]![1])
+    expect(store.get("k1", "t", 0)).toBeUndefined()
+    expect(store.get("k39", "t", 0)).toBe(answers[39]![1])
     // The count is exact: the sum of what is held.
-    const held = answers.filter(([key]) => store.get(key, "t") !== undefined)
+    const held = answers.filter(([key]) => store.get(key, "t", 0) !== undefined)
     expect(store.bytes).toBe(held.reduce((n, [key, answer]) => n + sizeOf(key, answer), 0))
   })
 
@@ -93,16 +98,19 @@ describe("tags", () => {
     expect(generationKeyOf(7)).toBe("authors:gen:id:7")
   })
 
-  it("a write of id 5 made here changes shard 5's epoch and no other (the list's generations record writes)", () => {
+  it("a write of id 5 changes shard 5's epoch and the list's generations, no other scope; one of unknown id the list only", () => {
     const epochs = new LocalEpochs(true)
-    const before = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope, undefined))
-    epochs.written(5)
-    const after = Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope, undefined))
-    const changed = after.flatMap((tag, scope) => (tag !== before[scope] ? [scope] : []))
-    expect(changed).toEqual([5])
+    const snapshot = () => Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope))
+    const changedBy = (write: () => void) => {
+      const before = snapshot()
+      write()
+      return snapshot().flatMap((tag, scope) => (tag !== before[scope] ? [scope] : []))
+    }
+    expect(changedBy(() => epochs.written(5, "update"))).toEqual([5, LIST_SCOPE])
+    expect(changedBy(() => epochs.written(undefined, "create"))).toEqual([LIST_SCOPE])
   })
 
-  it("the list's generations: an append (a create above the high-water) leaves `rows`; any other write moves it", () => {
+  it("the list's generations: an append (a create not below the high-water) leaves `rows`; any other write moves it", () => {
     const list = new ListGenerations()
     const parts = () => list.value.split(".").map(Number)
     expect(parts()).toEqual([0, 0, 0])
@@ -112,52 +120,58 @@ describe("tags", () => {
     expect(parts()).toEqual([1, 2, 101])
     list.written(102, "create")
     expect(parts()).toEqual([1, 3, 102])
+    list.written(102, "create") // the same create again (its bump, then its notification): still an append
+    expect(parts()).toEqual([1, 4, 102])
     list.written(5, "update")
-    expect(parts()).toEqual([2, 4, 102])
+    expect(parts()).toEqual([2, 5, 102])
     list.written(5, "delete")
-    expect(parts()).toEqual([3, 5, 102])
+    expect(parts()).toEqual([3, 6, 102])
+    list.written(undefined, "create") // a create of unknown id (its outcome unknown): not an append
+    expect(parts()).toEqual([4, 7, 102])
   })
 
-  it("a list tag splits into the rows' tag, the total's tag and the high-water, each with the list's epoch", () => {
-    expect(listTagsOf("7.9.101:3")).toEqual({ rows: "7:3", count: "9:3", high: 101 })
-    expect(listTagsOf("1712345678901234.1712345678901240.0:0")).toEqual({ rows: "1712345678901234:0", count: "1712345678901240:0", high: 0 })
-    for (const tag of ["5:3", "3", "1.2:3", "1.2.x:3", "1.2.3"]) expect(listTagsOf(tag), tag).toBeUndefined()
+  it("a list tag splits into the rows' tag, the total's tag and the smallest high-water (shared and local records)", () => {
+    expect(listTagsOf("7.9.101")).toEqual({ rows: "7", count: "9", high: 101 })
+    expect(listTagsOf("7.9.101:3.4.50")).toEqual({ rows: "7:3", count: "9:4", high: 50 })
+    expect(listTagsOf("1712345678901234.1712345678901240.0:0.0.0")).toEqual({ rows: "1712345678901234:0", count: "1712345678901240:0", high: 0 })
+    for (const tag of ["5:3", "3", "1.2:3", "1.2.x:3", "1.2.3:4", "1.2.:1.2.3"]) expect(listTagsOf(tag), tag).toBeUndefined()
   })
 
-  it("a notification of outside writes changes the ids' shards and the list; `all` or garbage changes every scope", () => {
+  it("a notification changes the ids' shards and the list; `all`, an unknown kind or garbage changes every scope", () => {
     const epochs = new LocalEpochs(true)
-    const snapshot = () => Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope, "g"))
+    const snapshot = () => Array.from({ length: ID_SHARDS + 1 }, (_, scope) => epochs.tag(scope))
     let before = snapshot()
-    epochs.changed(`1,${ID_SHARDS + 2},3`)
-    let after = snapshot()
-    expect(after.flatMap((t, s) => (t !== before[s] ? [s] : []))).toEqual([1, 2, 3, LIST_SCOPE])
-    for (const payload of ["all", "", "1,x", "1;DROP"]) {
+    for (const payload of [`1,${ID_SHARDS + 2},3`, `c:1,${ID_SHARDS + 2},3`, `u:1,${ID_SHARDS + 2},3`, `d:1,${ID_SHARDS + 2},3`]) {
       before = snapshot()
       epochs.changed(payload)
-      after = snapshot()
-      expect(after.every((t, s) => t !== before[s]), payload).toBe(true)
+      expect(snapshot().flatMap((t, s) => (t !== before[s] ? [s] : [])), payload).toEqual([1, 2, 3, LIST_SCOPE])
+    }
+    for (const payload of ["all", "", "1,x", "1;DROP", "x:1", "c:", "c:1,"]) {
+      before = snapshot()
+      epochs.changed(payload)
+      expect(snapshot().every((t, s) => t !== before[s]), payload).toBe(true)
     }
   })
 
-  it("an outside write moves both parts of the list's tag (its rows and its total), whatever it was", () => {
+  it("a notified create above every create seen moves the list's total only; any other write its rows too", () => {
     const epochs = new LocalEpochs(true)
-    const before = listTagsOf(epochs.tag(LIST_SCOPE, "7.9.101"))!
-    epochs.changed("5")
-    const after = listTagsOf(epochs.tag(LIST_SCOPE, "7.9.101"))!
-    expect(after.rows).not.toBe(before.rows)
-    expect(after.count).not.toBe(before.count)
-    expect(after.high).toBe(101)
-  })
-
-  it("the shared generation is part of the tag: another value is another tag", () => {
-    const epochs = new LocalEpochs(true)
-    expect(epochs.tag(3, "100")).not.toBe(epochs.tag(3, "101"))
-    expect(epochs.tag(3, "100")).toBe(epochs.tag(3, "100"))
+    const parts = () => listTagsOf(epochs.tag(LIST_SCOPE))!
+    epochs.changed("c:10")
+    let before = parts()
+    epochs.changed("c:12,11") // one statement's creates, in any order: both appends
+    expect(parts()).toMatchObject({ rows: before.rows, high: 12 })
+    expect(parts().count).not.toBe(before.count)
+    for (const payload of ["c:5", "u:12", "d:12", "12", "all"]) {
+      before = parts()
+      epochs.changed(payload)
+      expect(parts().rows, payload).not.toBe(before.rows)
+      expect(parts().count, payload).not.toBe(before.count)
+    }
   })
 })
 
 const memoryCache = (maxBytes = 1_000_000) =>
-  makeReadCache({ maxBytes, redis: undefined, feed: undefined, notify: () => Effect.void })
+  makeReadCache({ maxBytes, maxAgeMs: 0, shared: undefined, feed: undefined, settled: Effect.void })
 
 describe("the in-process cache", () => {
   it("answers a second read from memory, and a read after a write of that scope from the database", async () => {
@@ -166,15 +180,15 @@ describe("the in-process cache", () => {
       let loads = 0
       const load = Effect.sync(() => {
         loads++
-        return listAnswer([row(loads)])
+        return listAnswer([row(loads)], 0)
       })
       const readId = (id: number) => cache.read(listKey({ id }), cache.tag(scopeOfId(id), undefined), load)
       const first = yield* readId(5)
       expect(yield* readId(5)).toBe(first)
       expect(loads).toBe(1)
-      yield* cache.written(70, "update") // another shard: untouched
+      yield* cache.written(70, "update", "committed") // another shard: untouched
       expect(yield* readId(5)).toBe(first)
-      yield* cache.written(ID_SHARDS + 5, "update") // shard 5
+      yield* cache.written(ID_SHARDS + 5, "update", "committed") // shard 5
       expect(yield* readId(5)).not.toBe(first)
       expect(loads).toBe(2)
     })))
@@ -186,7 +200,7 @@ describe("the in-process cache", () => {
       let loads = 0
       const load = Effect.andThen(Effect.sleep("20 millis"), Effect.sync(() => {
         loads++
-        return listAnswer([row(1)])
+        return listAnswer([row(1)], 0)
       }))
       const tag = cache.tag(LIST_SCOPE, undefined)
       const answers = yield* Effect.all(Array.from({ length: 10 }, () => cache.read("k", tag, load)), { concurrency: "unbounded" })
@@ -204,7 +218,7 @@ describe("the in-process cache", () => {
       yield* cache.read("s", tag, streamedLoad)
       yield* cache.read("s", tag, streamedLoad)
       expect(loads).toBe(2)
-      const answerLoad = Effect.sync(() => listAnswer([row(++loads)]))
+      const answerLoad = Effect.sync(() => listAnswer([row(++loads)], 0))
       yield* cache.read("u", undefined, answerLoad)
       yield* cache.read("u", undefined, answerLoad)
       expect(loads).toBe(4)
@@ -216,12 +230,13 @@ describe("the in-process cache", () => {
 
   it("with shared generations, the tag needs the generation of the scope the read depends on", async () => {
     await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
-      // A client that is never called: tags only.
+      // Generations that are never bumped here: tags only.
       const cache = yield* makeReadCache({
         maxBytes: 1_000_000,
-        redis: { client: { status: "ready", defineCommand: () => {}, adsBumpGenerations: () => Promise.resolve(1) } as never, prefix: "p:" },
+        maxAgeMs: 0,
+        shared: { bump: () => Effect.void, onReset: () => Effect.void },
         feed: undefined,
-        notify: () => Effect.void
+        settled: Effect.void
       })
       expect(cache.generationKey(5)).toEqual({ key: "authors:gen:id:5", record: false })
       expect(cache.generationKey(LIST_SCOPE)).toEqual({ key: "authors:gen:all", record: true })
@@ -267,7 +282,7 @@ describe("unfiltered pages after an append (Authors.readPage, in process)", () =
       authors.readPage({}, { page, perPage, cursor }, cache.tag(LIST_SCOPE, undefined))
     /** The answer from what the repository holds now (not through the cache; counted). */
     const fresh = (perPage: number, page: number, cursor = Option.none<number>()) =>
-      Effect.map(authors.paginate({}, { page, perPage, cursor }), pageAnswer)
+      Effect.map(authors.paginate({}, { page, perPage, cursor }), (result) => pageAnswer(result, 0))
     return { statements, cache, authors, repo, read, fresh } as const
   })
   const counters = Effect.promise(async () => ({
@@ -290,7 +305,7 @@ describe("unfiltered pages after an append (Authors.readPage, in process)", () =
       expect(statements).toEqual({ page: 1, total: 1 })
       // The rows entry was a hit, the total a miss (its statement); the page answer itself is not counted.
       expect(yield* counters).toEqual({ hits: before.hits + 1, misses: before.misses + 1 })
-      expect(after.body).toBe(withTotal(first, 7).body)
+      expect(after.body).toBe(withTotal(first, totalAnswer(7, 0)).body)
       expect(after.meta).toEqual({ ...first.meta, total: 7, pages: 4 })
       expect(yield* read(2, 1)).toBe(after) // kept under the new tag
       // Another full page shares the total kept by the first: no statement but its own page's.
@@ -339,7 +354,7 @@ describe("unfiltered pages after an append (Authors.readPage, in process)", () =
       const nine = yield* repo.create("Author 9")
       yield* read(3, 1, Option.some(5))
       // …and 9's bump, an append, leaves `rows` as it was: the page is read whole again.
-      yield* cache.written(nine.id, "create")
+      yield* cache.written(nine.id, "create", "committed")
       yield* read(3, 1, Option.some(5))
       expect(statements).toEqual({ page: 4, total: 0 })
       // Now the high-water is 9: kept, and the next append costs the total only.
@@ -357,23 +372,23 @@ describe("answers", () => {
   const encode = <A>(schema: Schema.Codec<A, unknown>, value: A) => JSON.stringify(Schema.encodeSync(schema)(value))
 
   it("are byte for byte what Schema encoding gives, with data and meta for the WebSocket", () => {
-    const list = listAnswer(rows)
+    const list = listAnswer(rows, 0)
     expect(list.body).toBe(encode(Schema.Array(Author), rows))
     expect(list.dataJson).toBe(list.body)
     const meta = { page: 2, per_page: 2, total: 9, pages: 5, next_cursor: "YToy", has_more: true }
-    const page = pageAnswer({ items: rows, meta })
+    const page = pageAnswer({ items: rows, meta }, 0)
     expect(page.body).toBe(encode(AuthorPage, { items: rows, meta }))
     expect(page.dataJson).toBe(list.body)
     expect(JSON.parse(page.metaJson)).toEqual(meta)
     expect(page.meta).toEqual(meta)
-    expect(authorAnswer(rows[0]).body).toBe(encode(Author, rows[0]!))
-    expect(authorAnswer(undefined).found).toBe(false)
+    expect(authorAnswer(rows[0], 0).body).toBe(encode(Author, rows[0]!))
+    expect(authorAnswer(undefined, 0).found).toBe(false)
   })
 
   it("carry a strong ETag from their content: the same body, the same ETag", () => {
-    expect(listAnswer(rows).etag).toBe(listAnswer(rows).etag)
-    expect(listAnswer(rows).etag).not.toBe(listAnswer(rows.slice(1)).etag)
-    expect(listAnswer(rows).etag).toMatch(/^"[A-Za-z0-9_-]{27}"$/)
+    expect(listAnswer(rows, 0).etag).toBe(listAnswer(rows, 1).etag)
+    expect(listAnswer(rows, 0).etag).not.toBe(listAnswer(rows.slice(1), 0).etag)
+    expect(listAnswer(rows, 0).etag).toMatch(/^"[A-Za-z0-9_-]{27}"$/)
   })
 
   it("keys tell every parameter apart (absent, empty, and values with separators)", () => {
@@ -393,12 +408,123 @@ describe("answers", () => {
   })
 })
 
-describe("the trigger of outside writes", () => {
-  it("skips exactly the service's own sessions (its application_name)", async () => {
-    const { readFileSync } = await import("node:fs")
-    const { APPLICATION_NAME } = await import("../../src/Db/Database.ts")
-    const sql = readFileSync(new URL("../../migrations/0005_authors_notify.sql", import.meta.url), "utf8")
-    const names = [...sql.matchAll(/IS DISTINCT FROM '([^']*)'/g)].map((m) => m[1])
-    expect(names).toEqual([APPLICATION_NAME, APPLICATION_NAME, APPLICATION_NAME, APPLICATION_NAME])
+describe("every exit of a write bumps its scopes (Authors `write`)", () => {
+  type Fault = "none" | "die" | "interrupt"
+  /**
+   * The service on the in-memory repository whose writes commit and then fail as `fault` says (a
+   * connection lost after the commit, an interruption), with a cache that records its bumps; `gate`
+   * holds a rename's statement until it is opened.
+   */
+  const setup = (fault: Fault, gate?: Deferred.Deferred<void>) =>
+    Effect.gen(function*() {
+      const bumps: Array<{ id: number | undefined; kind: WriteKind; outcome: WriteOutcome }> = []
+      const reached = Deferred.makeUnsafe<void>()
+      const after = <A, E>(committed: Effect.Effect<A, E>) =>
+        Effect.flatMap(committed, (a) => (fault === "die" ? Effect.die(new Error("connection lost after the commit")) : fault === "interrupt" ? Effect.interrupt : Effect.succeed(a)))
+      const Faulty = Layer.effect(
+        AuthorRepo,
+        Effect.gen(function*() {
+          const repo = yield* AuthorRepo
+          const held = <A, E>(statement: Effect.Effect<A, E>) =>
+            gate === undefined ? statement : Effect.andThen(Effect.andThen(Deferred.succeed(reached, undefined), Deferred.await(gate)), statement)
+          return AuthorRepo.of({
+            ...repo,
+            create: (name) => after(repo.create(name)),
+            update: (id, name) => after(held(repo.update(id, name))),
+            remove: (id) => after(repo.remove(id))
+          })
+        })
+      ).pipe(Layer.provide(AuthorRepo.layerMemory))
+      const recording = ReadCache.of({ ...Context.get(yield* Layer.build(ReadCache.layerNone), ReadCache), written: (id, kind, outcome) => Effect.sync(() => void bumps.push({ id, kind, outcome })) })
+      const context = yield* Layer.build(Authors.layer.pipe(Layer.provideMerge(Faulty), Layer.provide([AuthorEvents.layerNone, Layer.succeed(ReadCache, recording)])))
+      return { bumps, reached, authors: Context.get(context, Authors), repo: Context.get(context, AuthorRepo) }
+    })
+  const run = <A, E>(effect: Effect.Effect<A, E, Scope.Scope>) => Effect.runPromise(Effect.scoped(effect))
+
+  it("answered: bumped as committed; a 409 or a 404: nothing committed, nothing bumped", () =>
+    run(Effect.gen(function*() {
+      const { bumps, authors } = yield* setup("none")
+      const row = yield* authors.create("Ann")
+      yield* authors.update(row.id, "Ann Renamed")
+      expect(yield* Effect.flip(authors.create("Ann Renamed"))).toBeInstanceOf(AuthorNameTaken)
+      expect(yield* Effect.flip(authors.update(99, "Nobody"))).toBeInstanceOf(AuthorNotFound)
+      expect(yield* Effect.flip(authors.remove(99))).toBeInstanceOf(AuthorNotFound)
+      yield* authors.remove(row.id)
+      expect(bumps).toEqual([
+        { id: row.id, kind: "create", outcome: "committed" },
+        { id: row.id, kind: "update", outcome: "committed" },
+        { id: row.id, kind: "delete", outcome: "committed" }
+      ])
+    })))
+
+  for (const fault of ["die", "interrupt"] as const) {
+    it(`committed, then the request ${fault === "die" ? "dies" : "is interrupted"}: bumped as unknown (a create's id unknown)`, () =>
+      run(Effect.gen(function*() {
+        const { bumps, authors, repo } = yield* setup(fault)
+        const created = yield* Effect.exit(authors.create("Bob"))
+        expect(Exit.isFailure(created)).toBe(true)
+        const [row] = yield* repo.listBatch({}, Option.none())
+        yield* Effect.exit(authors.update(row!.id, "Bob Renamed"))
+        yield* Effect.exit(authors.remove(row!.id))
+        expect(bumps).toEqual([
+          { id: undefined, kind: "create", outcome: "unknown" },
+          { id: row!.id, kind: "update", outcome: "unknown" },
+          { id: row!.id, kind: "delete", outcome: "unknown" }
+        ])
+      })))
+  }
+
+  it("a request interrupted while its statement runs (its client went away) waits for the outcome, then bumps", () =>
+    run(Effect.gen(function*() {
+      const gate = Deferred.makeUnsafe<void>()
+      const { bumps, reached, authors, repo } = yield* setup("none", gate)
+      const row = yield* authors.create("Cy")
+      const fiber = yield* Effect.forkChild(authors.update(row.id, "Cy Renamed"))
+      yield* Deferred.await(reached)
+      const interrupting = yield* Effect.forkChild(Fiber.interrupt(fiber), { startImmediately: true })
+      yield* Effect.yieldNow
+      expect(bumps).toHaveLength(1) // only the create's: the rename is still waiting for its statement
+      yield* Deferred.succeed(gate, undefined)
+      yield* Fiber.join(interrupting)
+      expect(Option.getOrThrow(yield* repo.findById(row.id)).name).toBe("Cy Renamed")
+      expect(bumps[1]).toEqual({ id: row.id, kind: "update", outcome: "committed" })
+    })))
+})
+
+describe("READ_CACHE_MAX_AGE_SECONDS", () => {
+  it("an answer read longer ago than the maximum age is not served, and is dropped; 0 is no limit", () => {
+    const store = new AnswerStore(1_000_000, 60_000)
+    const answer = listAnswer([row(1)], 1_000)
+    store.put("k", "t", answer)
+    expect(store.get("k", "t", 61_000)).toBe(answer) // exactly the maximum age
+    expect(store.get("k", "t", 61_001)).toBeUndefined()
+    expect(store.size).toBe(0)
+    const unbounded = new AnswerStore(1_000_000, 0)
+    unbounded.put("k", "t", answer)
+    expect(unbounded.get("k", "t", Number.MAX_SAFE_INTEGER)).toBe(answer)
+  })
+
+  it("a page made from kept rows and a total is as old as the older of the two", () => {
+    const rows = pageAnswer({ items: [row(1)], meta: { page: 1, per_page: 1, total: 5, pages: 5, next_cursor: "YTox", has_more: true } }, 1_000)
+    expect(withTotal(rows, totalAnswer(6, 5_000)).readAt).toBe(1_000)
+    expect(withTotal(rows, totalAnswer(6, 500)).readAt).toBe(500)
+  })
+
+  it("through the cache: a read after the maximum age goes to the database again (the cache's clock: Effect's)", async () => {
+    let ms = 1_000_000
+    const clock = { ...Context.get(Context.empty(), Clock.Clock), monotonicTimeNanosUnsafe: () => BigInt(ms) * 1_000_000n }
+    await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+      const cache = yield* makeReadCache({ maxBytes: 1_000_000, maxAgeMs: 60_000, shared: undefined, feed: undefined, settled: Effect.void })
+      let loads = 0
+      const load = Effect.sync(() => listAnswer([row(++loads)], cache.now()))
+      const read = () => cache.read("k", cache.tag(LIST_SCOPE, undefined), load)
+      yield* read()
+      ms += 60_000
+      yield* read()
+      expect(loads).toBe(1)
+      ms += 1
+      yield* read()
+      expect(loads).toBe(2)
+    })).pipe(Effect.provideService(Clock.Clock, clock)))
   })
 })

@@ -203,6 +203,7 @@ describe("the paths that use it", () => {
     peek: () => undefined,
     keep: () => {},
     written: () => Effect.void,
+    now: () => 0,
     bootId: "test"
   }))
   /** The packages' handlers are not called here: a message is only prepared. */

@@ -1,0 +1,116 @@
+/**
+ * The read cache's generations in Redis (src/Authors/ReadCache.ts `BUMP_LUA`, Store/Redis.ts
+ * `nextGenerationLua`): a value is never issued twice, also after Redis went back to older values
+ * (keys set back by hand, as a restore or a failover to a replica that lagged leaves them) or lost
+ * them; the list's record keeps its append rule; and a reconnection (a "ready" after the first)
+ * resets the instance's side, the first connection does not.
+ */
+import { Effect, Exit, Scope } from "effect"
+import { Redis } from "ioredis"
+import { randomUUID } from "node:crypto"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { generationKeyOf, LIST_GENERATION_KEY, redisGenerations, scopeOfId, type WriteKind } from "../../src/Authors/ReadCache.ts"
+import { makeRedis } from "../../src/Store/Redis.ts"
+import { onPath } from "../support/Binaries.ts"
+import { eventually } from "../support/Eventually.ts"
+import { startRedisServer } from "../support/RedisServer.ts"
+import { TEST_REDIS_URL } from "../support/TestApp.ts"
+
+describe.runIf(TEST_REDIS_URL !== undefined)("generations in Redis", () => {
+  let client: Redis
+  const prefix = `test-generations-${randomUUID()}:`
+  const listKey = `${prefix}${LIST_GENERATION_KEY}`
+  const shardKey = (id: number) => `${prefix}${generationKeyOf(scopeOfId(id))}`
+  beforeAll(() => {
+    client = new Redis(TEST_REDIS_URL!, { maxRetriesPerRequest: 1 })
+  })
+  afterAll(async () => {
+    const keys = await client.keys(`${prefix}*`)
+    if (keys.length > 0) await client.del(...keys)
+    client.disconnect()
+  })
+
+  const generations = () => redisGenerations(client, prefix)
+  const bump = (id: number | undefined, kind: WriteKind) => Effect.runPromise(generations().bump(id, kind))
+  const values = async (id: number) => {
+    const [rows, count, high] = await client.hmget(listKey, "rows", "count", "high")
+    return { rows: Number(rows), count: Number(count), high: Number(high ?? 0), shard: Number(await client.get(shardKey(id))) }
+  }
+
+  it("never issues a value twice: after keys set back to older values, and after keys lost, each value is above every value issued before", async () => {
+    const issued: Array<number> = []
+    const record = async (id: number) => {
+      const v = await values(id)
+      issued.push(v.rows, v.count, v.shard)
+      return v
+    }
+    await bump(7, "update")
+    const before = { list: await client.hgetall(listKey), shard: await client.get(shardKey(7)) }
+    await record(7)
+    for (let i = 0; i < 5; i++) {
+      await bump(7, "update")
+      await record(7)
+    }
+    // Back to the snapshot, as a restore or a lagging replica leaves them; then lost altogether.
+    await client.hset(listKey, before.list)
+    await client.set(shardKey(7), before.shard!)
+    const highest = Math.max(...issued)
+    await bump(7, "delete")
+    const afterRollback = await values(7)
+    expect(afterRollback.rows).toBeGreaterThan(highest)
+    expect(afterRollback.count).toBeGreaterThan(highest)
+    expect(afterRollback.shard).toBeGreaterThan(highest)
+    await client.del(listKey, shardKey(7))
+    await bump(7, "update")
+    const afterLoss = await values(7)
+    for (const value of [afterLoss.rows, afterLoss.count, afterLoss.shard]) expect(value).toBeGreaterThan(Math.max(afterRollback.rows, afterRollback.count, afterRollback.shard))
+  })
+
+  it("the list's record: a create not below `high` moves the count only, any other write the rows too; a write of unknown id no shard", async () => {
+    await bump(100, "create")
+    let before = await values(100)
+    expect(before.high).toBe(100)
+    await bump(101, "create")
+    let after = await values(101)
+    expect({ rows: after.rows, high: after.high }).toEqual({ rows: before.rows, high: 101 })
+    expect(after.count).toBeGreaterThan(before.count)
+    for (const [id, kind] of [[50, "create"], [101, "update"], [101, "delete"]] as const) {
+      before = await values(id)
+      await bump(id, kind)
+      after = await values(id)
+      expect(after.rows, `${kind} ${id}`).toBeGreaterThan(before.rows)
+      expect(after.count, `${kind} ${id}`).toBeGreaterThan(before.count)
+      expect(after.high).toBe(101)
+    }
+    const shards = await client.keys(`${prefix}authors:gen:id:*`)
+    before = await values(101)
+    await bump(undefined, "create")
+    after = await values(101)
+    expect(after.rows).toBeGreaterThan(before.rows)
+    expect(await client.keys(`${prefix}authors:gen:id:*`)).toEqual(expect.arrayContaining(shards))
+    expect((await client.keys(`${prefix}authors:gen:id:*`)).length).toBe(shards.length)
+  })
+})
+
+describe.runIf(onPath("redis-server"))("a Redis reconnection", () => {
+  it("resets the instance's side of the tags on every reconnection, not on the first connection", async () => {
+    const redis = await startRedisServer()
+    const client = makeRedis(redis.url)
+    client.on("error", () => {})
+    const scope = Effect.runSync(Scope.make())
+    try {
+      let resets = 0
+      await Effect.runPromise(Scope.provide(redisGenerations(client, "p:").onReset(() => resets++), scope))
+      await eventually(() => client.status === "ready", "the first connection")
+      expect(resets).toBe(0)
+      await redis.restart()
+      await eventually(() => resets === 1, "the reset after the reconnection")
+      await redis.restart()
+      await eventually(() => resets === 2, "the reset after the second reconnection")
+    } finally {
+      await Effect.runPromise(Scope.close(scope, Exit.void))
+      client.disconnect()
+      await redis.kill("SIGTERM")
+    }
+  })
+})
