@@ -47,8 +47,8 @@ export const exitReason = (cause: Cause.Cause<unknown>): ExitReason => {
 
 /**
  * The FATAL line's `message` for each way the process ends badly (docs/operations.md#exits), one
- * builder per kind, so that main.ts and the pages that list the lines use the same words: until
- * the service is ready a failure is a failed start.
+ * builder per kind, so that main.ts and docs/troubleshooting.md#fatal-lines (checked against these)
+ * say the same words: until the service is ready a failure is a failed start.
  */
 export const failedMessage = (ready: boolean, what: string): string => `${ready ? "Service failed" : "Service failed to start"}: ${what}`
 
