@@ -45,6 +45,20 @@ export const exitReason = (cause: Cause.Cause<unknown>): ExitReason => {
   return causes.length === 0 ? { message } : { message, cause: causes.join("; ") }
 }
 
+/**
+ * The FATAL line's `message` for each way the process ends badly (docs/operations.md#exits), one
+ * builder per kind, so that main.ts and docs/troubleshooting.md#fatal-lines (checked against these)
+ * say the same words: until the service is ready a failure is a failed start.
+ */
+export const failedMessage = (ready: boolean, what: string): string => `${ready ? "Service failed" : "Service failed to start"}: ${what}`
+
+/** A throw no fiber caught, or a promise rejected with nobody waiting for it: a bug. */
+export const crashMessage = (ready: boolean, event: "uncaughtException" | "unhandledRejection", error: unknown): string =>
+  failedMessage(ready, `${event === "uncaughtException" ? "an uncaught exception" : "an unhandled promise rejection"}: ${errorText(error)}`)
+
+/** The shutdown's backstop: a step still hangs `deadlineMs` after the signal. */
+export const overdueMessage = (signal: string, deadlineMs: number): string => `Shutdown did not finish within ${deadlineMs} ms of ${signal}; exiting`
+
 /** A thrown value's stack (secrets removed), else its words. */
 export const defectStack = (defect: unknown): string =>
   defect instanceof Error && defect.stack !== undefined ? scrubText(defect.stack) : errorText(defect)

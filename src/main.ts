@@ -5,8 +5,8 @@ import * as App from "./App.ts"
 import { AppConfig } from "./Config.ts"
 import { drainOnShutdown, NodeServer } from "./Http/NodeServer.ts"
 import { ShutdownDeadline } from "./Lifecycle.ts"
-import { errorText, layerLogger } from "./Observability/Logging.ts"
-import { defectStack, type ExitReason, exitReason, failureLine } from "./Startup.ts"
+import { layerLogger } from "./Observability/Logging.ts"
+import { crashMessage, defectStack, type ExitReason, exitReason, failedMessage, failureLine, overdueMessage } from "./Startup.ts"
 
 const layerServer = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
@@ -71,7 +71,7 @@ const reportFailure = (cause: Cause.Cause<unknown>) =>
     ? Effect.void
     : Effect.sync(() => {
       const reason = exitReason(cause)
-      fatal({ ...reason, message: `${ready ? "Service failed" : "Service failed to start"}: ${reason.message}` })
+      fatal({ ...reason, message: failedMessage(ready, reason.message) })
     })
 
 /**
@@ -81,8 +81,7 @@ const reportFailure = (cause: Cause.Cause<unknown>) =>
  */
 for (const event of ["uncaughtException", "unhandledRejection"] as const) {
   process.on(event, (error: unknown) => {
-    const what = event === "uncaughtException" ? "an uncaught exception" : "an unhandled promise rejection"
-    fatal({ message: `${ready ? "Service failed" : "Service failed to start"}: ${what}: ${errorText(error)}`, cause: defectStack(error) })
+    fatal({ message: crashMessage(ready, event, error), cause: defectStack(error) })
     process.exit(1)
   })
 }
@@ -102,7 +101,7 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
   process.once(signal, () => {
     signalledAt ??= Date.now()
     setTimeout(() => {
-      fatal({ message: `Shutdown did not finish within ${SHUTDOWN_DEADLINE_MS} ms of ${signal}; exiting` })
+      fatal({ message: overdueMessage(signal, SHUTDOWN_DEADLINE_MS) })
       process.exit(1)
     }, SHUTDOWN_DEADLINE_MS).unref()
   })

@@ -5,7 +5,7 @@
 import { Effect } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import { readdir, readFile } from "node:fs/promises"
-import { join } from "node:path"
+import { basename, join } from "node:path"
 import { StatementTimeoutMs } from "./Deadline.ts"
 
 /** An arbitrary, fixed key: every instance of this service contends for the same lock. */
@@ -111,6 +111,8 @@ export const runMigrations = (dir: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const migrations = yield* listMigrations(dir)
+    /** The file being applied, for the failure's words. */
+    let current: string | undefined
     return yield* sql.withTransaction(Effect.gen(function*() {
       yield* sql`SET LOCAL statement_timeout = 0`
       yield* sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`
@@ -124,16 +126,21 @@ export const runMigrations = (dir: string) =>
       const applied: Array<number> = []
       for (const migration of migrations) {
         if (done.has(migration.id)) continue
+        current = basename(migration.path)
         const text = yield* Effect.promise(() => readFile(migration.path, "utf8"))
         for (const statement of splitStatements(text)) yield* sql.unsafe(statement).unprepared
         yield* sql`INSERT INTO schema_migrations (id, name) VALUES (${migration.id}, ${migration.name})`
         applied.push(migration.id)
       }
+      current = undefined
       return applied
-    }))
+    })).pipe(
+      // The server's own reply stays the cause: the FATAL line says which file failed and why
+      // (docs/operations.md#exits), not only that a query did.
+      Effect.catch((error) => Effect.die(new Error(current === undefined ? "Migration failed" : `Migration ${current} failed`, { cause: error })))
+    )
   }).pipe(
     Effect.tap((applied) => applied.length > 0 ? Effect.logInfo(`Applied migrations ${applied.join(", ")}`) : Effect.void),
-    Effect.catch((error) => Effect.die(new Error(`Migration failed: ${String(error)}`))),
     Effect.provideService(StatementTimeoutMs, Infinity),
     Effect.withSpan("Db.migrate")
   )

@@ -21,6 +21,7 @@ import ts from "typescript"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import { parse as parseYaml } from "yaml"
 import { Api } from "../../src/Api.ts"
+import { BUILTIN_ISSUER } from "../../src/Auth/BuiltinProvider.ts"
 import { appConfig } from "../../src/Config.ts"
 import { errorStatus } from "../../src/Errors.ts"
 import { Packages } from "../../src/Ws/Packages.ts"
@@ -109,6 +110,8 @@ const COVERAGE: Record<string, string> = {
   "compose-up": "not run (no container runtime in the test environment): test/unit/deploy.test.ts runs `docker compose config` when a client is installed and checks the services, replicas, ports and health checks; the README's table of addresses and logins is checked against docker-compose.yml below, and the app's environment there to be a configuration the service accepts",
   "compose-token": "run against the embedded service (the same /login and /authors; in the stack Keycloak answers behind /login)",
   production: "not run (it names your PostgreSQL, Redis and Keycloak); every variable it sets is checked to be a setting in .env.example",
+  // docs/troubleshooting.md
+  "token-claims": "run in bash with TOKEN set to a token the service issued; its output asserted (issuer, audience, kind, seconds left)",
   // docs/performance.md
   bench: "not run (a full run takes tens of minutes): every command is checked to be `npm run bench` with options bench/README.md documents",
   // docs/architecture.md
@@ -252,7 +255,8 @@ describe("README and docs examples", () => {
   it("every example is labelled and accounted for, and only JSON samples go unlabelled", () => {
     expect([...PAGES.keys()]).toEqual(expect.arrayContaining([
       "README.md", "docs/architecture.md", "docs/audit.md", "docs/configuration.md", "docs/deployment.md",
-      "docs/errors-and-limits.md", "docs/http-api.md", "docs/operations.md", "docs/performance.md", "docs/websocket.md"
+      "docs/errors-and-limits.md", "docs/http-api.md", "docs/operations.md", "docs/performance.md", "docs/troubleshooting.md",
+      "docs/websocket.md"
     ]))
     const unlabelled = BLOCKS.filter((b) => b.name === undefined && b.lang !== "json").map((b) => `${b.file}:${b.line} (${b.lang || "no language"})`)
     expect(unlabelled).toEqual([])
@@ -478,6 +482,16 @@ describe("README and docs examples", () => {
       const res = await fetch(`http://${baseUrlHost}/authors/paginated?per_page=abc`, { headers: { authorization: `Bearer ${access_token}` } })
       expect(page("docs/errors-and-limits.md")).toContain("(`GET /authors/paginated?per_page=abc`)")
       expect({ status: res.status, body: await res.json() }).toEqual({ status: 422, body: JSON.parse(example("validation-error")) })
+    })
+
+    it("the token-claims line prints the claims the service checks, and the seconds the token has left", async () => {
+      const { access_token, expires_in } = await login({ url: `http://${baseUrlHost}` }, "reader")
+      const run = await runToEnd("bash", ["-c", example("token-claims")], { env: shellEnv({ TOKEN: access_token }) })
+      expect({ status: run.status, stderr: run.stderr }).toEqual({ status: 0, stderr: "" })
+      const printed = JSON.parse(run.stdout) as Record<string, unknown>
+      expect(printed).toEqual({ iss: BUILTIN_ISSUER, aud: "author-directory", azp: "author-directory", typ: "Bearer", expires_in: expect.any(Number) })
+      expect(printed["expires_in"]).toBeGreaterThan(0)
+      expect(printed["expires_in"]).toBeLessThanOrEqual(expires_in)
     })
 
     it("the WebSocket JSON client prints its 2 responses and the author.created broadcast", async () => {

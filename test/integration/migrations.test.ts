@@ -3,11 +3,16 @@
  * database must not race. Each migrator below has its own connection pool, as separate
  * instances would.
  */
-import { Effect, Layer, Redacted } from "effect"
+import { Effect, Exit, Layer, Redacted } from "effect"
+import { copyFileSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { listMigrations } from "../../src/Db/Migrator.ts"
 import { Database } from "../../src/Db/Database.ts"
+import { exitReason } from "../../src/Startup.ts"
+import { startDatabaseServer } from "../support/DatabaseServer.ts"
 import { createPostgresDatabase, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
 describe.runIf(TEST_DATABASE_URL !== undefined)("migrations on PostgreSQL", () => {
@@ -39,5 +44,24 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("migrations on PostgreSQL", () =
     }
     // A later start finds nothing to do and still succeeds.
     await expect(migrate(url)).resolves.toBeUndefined()
+  })
+})
+
+describe("a migration the database refuses (docs/operations.md#exits)", () => {
+  it("stops start-up naming the file, with the server's own reply as the cause", async () => {
+    const database = await startDatabaseServer()
+    const dir = mkdtempSync(join(tmpdir(), "ads-migrations-"))
+    try {
+      for (const file of readdirSync("migrations")) copyFileSync(join("migrations", file), join(dir, file))
+      writeFileSync(join(dir, "9999_needs_an_extension.sql"), "CREATE EXTENSION no_such_extension;\n")
+      const exit = await Effect.runPromiseExit(Effect.scoped(Layer.build(Database.layer(Redacted.make(database.url), 1, { migrationsDir: dir }))))
+      expect(Exit.isFailure(exit) ? exitReason(exit.cause) : "migrated").toEqual({
+        message: "Migration 9999_needs_an_extension.sql failed",
+        cause: expect.stringContaining(`extension "no_such_extension"`)
+      })
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+      await database.close()
+    }
   })
 })
