@@ -54,8 +54,11 @@ export const CLOCK_TOLERANCE_SECONDS = 5
 export const makeTokenVerifier = (options: VerifierOptions): TokenVerifier["Service"] => {
   const cache = new Map<string, Principal>()
   const tolerance = options.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS
+  // OIDC_ISSUER_URL is read without its trailing slashes (Config.ts); a provider whose issuer ends in
+  // one (Auth0's does) puts it in `iss`: the same issuer either way (docs/troubleshooting.md).
+  const issuer = options.issuer.replace(/\/+$/, "")
   const verifyOptions = {
-    issuer: options.issuer,
+    issuer: [issuer, `${issuer}/`],
     algorithms: ASYMMETRIC_ALGORITHMS,
     clockTolerance: tolerance,
     ...(options.audience !== undefined ? { audience: options.audience } : {})

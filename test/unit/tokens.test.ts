@@ -79,3 +79,20 @@ describe("token verification: clock tolerance", () => {
     }
   })
 })
+
+describe("token verification: the issuer", () => {
+  it("an issuer with a trailing slash (as Auth0's) verifies against OIDC_ISSUER_URL read without it; another issuer does not", async () => {
+    const { privateKey, publicKey } = await generateKeyPair("ES256")
+    const verifier = makeTokenVerifier({ key: publicKey, issuer: "https://idp.example/tenant", audience: undefined, clientId: "c" })
+    const outcome = async (iss: string) => {
+      const token = await new SignJWT({ typ: "Bearer" }).setProtectedHeader({ alg: "ES256" }).setIssuer(iss).setSubject("s")
+        .setIssuedAt().setExpirationTime("5m").sign(privateKey)
+      const result = await Effect.runPromise(Effect.result(verifier.verify(token)))
+      return result._tag === "Success" ? "ok" : result.failure.reason
+    }
+    expect(await outcome("https://idp.example/tenant")).toBe("ok")
+    expect(await outcome("https://idp.example/tenant/")).toBe("ok")
+    expect(await outcome("https://idp.example/tenant//")).toBe("invalid")
+    expect(await outcome("https://idp.example/other/")).toBe("invalid")
+  })
+})
