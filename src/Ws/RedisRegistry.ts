@@ -141,7 +141,8 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           () => client.set(sessionKey(connectionId), "1", "PX", Math.max(1, Math.ceil(endMs - Date.now())))
         ).pipe(Effect.asVoid, Effect.ignore) // the backstop timer ends the session anyway
       )
-    const arm = (connectionId: string, endMs: number) => timers.start(connectionId, endMs + (keyEvents ? SESSION_BACKSTOP_MS : 0))
+    const arm = (connectionId: string, endMs: number) =>
+      timers.start(connectionId, endMs + (keyEvents && expiredSubscribed ? SESSION_BACKSTOP_MS : 0))
 
     /**
      * The backstop: the session's end (and the slack for Redis's event) has passed and the
@@ -193,10 +194,41 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         else expire(connectionId)
       }
     })
-    const channels = expiryEvents ? [broadcastChannel, expiredChannel] : [broadcastChannel]
-    const subscribe = redisCommand("SUBSCRIBE", () => subscriber.subscribe(channels), COMMAND_TIMEOUT_MS * 2).pipe(
+    /**
+     * The two channels are subscribed one at a time: Redis refuses a SUBSCRIBE whole when its ACL
+     * denies one channel, and an ACL that allows only `&<prefix>*` must still get broadcasts
+     * (docs/troubleshooting.md). Without the key-expiry channel, sessions end on the timers.
+     */
+    let broadcastSubscribed = false
+    let expiredSubscribed = false
+    let saidExpiredRefused = false
+    const subscribeBroadcasts = redisCommand("SUBSCRIBE", () => subscriber.subscribe([broadcastChannel]), COMMAND_TIMEOUT_MS * 2).pipe(
+      Effect.andThen(Effect.sync(() => {
+        broadcastSubscribed = true
+      })),
       Effect.catch((error) => Effect.logWarning("Redis SUBSCRIBE failed; retried when the connection is back", error.cause))
     )
+    const subscribeExpired = redisCommand("SUBSCRIBE", () => subscriber.subscribe([expiredChannel]), COMMAND_TIMEOUT_MS * 2, { refusalExpected: true }).pipe(
+      Effect.andThen(Effect.sync(() => {
+        expiredSubscribed = true
+      })),
+      Effect.catch((error) => {
+        if (!isReplyError(error.cause)) return Effect.logWarning("Redis SUBSCRIBE failed; retried when the connection is back", error.cause)
+        // The backstop timers carry every session (without waiting for an event that never comes).
+        for (const [id, end] of sessions) arm(id, end)
+        if (saidExpiredRefused) return Effect.void
+        saidExpiredRefused = true
+        return Effect.logInfo(
+          `WebSocket session expiry: this instance's timers (Redis refuses SUBSCRIBE to ${expiredChannel}; sessions end on time all the same). ` +
+            `Redis said: ${error.cause instanceof Error ? error.cause.message.trim() : String(error.cause)}`
+        )
+      })
+    )
+    const subscribe = Effect.suspend(() => {
+      broadcastSubscribed = false
+      expiredSubscribed = false
+      return Effect.andThen(subscribeBroadcasts, expiryEvents ? subscribeExpired : Effect.void)
+    })
 
     /** Connections of this instance the last renewal could not count (their users were at the limit). */
     let lastUncounted = 0
@@ -384,7 +416,11 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         ),
       listen: (listener) => Effect.asVoid(listeners.add(listener)),
       check: Effect.suspend((): Effect.Effect<void, unknown> =>
-        subscriber.connection.status === "ready" ? redis.ping : Effect.fail(new Error(`Redis subscriber ${subscriber.connection.status}`))
+        subscriber.connection.status !== "ready"
+          ? Effect.fail(new Error(`Redis subscriber ${subscriber.connection.status}`))
+          : !broadcastSubscribed
+          ? Effect.fail(new Error(`Redis subscriber: not subscribed to ${broadcastChannel}`))
+          : redis.ping
       ),
       localConnections: Effect.sync(() => held.size),
       // Not part of the interface: one renewal pass now (what the schedule runs), for tests.

@@ -21,6 +21,7 @@ import { onPath } from "../support/Binaries.ts"
 import { eventually } from "../support/Eventually.ts"
 import { type Cleanups, runCleanups, startService } from "../support/Launcher.ts"
 import { type RedisServer, startRedisServer } from "../support/RedisServer.ts"
+import { connectWs } from "../support/WsClient.ts"
 import { login, request, startTestApp } from "../support/TestApp.ts"
 
 const PREFIX = `test-redis-health-${randomUUID()}:`
@@ -59,6 +60,9 @@ describe.runIf(onPath("redis-server"))("redis is healthy only when a write under
     await admin(primary, "ACL", "SETUSER", "reader", "on", ">reader-pw-9", "~*", "&*", "+@all", "-@write", "-config")
     await admin(primary, "ACL", "SETUSER", "elsewhere", "on", ">elsewhere-pw-9", "~other-prefix:*", "&*", "+@all", "-config")
     await admin(primary, "ACL", "SETUSER", "writer", "on", ">writer-pw-9", `~${PREFIX}*`, "&*", "+@all", "-config")
+    // A managed-Redis style user: its keys and channels under the prefix, nothing else.
+    await admin(primary, "ACL", "SETUSER", "prefixed", "on", ">prefixed-pw-9", `~${PREFIX}*`, `&${PREFIX}*`, "+@all", "-config")
+    await admin(primary, "ACL", "SETUSER", "deaf", "on", ">deaf-pw-9", `~${PREFIX}*`, "resetchannels", "+@all", "-config")
   })
   afterAll(() => primary?.kill("SIGTERM"))
 
@@ -99,6 +103,30 @@ describe.runIf(onPath("redis-server"))("redis is healthy only when a write under
     const { app } = await appOn(asUser(primary, "writer", "writer-pw-9"))
     const health = await request(app, "GET", "/health")
     expect({ status: health.status, body: health.body }).toMatchObject({ status: 200, body: { status: "healthy", redis: "healthy" } })
+  })
+
+  it("a user whose channels are only the prefix's: broadcasts reach clients (the key-expiry channel is subscribed on its own), sessions on timers, said once", async () => {
+    const { app, records } = await appOn(asUser(primary, "prefixed", "prefixed-pw-9"))
+    const token = (await login(app, "admin")).access_token
+    const client = connectWs(app.url, { token })
+    cleanups.push(async () => void await client.close())
+    await client.opened
+    const created = await request(app, "POST", "/authors", { token, body: { name: `Prefixed ${randomUUID()}` } })
+    expect(created.status).toBe(201)
+    const broadcast = await client.broadcasts.take((e) => (e.data as { author?: { id?: number } }).author?.id === (created.body as { id: number }).id)
+    expect(broadcast.data).toMatchObject({ event: "author.created" })
+    const health = await request(app, "GET", "/health")
+    expect({ status: health.status, body: health.body }).toMatchObject({ status: 200, body: { status: "healthy", websocket: { status: "healthy" } } })
+    expect(records().filter((r) => String(r["message"]).startsWith("WebSocket session expiry: this instance's timers (Redis refuses SUBSCRIBE"))).toHaveLength(1)
+  })
+
+  it("a user allowed no channel at all: websocket unhealthy (no broadcast would reach this instance's clients), 503", async () => {
+    const { app } = await appOn(asUser(primary, "deaf", "deaf-pw-9"))
+    const health = await request(app, "GET", "/health")
+    expect({ status: health.status, body: health.body }).toMatchObject({
+      status: 503,
+      body: { status: "unhealthy", redis: "healthy", websocket: { status: "unhealthy" } }
+    })
   })
 
   it("an ACL user without write rights (PING answers): unhealthy, 503; one WARN naming Redis's NOPERM", async () => {

@@ -200,10 +200,11 @@ describe("docs/troubleshooting.md: the log lines it quotes", () => {
     "the token endpoint answered <status> without an access token",
     "Database not reachable yet (attempt <n>): …",
     "Redis SUBSCRIBE failed; retried when the connection is back",
-    "Read cache bypassed: LISTEN for outside writes is not established; retrying",
+    "Read cache bypassed: LISTEN for committed writes is not established; retrying",
     "WebSocket session expiry: this instance's timers (Redis refuses CONFIG, as managed Redis services do; sessions end on time all the same). Redis said: …",
     "WebSocket session expiry: this instance's timers until Redis answers (key-expiry events could not be checked)",
     "WebSocket session expiry: this instance's timers (a Redis Cluster …",
+    "WebSocket session expiry: this instance's timers (Redis refuses SUBSCRIBE to …",
     "Audit batch not written; retrying until the database is back"
   ]
 
