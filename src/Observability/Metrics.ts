@@ -192,6 +192,12 @@ export const auditRecordsDroppedTotal = new client.Counter({
 })
 // Every reason shows from the start at 0, so an alert on its rate has a series to watch.
 for (const reason of auditDropReasons) auditRecordsDroppedTotal.inc({ reason }, 0)
+/** docs/audit.md#retention: records deleted by the retention (AUDIT_RETENTION_DAYS), counted as each batch commits. */
+export const auditRecordsPrunedTotal = new client.Counter({
+  name: "audit_records_pruned_total",
+  help: "Audit records deleted because they were older than AUDIT_RETENTION_DAYS",
+  registers: [registry]
+})
 export const auditBufferBytes = new client.Gauge({
   name: "audit_buffer_bytes",
   help: "Estimated bytes of audit records waiting in the in-process buffer (bounded; over it records are dropped as buffer_full)",
