@@ -2,7 +2,7 @@
  * The database: `PgClient` on `DATABASE_URL`, or — with no URL — embedded PostgreSQL (PGlite)
  * persisted in `DATA_DIR`, served over the PostgreSQL wire protocol on loopback so the very same
  * driver, SQL and migrations run in both cases. PGlite runs in a thread of its own
- * (Db/EmbeddedWorker.ts).
+ * (Db/EmbeddedWorker.ts), one process at a time per directory (Db/DataDirLock.ts).
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { Duration, Effect, Layer, Option, Redacted, type Scope } from "effect"
@@ -12,6 +12,7 @@ import { mkdirSync } from "node:fs"
 import { extname, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { Worker } from "node:worker_threads"
+import { type EmbeddedDatabaseInUse, lockDataDir } from "./DataDirLock.ts"
 import { databaseTimeout } from "./Deadline.ts"
 import type { EmbeddedWorkerData, EmbeddedWorkerMessage } from "./EmbeddedWorker.ts"
 import { makePgClient, PREPARED_STATEMENTS_MAX } from "./Instrumentation.ts"
@@ -80,17 +81,19 @@ const stopWorker = (worker: Worker) =>
 /**
  * Starts PGlite (persisted in `dataDir`, or in memory) behind a loopback socket server, in a worker
  * thread: the service's event loop keeps answering (the probes while it starts) and the database
- * works on another core.
+ * works on another core. A directory is locked for the scope first: a second process on it is
+ * refused (`EmbeddedDatabaseInUse`).
  */
 export const embeddedPostgres = (options: {
   readonly dataDir: Option.Option<string>
   readonly maxConnections: number
-}): Effect.Effect<{ readonly url: Redacted.Redacted<string> }, never, Scope.Scope> =>
+}): Effect.Effect<{ readonly url: Redacted.Redacted<string> }, EmbeddedDatabaseInUse, Scope.Scope> =>
   Effect.gen(function*() {
     const dataDir = Option.getOrUndefined(Option.map(options.dataDir, (dir) => {
       mkdirSync(dir, { recursive: true })
       return resolve(dir)
     }))
+    if (dataDir !== undefined) yield* lockDataDir(dataDir)
     const { address } = yield* Effect.acquireRelease(
       startWorker({ dataDir, maxConnections: options.maxConnections, applicationName: APPLICATION_NAME }),
       ({ worker }) => stopWorker(worker)
@@ -166,7 +169,7 @@ const layerEmbedded = (
   dataDir: string,
   maxConnections: number,
   options: ClientOptions = {}
-): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError.SqlError> =>
+): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError.SqlError | EmbeddedDatabaseInUse> =>
   Layer.unwrap(Effect.map(
     // pglite-socket closes a connection beyond its maximum during the startup handshake ("Connection
     // closed during startup" → 500s while the pool grew under load: the sockets of connections the
