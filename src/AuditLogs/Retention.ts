@@ -4,10 +4,10 @@
  * by a scoped fiber of this Layer.
  *
  * - **Bounded batches.** Each batch is one `DELETE` of at most `batchSize` of the oldest records
- *   (the `timestamp` index, oldest first), one statement and so its own short transaction: a query
- *   sees all of a batch gone or none of it, and no lock is held for longer than a batch. The statement triggers
- *   of migrations/0003_audit_logs.sql take the batch's counts off the hourly rollup in the same
- *   transaction, so every total `GET /audit-logs` reports stays exact.
+ *   (the `timestamp` index, oldest first), one statement and so its own short transaction: a
+ *   query sees all of a batch gone or none of it, and no lock is held for longer than a batch.
+ *   The statement triggers of migrations/0003_audit_logs.sql take the batch's counts off the
+ *   hourly rollup in the same transaction, so every total `GET /audit-logs` reports stays exact.
  * - **One instance at a time.** Every statement first takes a PostgreSQL advisory lock with
  *   `pg_try_advisory_xact_lock`; an instance that finds it taken ends its run (another one is
  *   pruning) and tries again at its next run. The lock goes with the statement's transaction: a
@@ -19,9 +19,9 @@
  *   Db/Instrumentation.ts); what is deleted is counted in `audit_records_pruned_total` as each batch
  *   commits, and a run that deleted something logs one INFO line.
  */
-import { Context, Duration, Effect, Layer } from "effect"
+import { Cause, Context, Duration, Effect, Layer } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
-import type * as SqlError from "effect/sql/SqlError"
+import * as SqlError from "effect/sql/SqlError"
 import { AppConfig } from "../Config.ts"
 import { auditRecordsPrunedTotal } from "../Observability/Metrics.ts"
 
@@ -31,7 +31,7 @@ export const RETENTION_LOCK_KEY = 727_172_002
 export interface RetentionSchedule {
   /** Records deleted per statement (and transaction). */
   readonly batchSize: number
-  /** Rollup groups (hour, action, outcome) deleted per statement. */
+  /** Rollup groups (hour, action, outcome) folded per statement. */
   readonly rollupBatchSize: number
   /** From the start to the first run: the service is up and its journal recovered first. */
   readonly firstRunAfter: Duration.Input
@@ -131,10 +131,11 @@ const makePruner = (sql: SqlClient.SqlClient, days: number, schedule: RetentionS
   return { run }
 }
 
-/** The failure's own words (the database's reply), for the log line's `cause`. */
-const replyOf = (error: SqlError.SqlError): string => {
-  const inner: unknown = error.reason.cause
-  return inner instanceof Error ? inner.message : error.message
+/** A failed run's own words (the database's reply), for the log line's `cause`. */
+const replyOf = (cause: Cause.Cause<SqlError.SqlError>): string => {
+  const error = Cause.squash(cause)
+  const inner: unknown = SqlError.isSqlError(error) ? error.reason.cause : error
+  return inner instanceof Error ? inner.message : String(inner)
 }
 
 const make = Effect.gen(function*() {
@@ -159,8 +160,9 @@ const make = Effect.gen(function*() {
         ? Effect.logDebug(`Audit retention: another instance is pruning; ${next}`)
         : Effect.void
     ),
-    Effect.catch((error) =>
-      Effect.logWarning(`Audit retention run failed; ${next}`).pipe(Effect.annotateLogs({ cause: replyOf(error) }))
+    // Whatever ends a run (a defect too) is logged, and the schedule goes on.
+    Effect.catchCause((cause) =>
+      Effect.logWarning(`Audit retention run failed; ${next}`).pipe(Effect.annotateLogs({ cause: replyOf(cause) }))
     ),
     Effect.withSpan("AuditRetention.run", undefined, { captureStackTrace: false })
   )

@@ -117,6 +117,30 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit retention in the service 
     expect(await countOld(db)).toBe(0)
   })
 
+  it("a run the database fails logs one WARN with the database's reply, and a later run deletes the records", async () => {
+    const { app, lines } = await start({ every: "20 millis" })
+    const db = await connect(app)
+    await db.query(`CREATE FUNCTION retention_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF EXISTS (SELECT 1 FROM gone_rows) THEN RAISE EXCEPTION 'deletes refused for this test'; END IF;
+        RETURN NULL;
+      END $$`)
+    await db.query(`CREATE TRIGGER retention_test_refuse AFTER DELETE ON audit_logs
+      REFERENCING OLD TABLE AS gone_rows FOR EACH STATEMENT EXECUTE FUNCTION retention_test_refuse()`)
+    const before = await pruned(app)
+    await seed(db, 10, 0)
+    const warned = await eventually(
+      () => lines.find((l) => l["level"] === "WARN" && String(l["message"]).startsWith("Audit retention run failed")) ?? false,
+      "a failed run's WARN line"
+    )
+    expect(warned).toMatchObject({ message: "Audit retention run failed; next run in 20ms", cause: "deletes refused for this test" })
+    expect(await countOld(db)).toBe(10)
+
+    await db.query("DROP TRIGGER retention_test_refuse ON audit_logs")
+    await eventually(async () => expect(await pruned(app) - before).toBe(10), "10 records counted as pruned")
+    expect(await countOld(db)).toBe(0)
+  })
+
   it("two instances on one database: every delete holds the lock (so they never delete together), each record is deleted and counted once", async () => {
     const first = await start({ every: "5 millis" })
     const second = await start({ every: "5 millis", databaseUrl: first.app.databaseUrl! })
