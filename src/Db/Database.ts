@@ -55,6 +55,8 @@ const startWorker = (data: EmbeddedWorkerData) =>
     const settle = () => {
       worker.off("message", onMessage).off("error", onError).off("exit", onExit)
     }
+    // Once it is ready, nothing listens to the thread's `error` any more: should PGlite fail while
+    // serving, the error ends the process, as it did when PGlite ran in the service's own thread.
     worker.on("message", onMessage).on("error", onError).on("exit", onExit)
     // Interrupted while starting (a shutdown during start-up): the thread ends with it.
     return Effect.promise(async () => {
@@ -67,6 +69,8 @@ const startWorker = (data: EmbeddedWorkerData) =>
 const stopWorker = (worker: Worker) =>
   Effect.promise(() =>
     new Promise<void>((done) => {
+      // -1: the thread has ended already.
+      if (worker.threadId === -1) return done()
       const timer = setTimeout(() => void worker.terminate(), STOP_TIMEOUT_MS)
       worker.once("exit", () => {
         clearTimeout(timer)
