@@ -70,6 +70,9 @@ const bundle = async (outfile: string) => {
   const result = await esbuild({
     entryPoints: [entry],
     outfile,
+    // The metafile's inputs are relative to this directory: the root, wherever the build is run
+    // from (`npm pack` runs it from packages/client).
+    absWorkingDir: root,
     bundle: true,
     format: "esm",
     platform: "neutral",

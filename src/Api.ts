@@ -141,7 +141,7 @@ const documentTransform = (spec: OpenApiObject): OpenApiObject => {
 
 export class Api extends BaseApi
   .annotate(OpenApi.Title, "Author Directory Service")
-  .annotate(OpenApi.Version, "1.0.0")
+  .annotate(OpenApi.Version, "1.1.0")
   .annotate(OpenApi.Description, "Authors over HTTP and WebSocket (`/web`, see `/asyncapi.json`), with OIDC bearer authentication and role-based access.")
   .annotate(OpenApi.Transform, documentTransform)
 {}

@@ -24,7 +24,7 @@ import { Authors } from "./Authors/Authors.ts"
 import * as AuthorsHttp from "./Authors/Http.ts"
 import { AuthorRepo } from "./Authors/Repo.ts"
 import { ReadCache } from "./Authors/ReadCache.ts"
-import { AppConfig } from "./Config.ts"
+import { AppConfig, modeLine, type RedisNode, type RedisTarget } from "./Config.ts"
 import { Database } from "./Db/Database.ts"
 import * as Docs from "./Http/Docs.ts"
 import * as FrontDoor from "./Http/FrontDoor.ts"
@@ -33,6 +33,7 @@ import type { NodeServer } from "./Http/NodeServer.ts"
 import { CacheProbe, DatabaseProbe, Health } from "./Observability/Health.ts"
 import * as SystemHttp from "./Observability/Http.ts"
 import { setAppInfo } from "./Observability/Metrics.ts"
+import { layerOutages } from "./Observability/Outages.ts"
 import { layerTracing } from "./Observability/Tracing.ts"
 import * as ProfilingHttp from "./Profiling/Http.ts"
 import { Profiler } from "./Profiling/Profiler.ts"
@@ -50,26 +51,38 @@ const layerApi = HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }).pip
   Layer.provide([BearerAuth.layer, CommonResponses.layer])
 )
 
-/** Every route on the one router, behind the front door (a global router middleware). */
-const layerRoutes = Layer.mergeAll(layerApi, Docs.layer, WsHttp.layer, FrontDoor.layer(Api)).pipe(
+/**
+ * Every route on the one router, behind the front door (a global router middleware), which answers
+ * the author reads the read cache holds itself (the authors' stage: docs/architecture.md#the-request-path).
+ */
+const layerRoutes = Layer.mergeAll(layerApi, Docs.layer, WsHttp.layer, FrontDoor.layer(Api, { early: [AuthorsHttp.cachedRead] })).pipe(
   Layer.provide(NodeHttpServer.layerHttpServices)
 )
 
 /**
- * The shared stores: Redis when `REDIS_URL` is set (several instances share one budget, one
- * connection registry, one audit stream), else in-process stand-ins for a single instance.
- * Author changes are broadcast through the registry; its store is the WebSocket health check.
+ * The shared stores: Redis when configured — one server, a Redis Cluster or a Sentinel group
+ * (`RedisTarget`, Config.ts) — so several instances share one budget, one connection registry,
+ * one audit stream; else in-process stand-ins for a single instance. Author changes are broadcast
+ * through the registry; its store is the WebSocket health check.
  */
 const layerStores = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
-  return Option.match(config.redisUrl, {
+  return Option.match(config.redis, {
     onNone: () => Layer.mergeAll(RateLimiter.layerMemory, CacheProbe.layerMemory, ConnectionRegistry.layerMemory),
-    onSome: (url) =>
+    onSome: (target) =>
       Layer.mergeAll(RateLimiter.layerRedis, CacheProbe.layerRedis, ConnectionRegistry.layerRedis).pipe(
-        Layer.provideMerge(RedisClient.layer(url, config.redisKeyPrefix))
+        Layer.provideMerge(RedisClient.layer(target, config.redisKeyPrefix))
       )
   })
 }))
+
+/**
+ * The Redis the read cache's generations and the audit journal can use: one keyspace (one server,
+ * a Sentinel group's primary). Their scripts name keys of several slots, which a Redis Cluster
+ * refuses: there the read cache is off and audit records wait in this process's buffer
+ * (docs/deployment.md#redis-cluster).
+ */
+const oneKeyspace = Effect.map(Effect.serviceOption(RedisClient), Option.filter((redis) => redis.mode !== "cluster"))
 
 /**
  * The database: the server at DATABASE_URL, else embedded PostgreSQL (PGlite) in DATA_DIR — the
@@ -100,14 +113,15 @@ const layerInfrastructure = Layer.mergeAll(
 
 /**
  * The read cache of author reads: its generations in Redis when configured (shared by every
- * instance, read by the rate check), else in this process. The HTTP front door and the WebSocket
- * dispatch use it too.
+ * instance, read by the rate check), else in this process; off on a Redis Cluster (`oneKeyspace`).
+ * The HTTP front door and the WebSocket dispatch use it too.
  */
-const layerReadCache = Layer.unwrap(Effect.map(Effect.serviceOption(RedisClient), (redis) =>
-  Option.isSome(redis)
-    ? ReadCache.layerRedis.pipe(Layer.provide(Layer.succeed(RedisClient, redis.value)))
-    : ReadCache.layerMemory
-))
+const layerReadCache = Layer.unwrap(Effect.gen(function*() {
+  const config = yield* AppConfig
+  const redis = yield* oneKeyspace
+  if (Option.isSome(redis)) return ReadCache.layerRedis.pipe(Layer.provide(Layer.succeed(RedisClient, redis.value)))
+  return Option.isSome(config.redis) ? ReadCache.layerNone : ReadCache.layerMemory
+}))
 
 /**
  * The audit writer (docs/audit.md#guarantees): none when AUDIT_LOG_ENABLED=false, through a Redis Stream when
@@ -117,7 +131,7 @@ const layerReadCache = Layer.unwrap(Effect.map(Effect.serviceOption(RedisClient)
 const layerAuditLog = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   if (!config.auditLogEnabled) return AuditLog.layerNone
-  const redis = yield* Effect.serviceOption(RedisClient)
+  const redis = yield* oneKeyspace
   return Option.isSome(redis)
     ? AuditLog.layerRedis.pipe(Layer.provide(Layer.succeed(RedisClient, redis.value)))
     : AuditLog.layer
@@ -141,20 +155,39 @@ const layerServices = Layer.mergeAll(
   Layer.provideMerge(layerInfrastructure)
 )
 
+/** The startup line naming the Redis the service uses (never a password), and what a cluster leaves out. */
+const describeRedis = (target: RedisTarget): string => {
+  const topology = target.topology
+  const nodes = (list: ReadonlyArray<RedisNode>) => list.map((n) => `${n.host}:${n.port}`).join(", ")
+  switch (topology._tag) {
+    case "Single":
+      return `Redis: one server${target.tls ? " (TLS)" : ""}`
+    case "Sentinel":
+      return `Redis: the primary of Sentinel group "${topology.master}" (Sentinels ${nodes(topology.sentinels)})${target.tls ? ", TLS" : ""}`
+    case "Cluster":
+      return `Redis: a Redis Cluster (seeds ${nodes(topology.nodes)})${target.tls ? ", TLS" : ""}; ` +
+        "the read cache is off and audit records are buffered in this process, not in a Redis stream (docs/deployment.md#redis-cluster)"
+  }
+}
+
 const layerStartupLog = Layer.effectDiscard(Effect.gen(function*() {
   const config = yield* AppConfig
   setAppInfo(config.appEnv)
+  // docs/configuration.md#the-mode: which rules apply, and why.
+  const mode = modeLine(config)
+  yield* mode.warn ? Effect.logWarning(mode.text) : Effect.logInfo(mode.text)
   const embedded = [
     Option.isNone(config.databaseUrl) ? `database (PGlite in ${config.dataDir})` : undefined,
-    Option.isNone(config.redisUrl) ? "cache store (in-process)" : undefined,
+    Option.isNone(config.redis) ? "cache store (in-process)" : undefined,
     Option.isNone(config.oidcIssuerUrl) ? `identity provider (built-in, users from ${config.authUsersFile})` : undefined
   ].filter((x) => x !== undefined)
   yield* Effect.logInfo(embedded.length > 0 ? `Embedded: ${embedded.join(", ")}` : "Embedded: none")
   // Production refuses an embedded database (Config.ts); in-process stores it allows, but says what they mean.
-  if (config.appEnv === "production" && Option.isNone(config.redisUrl)) {
+  if (Option.isSome(config.redis)) yield* Effect.logInfo(describeRedis(config.redis.value))
+  if (config.appEnv === "production" && Option.isNone(config.redis)) {
     yield* Effect.logWarning(
-      "REDIS_URL is not set: rate limits, WebSocket connection counts, broadcasts and session expiry are per instance " +
-        "(in-process stores); with more than one instance, set REDIS_URL"
+      "REDIS_URL is not set (nor REDIS_CLUSTER_NODES or REDIS_SENTINELS): rate limits, WebSocket connection counts, broadcasts " +
+        "and session expiry are per instance (in-process stores); with more than one instance, set one of them"
     )
   }
 }))
@@ -201,7 +234,8 @@ const layerPortOpenLog = Layer.effectDiscard(HttpServer.addressFormattedWith((ad
  * the database takes — until every service is up, the routes are built and the handler is
  * attached. Its services (`NodeServer`, `Upgrades`, `HttpServer`) are outputs. Needs the
  * `AppConfig`. `tracing` is provided under everything else (server, SQL, Redis), so every span
- * goes to it (Observability/Tracing.ts).
+ * goes to it (Observability/Tracing.ts); so is the outage tracker, which every place that sees a
+ * dependency fail reports to (Observability/Outages.ts).
  */
 export const layer = <S, E>(
   server: Layer.Layer<S | NodeServer | Upgrades | HttpServer.HttpServer, E, AppConfig>,
@@ -212,5 +246,6 @@ export const layer = <S, E>(
     Layer.provide(layerServices),
     Layer.provide(layerStartupLog),
     Layer.provideMerge(Layer.provideMerge(layerPortOpenLog, server)),
+    Layer.provide(layerOutages),
     Layer.provide(tracing)
   )

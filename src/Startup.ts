@@ -10,80 +10,44 @@
  * or a bad URL stop start-up at once.
  */
 import { Cause, Data, Effect, Exit, Layer, Scope } from "effect"
-import { AppConfig } from "./Config.ts"
-import { isDatabaseTimeout } from "./Db/Deadline.ts"
-import { scrubText } from "./Observability/Logging.ts"
+import { AppConfig, appEnvOf } from "./Config.ts"
+import { isUnreachable } from "./Db/Failures.ts"
+import { errorText, errorWords, scrubText } from "./Observability/Logging.ts"
 
 /** Start-up gave up on the database after STARTUP_TIMEOUT_SECONDS. */
-export class DatabaseUnreachable extends Data.TaggedError("DatabaseUnreachable")<{ readonly message: string }> {}
+export class DatabaseUnreachable extends Data.TaggedError("DatabaseUnreachable")<{ readonly message: string; readonly cause: unknown }> {}
 
-/** The error, then its causes (a few levels: SqlError → reason → the socket's error). */
-const causeChain = (error: unknown): ReadonlyArray<unknown> => {
-  const chain: Array<unknown> = []
-  let current = error
-  while (current !== undefined && current !== null && chain.length < 8 && !chain.includes(current)) {
-    chain.push(current)
-    current = typeof current === "object" && "cause" in current ? current.cause : undefined
-  }
-  return chain
+/** A JavaScript error that only a bug throws: its stack says where. */
+const isProgrammingError = (defect: unknown) =>
+  defect instanceof TypeError || defect instanceof RangeError || defect instanceof ReferenceError || defect instanceof SyntaxError
+
+export interface ExitReason {
+  /** What stopped the service. */
+  readonly message: string
+  /** What was behind it, secrets removed: a dependency's own reply, or a bug's stack. */
+  readonly cause?: string
 }
 
-const codeOf = (error: unknown): string | undefined =>
-  typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : undefined
-
-const messageOf = (error: unknown): string | undefined =>
-  error instanceof Error ? error.message : typeof error === "object" && error !== null && "message" in error && typeof error.message === "string" ? error.message : undefined
-
-/** A socket error (ECONNREFUSED, ENOTFOUND, EAI_AGAIN, ETIMEDOUT, EHOSTUNREACH, ECONNRESET, …); not ERR_* (a bad URL, a TLS setting). */
-const SOCKET_ERROR = /^E(?!RR_)[A-Z_]+$/
-
 /**
- * SQLSTATEs of a server that will take connections again: 08 connection exceptions, 53300 too
- * many connections, 57P01–57P03 shutting down or starting up ("the database system is starting up").
+ * What stopped the service (interruptions left out): each failure's own message, and in `cause`
+ * the words of what caused it — the database's refusal, the socket's error — or, for a bug, its
+ * stack.
  */
-const isTransientSqlState = (code: string) => code.startsWith("08") || code === "53300" || /^57P0[123]$/.test(code)
-
-/** The driver's own words for a server that accepted and then went away or never answered. */
-const TRANSIENT_MESSAGES = new Set(["Connection timed out", "Connection closed unexpectedly"])
-
-/** Whether a start-up failure is the database not being reachable (yet): worth another attempt. */
-export const isUnreachable = (error: unknown): boolean =>
-  causeChain(error).some((e) => {
-    if (isDatabaseTimeout(e)) return true
-    const code = codeOf(e)
-    if (code !== undefined && (SOCKET_ERROR.test(code) || isTransientSqlState(code))) return true
-    const message = messageOf(e)
-    return message !== undefined && TRANSIENT_MESSAGES.has(message)
+export const exitReason = (cause: Cause.Cause<unknown>): ExitReason => {
+  const words = cause.reasons.flatMap((reason) => {
+    if (Cause.isFailReason(reason)) return [errorWords(reason.error)]
+    if (!Cause.isDieReason(reason)) return []
+    const own = errorWords(reason.defect)
+    return [isProgrammingError(reason.defect) ? { ...own, causes: defectStack(reason.defect) } : own]
   })
-
-/**
- * An error as one line: its message and those of its causes, repeats left out
- * (`PgConnection: Failed to connect: connect ECONNREFUSED 10.0.0.5:5432`). A configuration error
- * becomes `NAME: what is wrong`.
- */
-export const errorText = (error: unknown): string => {
-  const parts: Array<string> = []
-  for (const e of causeChain(error)) {
-    const message = messageOf(e)?.trim()
-    if (message === undefined || message === "" || parts.some((p) => p.includes(message))) continue
-    parts.push(message)
-  }
-  const text = parts.length > 0 ? parts.join(": ") : String(error)
-  // Config errors read `SchemaError(<what> at ["NAME"])`.
-  const setting = /^(?:ConfigError\()?SchemaError\(([\s\S]*?)\s+at \["([A-Z][A-Z0-9_]*)"\]\)+(?::[\s\S]*)?$/.exec(text)
-  const line = setting === undefined || setting === null
-    ? text
-    : setting[1]!.startsWith(setting[2]!) ? setting[1]! : `${setting[2]!}: ${setting[1]!}`
-  return scrubText(line.replace(/\s*\n\s*/g, " "))
+  const message = [...new Set(words.map((w) => w.own))].join("; ") || "interrupted"
+  const causes = [...new Set(words.flatMap((w) => (w.causes === undefined ? [] : [w.causes])))]
+  return causes.length === 0 ? { message } : { message, cause: causes.join("; ") }
 }
 
-/** What stopped the service, as one line (interruptions left out). */
-export const causeText = (cause: Cause.Cause<unknown>): string => {
-  const reasons = cause.reasons.flatMap((reason) =>
-    Cause.isFailReason(reason) ? [errorText(reason.error)] : Cause.isDieReason(reason) ? [errorText(reason.defect)] : []
-  )
-  return [...new Set(reasons)].join("; ") || "interrupted"
-}
+/** A thrown value's stack (secrets removed), else its words. */
+export const defectStack = (defect: unknown): string =>
+  defect instanceof Error && defect.stack !== undefined ? scrubText(defect.stack) : errorText(defect)
 
 /**
  * Builds `database` (connect, migrate) and, while the database cannot be reached, builds it again
@@ -115,7 +79,8 @@ export const untilDatabaseReachable = <A, E, R>(
       const leftMs = started + timeoutMs - Date.now()
       if (leftMs <= 0) {
         return yield* Effect.fail(new DatabaseUnreachable({
-          message: `The database could not be reached within STARTUP_TIMEOUT_SECONDS=${config.startupTimeoutSeconds} (${attempt} attempts): ${reason}`
+          message: `The database could not be reached within STARTUP_TIMEOUT_SECONDS=${config.startupTimeoutSeconds} (${attempt} attempts)`,
+          cause: failure.value
         }))
       }
       const waitMs = Math.min(pauseMs, leftMs)
@@ -129,15 +94,16 @@ export const untilDatabaseReachable = <A, E, R>(
   }))
 
 /**
- * The line a failed start (or a service that stops on an error) leaves behind: JSON with
- * LOG_FORMAT=json (the default in production), else a pretty line — one line either way, written
- * whatever LOG_LEVEL says (it is the reason for the exit code). The format comes from the raw
- * environment: the configuration itself may be what failed.
+ * The line every exit but a clean one leaves behind (docs/operations.md#exits): JSON with
+ * LOG_FORMAT=json (the default in production) — `message` what stopped the service, `cause` what
+ * was behind it — else a pretty line; one line either way, written whatever LOG_LEVEL says (it is
+ * the reason for the exit code). The format comes from the raw environment: the configuration
+ * itself may be what failed.
  */
-export const failureLine = (env: Readonly<Record<string, string | undefined>>, message: string, now = new Date()): string => {
+export const failureLine = (env: Readonly<Record<string, string | undefined>>, reason: ExitReason, now = new Date()): string => {
   const format = env["LOG_FORMAT"]?.trim()
-  const json = format === "json" || (format !== "pretty" && env["APP_ENV"]?.trim() === "production")
+  const json = format === "json" || (format !== "pretty" && appEnvOf(env["APP_ENV"]?.trim(), env["NODE_ENV"]).appEnv === "production")
   return json
-    ? JSON.stringify({ timestamp: now.toISOString(), level: "FATAL", message })
-    : `[${now.toISOString()}] FATAL ${message}`
+    ? JSON.stringify({ timestamp: now.toISOString(), level: "FATAL", message: reason.message, ...(reason.cause !== undefined ? { cause: reason.cause } : {}) })
+    : `[${now.toISOString()}] FATAL ${reason.message}${reason.cause === undefined ? "" : ` (${reason.cause.replace(/\s*\n\s*/g, " ")})`}`
 }

@@ -5,8 +5,8 @@ import * as App from "./App.ts"
 import { AppConfig } from "./Config.ts"
 import { drainOnShutdown, NodeServer } from "./Http/NodeServer.ts"
 import { ShutdownDeadline } from "./Lifecycle.ts"
-import { layerLogger } from "./Observability/Logging.ts"
-import { causeText, failureLine } from "./Startup.ts"
+import { errorText, layerLogger } from "./Observability/Logging.ts"
+import { defectStack, type ExitReason, exitReason, failureLine } from "./Startup.ts"
 
 const layerServer = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
@@ -54,16 +54,38 @@ const layerMain = Layer.mergeAll(drainOnShutdown(DRAIN_MS), layerReadyMark).pipe
 )
 
 /**
+ * Every exit but a clean one says why in one FATAL line on stderr — JSON in production — and the
+ * exit code is 1 (docs/operations.md#exits; Startup.ts `failureLine`).
+ */
+const fatal = (reason: ExitReason) => {
+  process.stderr.write(`${failureLine(process.env, reason)}\n`)
+}
+
+/**
  * A failure to start (an invalid setting, the built-in provider in production, a database that
- * stayed unreachable for STARTUP_TIMEOUT_SECONDS) is one log line on stderr naming its cause —
- * JSON in production — and the exit code is 1 (Startup.ts `failureLine`).
+ * stayed unreachable for STARTUP_TIMEOUT_SECONDS, a port in use) or a failure that stops the
+ * running service.
  */
 const reportFailure = (cause: Cause.Cause<unknown>) =>
   Cause.hasInterruptsOnly(cause)
     ? Effect.void
-    : Effect.sync(() =>
-      process.stderr.write(`${failureLine(process.env, `${ready ? "Service failed" : "Service failed to start"}: ${causeText(cause)}`)}\n`)
-    )
+    : Effect.sync(() => {
+      const reason = exitReason(cause)
+      fatal({ ...reason, message: `${ready ? "Service failed" : "Service failed to start"}: ${reason.message}` })
+    })
+
+/**
+ * A throw no fiber caught, or a promise rejected with nobody waiting for it (a library's own
+ * promise): Node would print a stack and exit 1; the process still ends — its state is not
+ * known — but with the FATAL line saying what, and the stack in `cause`.
+ */
+for (const event of ["uncaughtException", "unhandledRejection"] as const) {
+  process.on(event, (error: unknown) => {
+    const what = event === "uncaughtException" ? "an uncaught exception" : "an unhandled promise rejection"
+    fatal({ message: `${ready ? "Service failed" : "Service failed to start"}: ${what}: ${errorText(error)}`, cause: defectStack(error) })
+    process.exit(1)
+  })
+}
 
 /**
  * A signal ends the service by interrupting it (docs/operations.md#shutdown); once the drain is done that is
@@ -80,7 +102,7 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
   process.once(signal, () => {
     signalledAt ??= Date.now()
     setTimeout(() => {
-      process.stderr.write(`Shutdown did not finish within ${SHUTDOWN_DEADLINE_MS} ms of ${signal}; exiting\n`)
+      fatal({ message: `Shutdown did not finish within ${SHUTDOWN_DEADLINE_MS} ms of ${signal}; exiting` })
       process.exit(1)
     }, SHUTDOWN_DEADLINE_MS).unref()
   })

@@ -7,7 +7,7 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Effect, Layer } from "effect"
 import { AppConfig } from "./Config.ts"
 import * as App from "./App.ts"
-import { causeText, failureLine } from "./Startup.ts"
+import { exitReason, failureLine } from "./Startup.ts"
 
 NodeRuntime.runMain(
   Effect.logInfo("Migrations are up to date").pipe(
@@ -15,7 +15,10 @@ NodeRuntime.runMain(
     Effect.tapCause((cause) =>
       Cause.hasInterruptsOnly(cause)
         ? Effect.void
-        : Effect.sync(() => process.stderr.write(`${failureLine(process.env, `Migrations not applied: ${causeText(cause)}`)}\n`))
+        : Effect.sync(() => {
+          const reason = exitReason(cause)
+          process.stderr.write(`${failureLine(process.env, { ...reason, message: `Migrations not applied: ${reason.message}` })}\n`)
+        })
     )
   ),
   { disableErrorReporting: true }

@@ -8,8 +8,8 @@ import { auditBufferBytes } from "../Observability/Metrics.ts"
 import { countDropped } from "./Dropped.ts"
 import type { AuditEntry, StoredEntry } from "./Entry.ts"
 import { flushWithin, makeInserter } from "./Inserter.ts"
-import { INSERT_BATCH_MAX } from "./Repo.ts"
 import { requestDataJson } from "./RequestData.ts"
+import { supervised } from "./Supervise.ts"
 import type { WriterOptions } from "./WriterOptions.ts"
 
 /** Fixed part of a buffered record's estimate: the object, its Date, its UUID, numbers, short fields. */
@@ -55,6 +55,7 @@ export const makeBuffer = (options: WriterOptions) =>
       bufferedBytes = bytes
       auditBufferBytes.set(bytes)
     }
+    /** The batch taken and not yet written: a writer that stopped with it takes it again first. */
     let inFlight: ReadonlyArray<StoredEntry> = []
     const offer = (stored: StoredEntry) =>
       Effect.suspend(() => {
@@ -68,13 +69,15 @@ export const makeBuffer = (options: WriterOptions) =>
         })
       })
     const loop = Effect.forever(Effect.gen(function*() {
-      const taken = yield* Queue.takeBetween(queue, 1, INSERT_BATCH_MAX)
-      setBufferedBytes(bufferedBytes - sumBytes(taken))
-      inFlight = taken.map((item) => item.stored)
+      if (inFlight.length === 0) {
+        const taken = yield* Queue.takeBetween(queue, 1, options.batchMax)
+        setBufferedBytes(bufferedBytes - sumBytes(taken))
+        inFlight = taken.map((item) => item.stored)
+      }
       yield* insert(inFlight)
       inFlight = []
     }))
-    const fiber = yield* Effect.forkDetach(loop)
+    const fiber = yield* supervised("buffer writer", loop)
     /** Stops the fiber and writes what it held and what is queued (the batch in flight may be written twice: idempotent). */
     const flush = (timeout: Duration.Input) => Effect.gen(function*() {
       yield* Fiber.interrupt(fiber)
@@ -82,7 +85,7 @@ export const makeBuffer = (options: WriterOptions) =>
       const queued = yield* Queue.clear(queue)
       setBufferedBytes(bufferedBytes - sumBytes(queued))
       const rest = [...inFlight, ...queued.map((item) => item.stored)]
-      const left = yield* flushWithin(insert, rest, timeout)
+      const left = yield* flushWithin(insert, rest, options.batchMax, timeout)
       yield* countDropped(left, "shutdown")
     })
     /** Its batch inserter, for the stream path to share (one retry loop, one outage warning). */

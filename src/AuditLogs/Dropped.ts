@@ -6,11 +6,13 @@ const dropMessages: Record<AuditDropReason, string> = {
   buffer_full: "Audit records dropped: buffer full",
   stream_full: "Audit records dropped: audit stream backlog full",
   shutdown: "Audit records dropped: database unreachable at shutdown",
-  refused: "Audit record dropped: the database refused it even reduced"
+  refused: "Audit record dropped: the database refused it even reduced",
+  unreadable: "Audit records dropped: a journal entry that cannot be read"
 }
 
-export const countDropped = (n: number, reason: AuditDropReason, error?: unknown) =>
+/** Counts `n` records given up for `reason` and logs it once (with `error` and `details`: which entry, …). */
+export const countDropped = (n: number, reason: AuditDropReason, error?: unknown, details: Record<string, unknown> = {}) =>
   n === 0 ? Effect.void : Effect.andThen(
     Effect.sync(() => auditRecordsDroppedTotal.inc({ reason }, n)),
-    Effect.logError(dropMessages[reason], ...(error === undefined ? [] : [error])).pipe(Effect.annotateLogs({ dropped: n, reason }))
+    Effect.logError(dropMessages[reason], ...(error === undefined ? [] : [error])).pipe(Effect.annotateLogs({ ...details, dropped: n, reason }))
   )

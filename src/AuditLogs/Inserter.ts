@@ -1,15 +1,16 @@
 /**
  * Batches into PostgreSQL: an outage is waited out (the batch is retried with capped backoff, never
  * discarded), a batch refused for its content is written record by record, and a record refused
- * even reduced is dropped and counted. Redelivery is idempotent: each record carries an
- * `entry_id` (ON CONFLICT DO NOTHING).
+ * even reduced is dropped and counted. A defect while writing a batch (a throw in the driver's
+ * encoder) is the content's too, never the writer's end. Redelivery is idempotent: each record
+ * carries an `entry_id` (ON CONFLICT DO NOTHING).
  */
-import { type Duration, Effect, Schedule } from "effect"
+import { Data, type Duration, Effect, Schedule } from "effect"
 import type * as SqlError from "effect/sql/SqlError"
 import { sqlStateOf } from "../Db/Instrumentation.ts"
 import { countDropped } from "./Dropped.ts"
 import type { StoredEntry } from "./Entry.ts"
-import { AuditRepo, INSERT_BATCH_MAX } from "./Repo.ts"
+import { AuditRepo } from "./Repo.ts"
 import { minimalEntry } from "./Storable.ts"
 
 /** Capped exponential backoff, forever: a batch waits for the database, it is never discarded. */
@@ -28,23 +29,31 @@ export const isOutage = (error: SqlError.SqlError): boolean => {
   return code === undefined || /^(08|40|53|57|58|XX)/.test(code)
 }
 
+/** A defect while writing a batch: it belongs to the batch's content, as a refusal does. */
+class WriteDefect extends Data.TaggedError("WriteDefect")<{ readonly cause: unknown }> {}
+
+/** Worth retrying: an outage; a refusal or a defect is the content's and never goes away. */
+const retryable = (error: SqlError.SqlError | WriteDefect) => error._tag === "SqlError" && isOutage(error)
+
 export const makeInserter = Effect.gen(function*() {
   const repo = yield* AuditRepo
   let failing = false
+  const write = (batch: ReadonlyArray<StoredEntry>) =>
+    repo.insertBatch(batch).pipe(Effect.catchDefect((cause) => Effect.fail(new WriteDefect({ cause }))))
   /** One record the batch could not take: as it is, then reduced to its minimum, then dropped and counted. */
   const insertOne = (stored: StoredEntry) =>
-    repo.insertBatch([stored]).pipe(
-      Effect.catchIf((error) => !isOutage(error), () => repo.insertBatch([minimalEntry(stored)])),
-      Effect.catchIf((error) => !isOutage(error), (error) => countDropped(1, "refused", error))
+    write([stored]).pipe(
+      Effect.catchIf((error) => !retryable(error), () => write([minimalEntry(stored)])),
+      Effect.catchIf((error) => !retryable(error), (error) => countDropped(1, "refused", error))
     )
   /**
    * A batch the database refused for its content is written record by record, so one poison
    * record never blocks the ones behind it (docs/audit.md#guarantees); an outage fails the attempt.
    */
   const attempt = (batch: ReadonlyArray<StoredEntry>) =>
-    repo.insertBatch(batch).pipe(
+    write(batch).pipe(
       Effect.catchIf(
-        (error) => !isOutage(error),
+        (error) => !retryable(error),
         (error) =>
           Effect.logWarning("Audit batch refused; writing its records one by one", error).pipe(
             Effect.andThen(Effect.forEach(batch, insertOne, { discard: true }))
@@ -74,12 +83,13 @@ export const makeInserter = Effect.gen(function*() {
 export const flushWithin = (
   insert: (batch: ReadonlyArray<StoredEntry>) => Effect.Effect<void>,
   records: ReadonlyArray<StoredEntry>,
+  batchMax: number,
   timeout: Duration.Input
 ) => {
   let written = 0
   return Effect.gen(function*() {
-    for (let i = 0; i < records.length; i += INSERT_BATCH_MAX) {
-      const batch = records.slice(i, i + INSERT_BATCH_MAX)
+    for (let i = 0; i < records.length; i += batchMax) {
+      const batch = records.slice(i, i + batchMax)
       yield* insert(batch)
       written += batch.length
     }

@@ -1,15 +1,16 @@
 /**
- * The audit journal's layout in Redis (docs/audit.md#the-redis-journal), for StreamWriter.ts.
+ * The audit journal's layout in Redis (docs/audit.md#the-redis-journal), for the writer
+ * (StreamWriter.ts, through JournalStore.ts). Two layouts:
  *
- * - `<prefix>audit:stream:v2`, written by this release: one entry per batch of records appended
+ * - v2, `<prefix>audit:stream:v2`, the one written: one entry per batch of records appended
  *   together, fields `n` (how many records) and `r` (a JSON array of them, each with its
  *   `entry_id`). A burst of concurrent requests costs one XADD and later one XDEL id.
  * - `<prefix>audit:stream:v2:records`: how many records its entries hold, so that the stream's cap
  *   (`streamMax`) counts records, as it did when an entry was a record. Kept by the one script
  *   that appends to and deletes from the stream (JOURNAL_LUA), in the same step.
- * - `<prefix>audit:stream`, the previous release's stream: one entry per record, fields `id` (its
- *   `entry_id`) and `e` (the record). Written by instances of that release during a rolling
- *   update; this release only reads it back (the recovery scan) and deletes what it wrote.
+ * - v1, `<prefix>audit:stream`: one entry per record, fields `id` (its `entry_id`) and `e` (the
+ *   record). Written by instances that write v1, during a rolling update from them; read back
+ *   (the recovery scan) and deleted, never written.
  *
  * A record's JSON carries `request_data` as the object it is, spliced in as the text it was
  * captured as (RequestData.ts): nothing is serialized twice.
@@ -19,11 +20,11 @@ import { requestDataJson } from "./RequestData.ts"
 
 /** The stream keys under a prefix. */
 export const journalKeys = (prefix: string) => ({
-  /** The previous release's single-record entries: read and deleted, never written. */
-  legacy: `${prefix}audit:stream`,
-  /** This release's entries of many records. */
-  current: `${prefix}audit:stream:v2`,
-  /** The number of records in `current`'s entries. */
+  /** v1: single-record entries, read and deleted, never written. */
+  v1: `${prefix}audit:stream`,
+  /** v2: entries of many records. */
+  v2: `${prefix}audit:stream:v2`,
+  /** The number of records in v2's entries. */
   records: `${prefix}audit:stream:v2:records`
 })
 
@@ -81,21 +82,42 @@ export const encodeRecord = ({ entryId, entry: e }: StoredEntry): string => {
 /** The `r` field of an entry: its records' JSON texts as one JSON array. */
 export const encodeRecords = (records: ReadonlyArray<StoredEntry>): string => `[${records.map(encodeRecord).join(",")}]`
 
-type RawRecord = Omit<AuditEntry, "timestamp"> & { timestamp: string; entry_id?: unknown }
-
-const toStored = (entryId: string, { entry_id: _, ...raw }: RawRecord): StoredEntry => ({
-  entryId,
-  entry: { ...raw, timestamp: new Date(raw.timestamp), request_data: raw.request_data ?? {} }
-})
+const isText = (value: unknown): value is string => typeof value === "string"
+const isCount = (value: unknown): value is number => typeof value === "number" && Number.isFinite(value)
 
 /**
- * A stream entry read back: its id, the records it holds (none when unreadable: not one of ours,
- * deleted unwritten) and the record count it was counted with in the stream's total.
+ * One record read back, or undefined when it is not one: every field of its type, a timestamp that
+ * is a date. What a record was written with is what it reads back as; anything else (a record
+ * edited by hand, another program's entry) is unreadable, counted and logged by the scan that finds
+ * it (docs/audit.md#guarantees), never written half-decoded.
+ */
+const decodeRecord = (entryId: unknown, raw: unknown): StoredEntry | undefined => {
+  if (!isText(entryId) || raw === null || typeof raw !== "object" || Array.isArray(raw)) return undefined
+  const r = raw as Record<string, unknown>
+  const timestamp = isText(r["timestamp"]) ? new Date(r["timestamp"]) : undefined
+  const roles = r["user_roles"]
+  const data = r["request_data"] ?? {}
+  const error = r["error_message"] ?? null
+  const texts = ["user_id", "username", "action_type", "resource", "outcome", "ip_address", "user_agent", "request_id", "correlation_id"]
+  if (
+    timestamp === undefined || Number.isNaN(timestamp.getTime()) || !texts.every((k) => isText(r[k])) ||
+    !Array.isArray(roles) || !roles.every(isText) || !isCount(r["response_status"]) || !isCount(r["duration_ms"]) ||
+    data === null || typeof data !== "object" || Array.isArray(data) || (error !== null && !isText(error))
+  ) return undefined
+  const { entry_id: _, ...fields } = r
+  return { entryId, entry: { ...fields, timestamp, request_data: data, error_message: error } as AuditEntry }
+}
+
+/**
+ * A stream entry read back: its id, the records it holds, the record count it was counted with in
+ * the stream's total (`n`), and how many records it held that could not be read (at least 1 when
+ * none could: an entry is never deleted unread without being counted).
  */
 export interface JournalEntry {
   readonly id: string
   readonly records: ReadonlyArray<StoredEntry>
   readonly counted: number
+  readonly unreadable: number
 }
 
 const fieldMap = (fields: unknown) => {
@@ -113,26 +135,23 @@ const parseJson = (json: string | undefined): unknown => {
   }
 }
 
-/** An entry's records, in either layout (`r`: this release's; `id` and `e`: the previous one's). */
-const decodeRecords = (fields: Map<string, string>): ReadonlyArray<StoredEntry> => {
+/** An entry of either layout (`r`: v2, many records; `id` and `e`: v1, one), or of neither (none readable). */
+const decodeEntry = (id: string, fields: Map<string, string>): JournalEntry => {
+  const n = Number(fields.get("n") ?? 0)
+  const counted = Number.isSafeInteger(n) && n > 0 ? n : 0
   const many = parseJson(fields.get("r"))
-  if (Array.isArray(many)) {
-    return many.flatMap((raw: RawRecord) =>
-      raw !== null && typeof raw === "object" && typeof raw.entry_id === "string" ? [toStored(raw.entry_id, raw)] : []
-    )
-  }
-  const entryId = fields.get("id")
-  const one = parseJson(fields.get("e")) as RawRecord | undefined
-  return entryId !== undefined && one !== null && typeof one === "object" ? [toStored(entryId, one)] : []
+  const items = Array.isArray(many) ? many : []
+  const records = fields.has("r")
+    ? items.flatMap((raw: unknown) => decodeRecord((raw as { entry_id?: unknown } | null)?.entry_id, raw) ?? [])
+    : [decodeRecord(fields.get("id"), parseJson(fields.get("e")))].flatMap((r) => r ?? [])
+  const unreadable = Math.max(counted, items.length, fields.has("e") ? 1 : 0) - records.length
+  return { id, records, counted, unreadable: records.length === 0 ? Math.max(1, unreadable) : unreadable }
 }
 
 /** `[[id, [field, value, …]], …]` as XRANGE returns them. */
 export const parseJournal = (raw: unknown): Array<JournalEntry> => {
   if (!Array.isArray(raw)) return []
-  return raw.flatMap((item): Array<JournalEntry> => {
-    if (!Array.isArray(item) || typeof item[0] !== "string") return []
-    const fields = fieldMap(item[1])
-    const counted = Number(fields.get("n") ?? 0)
-    return [{ id: item[0], records: decodeRecords(fields), counted: Number.isSafeInteger(counted) ? counted : 0 }]
-  })
+  return raw.flatMap((item): Array<JournalEntry> =>
+    Array.isArray(item) && typeof item[0] === "string" ? [decodeEntry(item[0], fieldMap(item[1]))] : []
+  )
 }

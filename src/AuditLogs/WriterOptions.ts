@@ -1,7 +1,10 @@
 /** The audit writers' bounds and deadlines (Writer.ts, StreamWriter.ts). */
 import { Duration } from "effect"
+import { INSERT_BATCH_MAX } from "./Repo.ts"
 
 export interface WriterOptions {
+  /** Records per INSERT, and per journal entry (tests make it small to split entries across batches). */
+  readonly batchMax: number
   /** Records the in-process buffer holds while the database is unreachable. */
   readonly bufferMax: number
   /** Estimated bytes the in-process buffer holds at most (records are up to ~25 KB); records over it are refused and counted. */
@@ -26,6 +29,7 @@ export interface WriterOptions {
 }
 
 export const defaultWriterOptions: WriterOptions = {
+  batchMax: INSERT_BATCH_MAX,
   bufferMax: 100_000,
   bufferMaxBytes: 64 * 1024 * 1024,
   streamMax: 1_000_000,

@@ -9,7 +9,7 @@ import { exportJWK, generateKeyPair, importJWK, type JWK, jwtVerify, SignJWT, ty
 import { createHash, randomUUID } from "node:crypto"
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs"
 import { join } from "node:path"
-import { AppConfig, tokenAudience } from "../Config.ts"
+import { AppConfig, productionBecause, tokenAudience } from "../Config.ts"
 import { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.ts"
 import type { TokenResponse } from "./Api.ts"
 import { isScryptHash, safeEqual, verifyPassword } from "./Passwords.ts"
@@ -107,7 +107,7 @@ export const makeBuiltinProvider = Effect.gen(function*() {
   const config = yield* AppConfig
   if (config.appEnv === "production") {
     return yield* Effect.die(new Error(
-      "The built-in identity provider is for development only: set OIDC_ISSUER_URL when APP_ENV=production"
+      `The built-in identity provider is for development only: set OIDC_ISSUER_URL when ${productionBecause(config)}`
     ))
   }
   const users = yield* Effect.try({ try: () => loadUsers(config.authUsersFile), catch: (e) => e as Error }).pipe(Effect.orDie)

@@ -1,17 +1,25 @@
 import { Context, Effect, Layer } from "effect"
 import type { IdentityProviderUnavailable, InvalidCredentials, InvalidRefreshToken } from "../Errors.ts"
+import { IdentityProbe } from "../Observability/Health.ts"
 import type { TokenResponse } from "./Api.ts"
 import { makeBuiltinProvider } from "./BuiltinProvider.ts"
 import { makeOidcProvider } from "./OidcProvider.ts"
 import { TokenVerifier } from "./TokenVerifier.ts"
 
-/** One provider's two services: its logins, and the verifier of the tokens it issues. */
-const withVerifier = (made: { readonly provider: IdentityProvider["Service"]; readonly verifier: TokenVerifier["Service"] }) =>
-  Context.make(IdentityProvider, made.provider).pipe(Context.add(TokenVerifier, made.verifier))
+/** One provider's services: its logins, the verifier of the tokens it issues, and (OIDC) its health check. */
+const withVerifier = (made: {
+  readonly provider: IdentityProvider["Service"]
+  readonly verifier: TokenVerifier["Service"]
+  readonly probe?: IdentityProbe["Service"]
+}) => {
+  const context = Context.make(IdentityProvider, made.provider).pipe(Context.add(TokenVerifier, made.verifier))
+  return made.probe === undefined ? context : Context.add(context, IdentityProbe, made.probe)
+}
 
 /**
  * Exchanges credentials for tokens: Keycloak's token endpoint, or the built-in development provider.
- * Its Layers also provide the `TokenVerifier` of the same provider's tokens.
+ * Its Layers also provide the `TokenVerifier` of the same provider's tokens, and the OIDC one its
+ * `IdentityProbe` (`/health`'s `identity`).
  */
 export class IdentityProvider extends Context.Service<IdentityProvider, {
   readonly kind: "oidc" | "builtin"

@@ -11,6 +11,10 @@
  *
  * jose's `createRemoteJWKSet` refetches after its cache age and then fails every token while the
  * provider is down; this keeps the last good set instead.
+ *
+ * Whether a set is held and a fetch now are part of the cache too (`held`, `fetchNow`): the
+ * identity provider's health and readiness (docs/operations.md#health-and-probes) are "its keys
+ * are held or can be fetched".
  */
 import { createLocalJWKSet, errors, type JSONWebKeySet, type JWTVerifyGetKey } from "jose"
 
@@ -27,6 +31,16 @@ export interface JwksCacheOptions {
   readonly now?: () => number
   /** Told of each failed fetch (the cached keys, if any, stay in use). */
   readonly onFetchError?: (error: unknown, keptCachedKeys: boolean) => void
+  /** Told of each good fetch (the provider answered). */
+  readonly onFetched?: () => void
+}
+
+/** jose's key getter, with the cache's state. */
+export interface JwksCache extends JWTVerifyGetKey {
+  /** Whether a key set was fetched once (it stays, whatever the provider does later). */
+  readonly held: () => boolean
+  /** Fetches the set now (or joins the fetch under way), whatever its age and the cooldown. */
+  readonly fetchNow: () => Promise<void>
 }
 
 export const JWKS_MAX_AGE_MS = 10 * 60_000
@@ -38,7 +52,7 @@ interface KeySet {
   readonly fetchedAt: number
 }
 
-export const makeJwksCache = (options: JwksCacheOptions): JWTVerifyGetKey => {
+export const makeJwksCache = (options: JwksCacheOptions): JwksCache => {
   const maxAgeMs = options.maxAgeMs ?? JWKS_MAX_AGE_MS
   const cooldownMs = options.cooldownMs ?? JWKS_COOLDOWN_MS
   const timeoutMs = options.timeoutMs ?? JWKS_TIMEOUT_MS
@@ -63,6 +77,7 @@ export const makeJwksCache = (options: JwksCacheOptions): JWTVerifyGetKey => {
       lastAttempt = now()
       try {
         current = await fetchSet()
+        options.onFetched?.()
         return current
       } catch (error) {
         options.onFetchError?.(error, current !== undefined)
@@ -76,7 +91,7 @@ export const makeJwksCache = (options: JwksCacheOptions): JWTVerifyGetKey => {
 
   const coolingDown = () => now() - lastAttempt < cooldownMs
 
-  return async (header, token) => {
+  const getKey: JWTVerifyGetKey = async (header, token) => {
     const set = current ?? await refresh()
     if (now() - set.fetchedAt >= maxAgeMs && !coolingDown()) {
       // Background: this token is checked with the keys at hand, whatever the provider does.
@@ -96,4 +111,8 @@ export const makeJwksCache = (options: JwksCacheOptions): JWTVerifyGetKey => {
       return fresh.getKey(header, token)
     }
   }
+  return Object.assign(getKey, {
+    held: () => current !== undefined,
+    fetchNow: () => refresh().then(() => undefined)
+  })
 }

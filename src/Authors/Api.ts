@@ -1,12 +1,16 @@
-/** The authors HTTP contract (docs/http-api.md#authors). */
+/**
+ * The authors contract: the HTTP endpoints (docs/http-api.md#authors), and the data of the
+ * WebSocket packages that read authors (docs/websocket.md#messages), which the read model decodes
+ * with them (Reads.ts).
+ */
 import { Effect, Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Authentication, RequiredRoles } from "../Auth/Middleware.ts"
 import { Author, AuthorPage, AuthorPayload } from "../Domain/Author.ts"
-import { AUTHORS_MAX_PER_PAGE, clampPerPage, Cursor, MAX_PAGE } from "../Domain/Pagination.ts"
+import { AUTHORS_MAX_PER_PAGE, clampPerPage, Cursor, INT32_MAX, MAX_PAGE } from "../Domain/Pagination.ts"
 import { OperationRoles } from "../Domain/User.ts"
 import { Wire } from "../Errors.ts"
-import { atLeast, documentedAs, IntFromString, IntParam, ParamText } from "../Domain/Params.ts"
+import { atLeast, atMost, documentedAs, IntFromString, IntParam, ParamText } from "../Domain/Params.ts"
 
 /**
  * Ids start at 1; a path id no author has, 0 and ids beyond the 32-bit range included, is a 404,
@@ -17,11 +21,16 @@ export const AuthorId = IntFromString.annotate(documentedAs({ type: "integer", m
 /** An id filter: one no author has matches nothing. */
 const IdFilter = IntFromString.annotate(documentedAs({ type: "integer" }))
 
-/** `per_page` above 1000 is clamped, not refused (docs/http-api.md#authors). */
-const PerPage = clampPerPage(IntFromString.check(atLeast(1))).annotate(documentedAs({
+/** A page's defaults, written once: the decoding and the document both read them. */
+const FIRST_PAGE = 1
+const PER_PAGE_DEFAULT = 20
+
+/** `per_page` above 1000 is clamped, not refused; above 32 bits it is refused (docs/http-api.md#authors). */
+const PerPage = clampPerPage(IntFromString.check(atLeast(1), atMost(INT32_MAX))).annotate(documentedAs({
   type: "integer",
   minimum: 1,
-  default: 20,
+  maximum: INT32_MAX,
+  default: PER_PAGE_DEFAULT,
   description: `Values above ${AUTHORS_MAX_PER_PAGE} are read as ${AUTHORS_MAX_PER_PAGE}.`
 }))
 
@@ -32,14 +41,32 @@ export const ListParams = Schema.Struct({
 })
 
 export const PageParams = Schema.Struct({
-  page: IntParam({ minimum: 1, maximum: MAX_PAGE }, { default: 1 }).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(1))),
-  per_page: PerPage.pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(20))),
+  page: IntParam({ minimum: 1, maximum: MAX_PAGE }, { default: FIRST_PAGE }).pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(FIRST_PAGE))),
+  per_page: PerPage.pipe(Schema.withDecodingDefaultTypeKey(Effect.succeed(PER_PAGE_DEFAULT))),
   id: Schema.optional(IdFilter),
   name: Schema.optional(ParamText),
   cursor: Schema.optional(Cursor)
 })
 
-const AuthorIdParams = { author_id: AuthorId }
+export const AuthorIdParams = { author_id: AuthorId }
+
+/** Package filters: `name` and its alias `search_term` are case-insensitive substrings (docs/websocket.md#messages). */
+export const PackageFilters = Schema.Struct({
+  id: Schema.optional(Schema.NullOr(Schema.Int)),
+  name: Schema.optional(Schema.NullOr(ParamText)),
+  search_term: Schema.optional(Schema.NullOr(ParamText))
+})
+
+/** Package 1 (`GET_AUTHORS`): the whole list, filtered. */
+export const ListPackageData = Schema.Struct({ filters: Schema.optional(Schema.NullOr(PackageFilters)) })
+
+/** Package 2 (`GET_PAGINATED_AUTHORS`): a page, as over HTTP but without defaults. */
+export const PagePackageData = Schema.Struct({
+  page: Schema.Int.check(atLeast(1), atMost(MAX_PAGE)),
+  per_page: clampPerPage(Schema.Int.check(atLeast(1), atMost(INT32_MAX)).annotate({ description: `Clamped to ${AUTHORS_MAX_PER_PAGE}` })),
+  filters: Schema.optional(Schema.NullOr(PackageFilters)),
+  cursor: Schema.optional(Schema.NullOr(Cursor))
+})
 
 type OpenApiObject = Record<string, unknown>
 

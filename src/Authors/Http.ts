@@ -13,42 +13,23 @@
  * limiting off or Redis down, with Redis; the LISTEN connection down; the cache off) that weak
  * ETag is unique to the response: it never matches, so such a list is always sent whole.
  */
-import { Effect, Option, Stream } from "effect"
-import { HttpServerResponse } from "effect/http"
+import { Effect, Stream } from "effect"
+import { HttpRouter, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { hash } from "node:crypto"
 import { Api } from "../Api.ts"
-import { type AuthorFilters, type AuthorRow, authorRowsJson } from "../Domain/Author.ts"
-import { getRequestContext } from "../Domain/RequestContext.ts"
+import { hasRoles } from "../Auth/Rbac.ts"
+import { type AuthorRow, authorRowsJson } from "../Domain/Author.ts"
+import { getRequestContext, type RequestContext } from "../Domain/RequestContext.ts"
 import { AuthorNotFound } from "../Errors.ts"
+import type { EarlyStage } from "../Http/FrontDoor.ts"
 import { Authors, type ListBatches } from "./Authors.ts"
-import { listKey, ReadAnswer } from "./ReadAnswers.ts"
-import { ReadCache, scopeOf, scopeOfId } from "./ReadCache.ts"
+import { answered, ifNoneMatch, notModified, ReadAnswer } from "./ReadAnswers.ts"
+import { ReadCache } from "./ReadCache.ts"
+import { type AuthorRead, authorRead, listRead, type ListRead, makeHttpReads, pageQueryRead } from "./Reads.ts"
 
 const encoder = new TextEncoder()
 const JSON_TYPE = "application/json"
-
-/**
- * Whether an `If-None-Match` value names `etag` (weak comparison: `W/` is ignored). `*` matches any
- * current representation, unless `star` is false (a check made before there is one).
- */
-export const ifNoneMatch = (header: string | undefined, etag: string, star = true): boolean => {
-  if (header === undefined) return false
-  const opaque = etag.startsWith("W/") ? etag.slice(2) : etag
-  for (const part of header.split(",")) {
-    const candidate = part.trim()
-    if ((star && candidate === "*") || candidate === opaque || (candidate.startsWith("W/") && candidate.slice(2) === opaque)) return true
-  }
-  return false
-}
-
-const notModified = (etag: string) => HttpServerResponse.empty({ status: 304, headers: { etag } })
-
-/** A read's answer: the stored text with its ETag, or 304 when `If-None-Match` names it (the front door's cached reads too). */
-export const answered = (answer: ReadAnswer, ifNone: string | undefined) =>
-  ifNoneMatch(ifNone, answer.etag)
-    ? notModified(answer.etag)
-    : HttpServerResponse.text(answer.body, { contentType: JSON_TYPE, headers: { etag: answer.etag } })
 
 /**
  * A created or renamed author: the row as the JSON `Author` encodes it (`authorRowsJson`, byte for
@@ -81,37 +62,38 @@ export const layer = HttpApiBuilder.group(
     const cache = yield* ReadCache
     let unique = 0
     /** The weak ETag of a streamed list read under `tag` (see the header). */
-    const weakEtag = (filters: AuthorFilters, tag: string | undefined) =>
+    const weakEtag = (read: ListRead, tag: string | undefined) =>
       tag === undefined
         ? `W/"${cache.bootId}.u${++unique}"`
-        : `W/"${cache.bootId}.${hash("sha256", `${listKey(filters)}\u0000${tag}`, "base64url").slice(0, 27)}"`
-    const tagOf = (filters: AuthorFilters) => Effect.map(getRequestContext, (ctx) => cache.tag(scopeOf(filters), ctx?.observed))
+        : `W/"${cache.bootId}.${hash("sha256", `${read.key}\u0000${tag}`, "base64url").slice(0, 27)}"`
+    /** The tag of a read starting now, from the generation the request's rate check observed. */
+    const tagOf = (read: AuthorRead) => Effect.map(getRequestContext, (ctx) => cache.tag(read.scope, ctx?.observed))
 
     return handlers
       .handle("list", ({ query, request }) =>
         Effect.gen(function*() {
-          const tag = yield* tagOf(query)
+          const read = listRead(query)
+          const tag = yield* tagOf(read)
           const ifNone = request.headers["if-none-match"]
           // A streamed list unchanged since the client's copy: no database read at all.
           if (tag !== undefined && ifNone !== undefined) {
-            const etag = weakEtag(query, tag)
+            const etag = weakEtag(read, tag)
             if (ifNoneMatch(ifNone, etag, false)) return notModified(etag)
           }
-          const result = yield* authors.readList(query, tag)
+          const result = yield* authors.readList(read.filters, tag)
           if (result instanceof ReadAnswer) return answered(result, ifNone)
-          const etag = weakEtag(query, tag)
+          const etag = weakEtag(read, tag)
           return ifNoneMatch(ifNone, etag) ? notModified(etag) : streamed(result, etag)
         }))
-      .handle("paginated", ({ query: { cursor, page, per_page, ...filters }, request }) =>
-        Effect.flatMap(tagOf(filters), (tag) =>
-          Effect.map(
-            authors.readPage(filters, { page, perPage: per_page, cursor: Option.fromUndefinedOr(cursor) }, tag),
-            (answer) => answered(answer, request.headers["if-none-match"])
-          )))
+      .handle("paginated", ({ query, request }) => {
+        const read = pageQueryRead(query)
+        return Effect.flatMap(tagOf(read), (tag) =>
+          Effect.map(authors.readPage(read.filters, read.page, tag), (answer) => answered(answer, request.headers["if-none-match"])))
+      })
       .handle("get", ({ params: { author_id }, request }) =>
         Effect.gen(function*() {
-          const ctx = yield* getRequestContext
-          const answer = yield* authors.readAuthor(author_id, cache.tag(scopeOfId(author_id), ctx?.observed))
+          const read = authorRead(author_id)
+          const answer = yield* authors.readAuthor(read.id, yield* tagOf(read))
           if (!answer.found) return yield* Effect.fail(AuthorNotFound.of(author_id))
           return answered(answer, request.headers["if-none-match"])
         }))
@@ -120,3 +102,35 @@ export const layer = HttpApiBuilder.group(
       .handle("remove", ({ params }) => Effect.asVoid(authors.remove(params.author_id)))
   })
 )
+
+/**
+ * The front door's cached-read stage (Http/FrontDoor.ts `EarlyStage`, wired in App.ts): an author
+ * read whose answer the read cache holds is answered before the router and HttpApi, with the
+ * handlers' own answer for the same key and tag (`answered`) — the stored text, its ETag, a 304
+ * when `If-None-Match` names it. The read is the model's (Reads.ts): the endpoints' schemas decode
+ * the request, so its key, scope and roles are the handler's. Anything this stage does not decide
+ * exactly goes on to the app, which decides as always: a caller without the role (the app's 403),
+ * a request that does not decode (422), a miss, a missing author (404), a conditional
+ * `GET /authors` (its weak ETags are the handler's). Its generation rides on the request's rate
+ * check whether or not the stage answers (the handler reads it then).
+ */
+export const cachedRead: Effect.Effect<EarlyStage, never, ReadCache> = Effect.gen(function*() {
+  const cache = yield* ReadCache
+  const readOf = makeHttpReads(yield* HttpRouter.RouterConfig)
+  const answer = (read: AuthorRead, request: { readonly headers: Readonly<Record<string, string | undefined>> }, ctx: RequestContext) => {
+    if (ctx.user === undefined || !hasRoles(ctx.user, read.roles)) return undefined
+    const ifNone = request.headers["if-none-match"]
+    if (read._tag === "List" && ifNone !== undefined) return undefined
+    const tag = cache.tag(read.scope, ctx.observed)
+    const stored = tag === undefined ? undefined : cache.peek(read.key, tag)
+    return stored === undefined || !stored.found ? undefined : answered(stored, ifNone)
+  }
+  return {
+    claim: (method, template, url) => {
+      const read = readOf(method, template, url)
+      return read === undefined
+        ? undefined
+        : { generation: cache.generationKey(read.scope), answer: (request, ctx) => answer(read, request, ctx) }
+    }
+  }
+})

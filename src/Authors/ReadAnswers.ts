@@ -3,8 +3,10 @@
  * HTTP answer, its strong ETag (a hash of the body, so the same body has the same ETag on every
  * instance), and where in the body WebSocket packages 1 and 2 find their `data` and `meta`. This
  * is what the read cache keeps (ReadCache.ts): a hit writes the stored text, nothing is encoded
- * again. Keys name a read exactly (every parameter that shapes its answer).
+ * again, and `answered` is the HTTP answer of one — the handlers' and the front door's cached-read
+ * stage's alike (Http.ts). Keys name a read exactly (every parameter that shapes its answer).
  */
+import { HttpServerResponse } from "effect/http"
 import { hash } from "node:crypto"
 import { type AuthorFilters, type AuthorPage, type AuthorRow, authorRowsJson } from "../Domain/Author.ts"
 import { type PageMeta, pageCount, type PageQuery } from "../Domain/Pagination.ts"
@@ -39,6 +41,30 @@ export class ReadAnswer {
     return this.body.slice(this.dataEnd + META_LABEL.length, this.body.length - 1)
   }
 }
+
+/**
+ * Whether an `If-None-Match` value names `etag` (weak comparison: `W/` is ignored). `*` matches any
+ * current representation, unless `star` is false (a check made before there is one).
+ */
+export const ifNoneMatch = (header: string | undefined, etag: string, star = true): boolean => {
+  if (header === undefined) return false
+  const opaque = etag.startsWith("W/") ? etag.slice(2) : etag
+  for (const part of header.split(",")) {
+    const candidate = part.trim()
+    if ((star && candidate === "*") || candidate === opaque || (candidate.startsWith("W/") && candidate.slice(2) === opaque)) return true
+  }
+  return false
+}
+
+const JSON_TYPE = "application/json"
+
+export const notModified = (etag: string) => HttpServerResponse.empty({ status: 304, headers: { etag } })
+
+/** A read's HTTP answer: the stored text with its ETag, or 304 when `If-None-Match` names it. */
+export const answered = (answer: ReadAnswer, ifNone: string | undefined) =>
+  ifNoneMatch(ifNone, answer.etag)
+    ? notModified(answer.etag)
+    : HttpServerResponse.text(answer.body, { contentType: JSON_TYPE, headers: { etag: answer.etag } })
 
 const ITEMS_LABEL = `{"items":`
 const META_LABEL = `,"meta":`

@@ -56,7 +56,6 @@
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type * as PgConnection from "@effect/sql-pg/PgConnection"
 import { Context, Deferred, Effect, Exit, Layer, Option } from "effect"
-import type { Redis } from "ioredis"
 import { randomBytes } from "node:crypto"
 import {
   readCacheBypassedTotal,
@@ -69,7 +68,7 @@ import {
 } from "../Observability/Metrics.ts"
 import { AppConfig } from "../Config.ts"
 import type { GenerationKey, Observed } from "../Domain/RequestContext.ts"
-import { clockCounterLua, clockRecordLua, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { clockCounterLua, clockRecordLua, isDisconnected, RedisClient, redisCommand, type RedisConnection } from "../Store/Redis.ts"
 import { CHANGES_CHANNEL, type FeedSink, runChangeFeed } from "./ChangeFeed.ts"
 import { ReadAnswer, textBytes } from "./ReadAnswers.ts"
 
@@ -287,7 +286,7 @@ export interface ReadCacheOptions {
   /** READ_CACHE_MAX_BYTES; 0 switches the cache off (writes still bump the shared generations). */
   readonly maxBytes: number
   /** Generations shared by every instance. */
-  readonly redis: { readonly client: Redis; readonly prefix: string } | undefined
+  readonly redis: { readonly client: RedisConnection; readonly prefix: string } | undefined
   /** The PostgreSQL server's connection settings (LISTEN); none for the embedded database. */
   readonly feed: PgConnection.Config | undefined
   /** Tells every instance (through PostgreSQL) that author `id` changed: a failed bump's fallback. */

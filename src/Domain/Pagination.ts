@@ -1,12 +1,15 @@
 /**
  * Pagination rules (docs/http-api.md#authors): page ≥ 1, per_page ≥ 1 (authors: clamped to 1000),
- * `pages = ceil(total / per_page)`, and an opaque keyset cursor that costs the same at any depth.
+ * both 32-bit, `pages = ceil(total / per_page)`, and an opaque keyset cursor that costs the same at
+ * any depth.
  */
 import { Effect, Option, Schema, SchemaGetter, SchemaIssue, SchemaTransformation } from "effect"
 import { issue } from "./Params.ts"
 
 export const AUTHORS_MAX_PER_PAGE = 1000
-export const MAX_PAGE = 2_147_483_647
+/** `page` and `per_page` are 32-bit: above this a request is refused (422, WebSocket `status_code 2`), never clamped. */
+export const INT32_MAX = 2_147_483_647
+export const MAX_PAGE = INT32_MAX
 
 export const pageCount = (total: number, perPage: number) => (total === 0 ? 0 : Math.ceil(total / perPage))
 
@@ -58,8 +61,8 @@ export const Cursor = Schema.String.pipe(
 )
 
 /**
- * An author page's `per_page`, from a query string (HTTP) or a JSON number (WebSocket): above
- * AUTHORS_MAX_PER_PAGE it is clamped, not refused.
+ * An author page's `per_page`, from a query string (HTTP) or a JSON number (WebSocket), checked
+ * (1 to INT32_MAX): above AUTHORS_MAX_PER_PAGE it is clamped, not refused.
  */
 export const clampPerPage = <From extends Schema.Top & { readonly Type: number }>(from: From) =>
   from.pipe(

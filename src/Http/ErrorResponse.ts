@@ -3,12 +3,14 @@
  * docs/errors-and-limits.md#http-errors): HttpApi's decode failures → the FastAPI 422 (Validation.ts), malformed JSON →
  * `json_invalid`, a wrong content type → 422, an unknown route → 404 `{detail: "Not Found"}`, a
  * method the path does not serve → 405 `{detail: "Method Not Allowed"}` with `Allow`, a
- * failing health check → 503 with the health report, and only true bugs → 500
- * `{detail: "Internal server error"}`, logged, leaking nothing.
+ * failing health check → 503 with the health report, and the rest → 500
+ * `{detail: "Internal server error"}`, leaking nothing: a database that failed is reported as an
+ * outage (Db/Failures.ts), a true bug logged with its stack.
  */
 import { Cause, Effect } from "effect"
 import { HttpMethod, type HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
+import { reportDatabaseFailure } from "../Db/Failures.ts"
 import { type ClientError, errorHeaders, errorStatus, InternalError, isClientError, MethodNotAllowed, RouteNotFound } from "../Errors.ts"
 import { Unhealthy } from "../Observability/Api.ts"
 import { textDepthExceeds, tooDeepMessage } from "../Domain/JsonDepth.ts"
@@ -61,6 +63,12 @@ export const parseJson = (text: string): { readonly ok: true; readonly value: un
   }
 }
 
+/** A request URL without its query (which may carry anything a client sent). */
+const pathOf = (url: string) => {
+  const queryStart = url.indexOf("?")
+  return queryStart === -1 ? url : url.slice(0, queryStart)
+}
+
 const errorOf = (cause: Cause.Cause<unknown>): unknown => {
   for (const reason of cause.reasons) {
     if (reason._tag === "Fail") return reason.error
@@ -80,8 +88,7 @@ export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
    * a parameter longer than the router takes — is a 404.
    */
   const notRouted = (request: HttpServerRequest.HttpServerRequest): ClientError => {
-    const queryStart = request.url.indexOf("?")
-    const pathname = routedPath(queryStart === -1 ? request.url : request.url.slice(0, queryStart))
+    const pathname = routedPath(pathOf(request.url))
     const allow = allowedMethods(shapes, pathname)
     return allow.length > 0 && !allow.includes(request.method) ? MethodNotAllowed.of(allow) : RouteNotFound.instance
   }
@@ -123,7 +130,9 @@ export const makeErrorResponse = (shapes: ReadonlyArray<EndpointShape>) => {
           return validationResponse(jsonInvalid(reason.cause instanceof Error ? reason.cause.message : "Invalid JSON"))
         }
       }
-      yield* Effect.logError("Unhandled error", cause)
+      // docs/operations.md#outages: the database failing is an outage, logged when it begins and
+      // ends; only a bug is an ERROR line with its stack.
+      yield* reportDatabaseFailure(error, `${request.method} ${pathOf(request.url)}`, Effect.logError("Unhandled error", cause))
       return detail(500, InternalError.instance.detail)
     })
 

@@ -1,12 +1,20 @@
 /**
  * The front door: one global router middleware that every HTTP request passes, in the order of
  * docs/errors-and-limits.md#check-order — body size (413, BodyLimit.ts) → rate limit (429, RateLimitStage.ts) →
- * [authentication (401) → role (403) → validation (422) → handler, inside HttpApi] — turning
- * every failure into a JSON `{detail}` response (ErrorResponse.ts). On the way out: metrics and
- * the access log (AccessLog.ts), the audit record (AuditStage.ts), then the ids and security
- * headers (Correlation.ts, SecurityHeaders.ts, Cors.ts — whose preflights are answered first).
- * The request's facts are one immutable
- * `RequestContext` (Correlation.ts), built here and read by everything inside.
+ * the early stages → [authentication (401) → role (403) → validation (422) → handler, inside
+ * HttpApi] — turning every failure into a JSON `{detail}` response (ErrorResponse.ts). On the way
+ * out: metrics and the access log (AccessLog.ts), the audit record (AuditStage.ts), then the ids
+ * and security headers (Correlation.ts, SecurityHeaders.ts, Cors.ts — whose preflights are
+ * answered first). The request's facts are one immutable `RequestContext` (Correlation.ts), built
+ * here and read by everything inside.
+ *
+ * The early stages are what a feature hands the front door (`layer(api, { early })`, wired in
+ * App.ts; `EarlyStage`), which knows no feature itself: before the rate check a stage claims a
+ * request and names a generation the check also reads; after it, the stage may answer the request
+ * itself, without the router and HttpApi. The one there is: the authors' cached reads
+ * (Authors/Http.ts `cachedRead`), which answer a read the read cache holds
+ * (docs/architecture.md#the-request-path). With tracing on, no early stage answers: every request
+ * goes through the app, whose spans a trace shows.
  *
  * With `ADMIN_PORT` set, the front door is also where the two ports part (`portRefuses`): the
  * admin listener hands its requests to this same app (Http/NodeServer.ts), marked, and only those
@@ -17,7 +25,6 @@ import { Cause, Effect, Option, References } from "effect"
 import { FindMyWay, Headers, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { HttpApi, HttpApiGroup } from "effect/http-api"
 import { AuditLog } from "../AuditLogs/AuditLog.ts"
-import { ReadCache } from "../Authors/ReadCache.ts"
 import { TokenVerifier } from "../Auth/TokenVerifier.ts"
 import { AppConfig } from "../Config.ts"
 import { PayloadTooLarge, RouteNotFound } from "../Errors.ts"
@@ -26,14 +33,12 @@ import { RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { observe } from "./AccessLog.ts"
 import { makeAuditStage } from "./AuditStage.ts"
 import { makeBodyLimit } from "./BodyLimit.ts"
-import { makeCachedReads } from "./CachedReads.ts"
 import { makeCors } from "./Cors.ts"
 import { idHeaders, makeCorrelation } from "./Correlation.ts"
 import { clientErrorResponse, makeErrorResponse } from "./ErrorResponse.ts"
 import { onAdminPort } from "./NodeServer.ts"
 import { applyRateHeaders, makeRateLimitStage } from "./RateLimitStage.ts"
-import { makeReadKeys } from "./ReadScope.ts"
-import { currentRequest, type RequestContext } from "../Domain/RequestContext.ts"
+import { currentRequest, type GenerationKey, type RequestContext } from "../Domain/RequestContext.ts"
 import { securityHeaders } from "./SecurityHeaders.ts"
 import { markInvalidUtf8 } from "./UrlText.ts"
 import { type EndpointShape, endpointShapes, findShape, routeTemplate } from "./Validation.ts"
@@ -121,7 +126,37 @@ interface Answered {
   readonly response: HttpServerResponse.HttpServerResponse
 }
 
-export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint>(api: HttpApi.HttpApi<Id, Groups>) =>
+/**
+ * A stage a feature hands the front door (see the header): it sees each request before the rate
+ * check, and may answer it after.
+ */
+export interface EarlyStage {
+  /**
+   * Before the rate check, from the request as the app reads it (`template`: its route, if any):
+   * undefined when the stage has nothing to do with it.
+   */
+  readonly claim: (method: string, template: string | undefined, url: string) => EarlyClaim | undefined
+}
+
+export interface EarlyClaim {
+  /** A generation the rate check reads in the same round trip; what it observed is the request's `observed`. */
+  readonly generation: GenerationKey | undefined
+  /**
+   * After the rate check, with the request's facts: the answer, or undefined for the app. Called
+   * for an admitted request only.
+   */
+  readonly answer: (request: HttpServerRequest.HttpServerRequest, ctx: RequestContext) => HttpServerResponse.HttpServerResponse | undefined
+}
+
+export interface FrontDoorOptions<R> {
+  /** The early stages, in order: the first that claims a request has it. */
+  readonly early?: ReadonlyArray<Effect.Effect<EarlyStage, never, R>>
+}
+
+export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint, R = never>(
+  api: HttpApi.HttpApi<Id, Groups>,
+  options: FrontDoorOptions<R> = {}
+) =>
   HttpRouter.middleware(
     Effect.gen(function*() {
       const config = yield* AppConfig
@@ -137,10 +172,16 @@ export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint>
       })
       const errors = makeErrorResponse(shapes)
       const recordAudit = makeAuditStage(audit, UNLIMITED_PATHS)
-      const cache = yield* ReadCache
-      const readKeys = makeReadKeys(cache)
-      // With tracing on, every read goes through the app, whose spans a trace shows.
-      const cachedRead = (yield* References.TracerEnabled) ? undefined : makeCachedReads(cache)
+      const stages = yield* Effect.all(options.early ?? [])
+      const claimOf = (method: string, template: string | undefined, url: string): EarlyClaim | undefined => {
+        for (const stage of stages) {
+          const claim = stage.claim(method, template, url)
+          if (claim !== undefined) return claim
+        }
+        return undefined
+      }
+      // With tracing on, every request goes through the app, whose spans a trace shows.
+      const earlyAnswers = !(yield* References.TracerEnabled)
       const cors = makeCors(config.corsAllowedOrigins)
       // Over the limit, the rest of the body is not read: the connection closes after the 413.
       const tooLarge = HttpServerResponse.setHeader(clientErrorResponse(PayloadTooLarge.instance), "connection", "close")
@@ -153,7 +194,7 @@ export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint>
       }
       const notFound = Effect.succeed(clientErrorResponse(RouteNotFound.instance))
 
-      /** Body size → authentication (once, when anything will ask) → rate limit → the cached reads or the app. */
+      /** Body size → authentication (once, when anything will ask) → rate limit → an early stage or the app. */
       const admit = <E>(arrived: Passage, app: Effect.Effect<HttpServerResponse.HttpServerResponse, E>): Effect.Effect<Answered, E> =>
         Effect.gen(function*() {
           const checked = yield* bodyLimit(arrived.request)
@@ -172,29 +213,29 @@ export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint>
         })
 
       /**
-       * Rate limit → a cached read (CachedReads.ts) or the app, whose failures become the JSON
-       * error responses. The rate check of an author read also reads the read cache's generation
-       * (Http/ReadScope.ts); the request's facts carry it to the handler.
+       * Rate limit → an early stage's answer (the authors' cached reads) or the app, whose failures
+       * become the JSON error responses. The rate check of a request a stage claims also reads the
+       * generation the stage names (an author read's, in the read cache); the request's facts carry
+       * what it observed to the stage and the handler.
        */
       const limitedAndServed = <E>(admitted: Passage, app: Effect.Effect<HttpServerResponse.HttpServerResponse, E>): Effect.Effect<Answered, E> =>
         Effect.gen(function*() {
           let rate: RateDecision | undefined
           let passage = admitted
+          const claim = claimOf(passage.presented.method, passage.shape?.template, passage.presented.url)
           if (passage.limited) {
-            const { request, shape } = passage
-            const read = readKeys(request.method, shape?.template, request.url)
-            const decision = yield* rateLimit.check(passage.ctx, read)
+            const generation = claim?.generation
+            const decision = yield* rateLimit.check(passage.ctx, generation)
             if (Option.isSome(decision)) {
               if (!decision.value.allowed) return { passage, response: rateLimit.reject(decision.value) }
               rate = decision.value
-              if (read !== undefined && rate.observed !== undefined) {
-                passage = { ...passage, ctx: { ...passage.ctx, observed: { key: read.key, value: rate.observed } } }
+              if (generation !== undefined && rate.observed !== undefined) {
+                passage = { ...passage, ctx: { ...passage.ctx, observed: { key: generation.key, value: rate.observed } } }
               }
             }
           }
-          const { presented, ctx } = passage
-          const cached = cachedRead?.(presented.method, passage.shape?.template, passage.pathname, presented.url, presented.headers["if-none-match"], ctx)
-          const response = cached ?? (yield* served(passage, admitted, app))
+          const early = earlyAnswers ? claim?.answer(passage.presented, passage.ctx) : undefined
+          const response = early ?? (yield* served(passage, admitted, app))
           return { passage, response: rate === undefined ? response : applyRateHeaders(response, rate) }
         })
 

@@ -5,10 +5,15 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/ht
 const Status = Schema.Literals(["healthy", "unhealthy"])
 
 export const HealthReport = Schema.Struct({
-  status: Status,
-  database: Status,
-  redis: Status,
-  websocket: Schema.Struct({ status: Status, active_connections: Schema.Int })
+  status: Status.annotate({ description: "`unhealthy` when any check is" }),
+  database: Status.annotate({ description: "PostgreSQL answers `SELECT 1`" }),
+  redis: Status.annotate({ description: "Redis takes a write under `REDIS_KEY_PREFIX` (the in-process store: always `healthy`)" }),
+  websocket: Schema.Struct({ status: Status, active_connections: Schema.Int }).annotate({
+    description: "the connection registry's store answers; this instance's open connections"
+  }),
+  identity: Schema.optional(Status).annotate({
+    description: "With an OIDC provider only: its signing keys are held from an earlier fetch or can be fetched now"
+  })
 }).annotate({ identifier: "HealthReport" })
 
 export class Unhealthy extends Schema.TaggedError<Unhealthy>()("Unhealthy", { report: HealthReport }) {}
@@ -48,8 +53,8 @@ export class SystemApi extends HttpApiGroup.make("system")
   )
   .add(
     HttpApiEndpoint.get("readyz", "/readyz", { success: HealthReport, error: UnhealthyBody })
-      .annotate(OpenApi.Summary, "Readiness: started, migrations applied, database reachable")
-      .annotate(OpenApi.Description, "200 when this instance can serve; 503 while it starts or while PostgreSQL is unreachable. The body is the health report either way.")
+      .annotate(OpenApi.Summary, "Readiness: started, migrations applied, database reachable, identity provider's keys fetched")
+      .annotate(OpenApi.Description, "200 when this instance can serve; 503 while it starts, while PostgreSQL is unreachable, and until an OIDC provider's signing keys have been fetched once. The body is the health report either way.")
   )
   .add(
     HttpApiEndpoint.get("metrics", "/metrics", {

@@ -16,11 +16,12 @@ export const layer = HttpApiBuilder.group(
         Effect.flatMap(health.check, (report) =>
           report.status === "healthy" ? Effect.succeed(report) : Effect.fail(new Unhealthy({ report }))))
       .handle("livez", () => Effect.succeed({ status: "ok" as const }))
-      // Ready = serving (migrations ran before the app was built) and the database answers; a Redis
-      // outage leaves the instance serving per RATE_LIMIT_FAIL_MODE, so it does not make it unready.
+      // Ready = serving (migrations ran before the app was built), the database answers and an OIDC
+      // provider's keys were fetched once (without them no token verifies); a Redis outage leaves the
+      // instance serving per RATE_LIMIT_FAIL_MODE, so it does not make it unready.
       .handle("readyz", () =>
         Effect.flatMap(health.check, (report) =>
-          report.database === "healthy" ? Effect.succeed(report) : Effect.fail(new Unhealthy({ report }))))
+          report.database === "healthy" && report.identity !== "unhealthy" ? Effect.succeed(report) : Effect.fail(new Unhealthy({ report }))))
       // Raw response: prom-client's text exactly as it renders it, with the exposition content type.
       .handle("metrics", () =>
         Effect.promise(() => registry.metrics()).pipe(

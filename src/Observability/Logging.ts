@@ -1,9 +1,12 @@
 /**
  * Effect's logger as JSON lines (production) or pretty (development), at `LOG_LEVEL` (docs/operations.md#logs).
- * Every line of a request carries its correlation and request ids (annotated by the front door),
- * the trace and span ids of the current span and, once authenticated, the user id. As a last line
- * of defence, values under sensitive keys and anything shaped like a JWT or a bearer credential are
- * replaced by `[REDACTED]`: no token, password or secret reaches a log.
+ * Every line's `message` is one string: the first string logged; whatever else was logged with it
+ * (an error, a dependency's reply) and the line's Cause go to `cause` — an expected failure as its
+ * messages on one line, a defect (a bug) with its stack. Every line of a request carries its
+ * correlation and request ids (annotated by the front door), the trace and span ids of the current
+ * span and, once authenticated, the user id. As a last line of defence, values under sensitive
+ * keys, anything shaped like a JWT or a bearer credential and the password of a URL are replaced
+ * by `[REDACTED]`: no token, password or secret reaches a log.
  */
 import { Cause, type Fiber, Inspectable, Layer, Logger, type LogLevel, References } from "effect"
 import { AppConfig, type AppConfigShape } from "../Config.ts"
@@ -26,7 +29,60 @@ const isSensitiveKey = (key: string) => SENSITIVE_KEY.test(key) || isSecretKey(k
 const JWT = /eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*/g
 const BEARER = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/gi
 
-export const scrubText = (text: string): string => text.replace(JWT, "[REDACTED]").replace(BEARER, "$1 [REDACTED]")
+/** `scheme://user:password@host`: the password (a `DATABASE_URL`, a `REDIS_URL` in a driver's message). */
+const URL_PASSWORD = /\b([a-z][a-z0-9+.-]*:\/\/[^\s:@/]*):[^\s@/]+@/gi
+
+export const scrubText = (text: string): string =>
+  text.replace(JWT, "[REDACTED]").replace(BEARER, "$1 [REDACTED]").replace(URL_PASSWORD, "$1:[REDACTED]@")
+
+/** An error, then its causes (a few levels: SqlError → reason → the socket's error). */
+export const causeChain = (error: unknown): ReadonlyArray<unknown> => {
+  const chain: Array<unknown> = []
+  let current = error
+  while (current !== undefined && current !== null && chain.length < 8 && !chain.includes(current)) {
+    chain.push(current)
+    current = typeof current === "object" && "cause" in current ? current.cause : undefined
+  }
+  return chain
+}
+
+const messageOf = (error: unknown): string | undefined =>
+  error instanceof Error ? error.message : typeof error === "object" && error !== null && "message" in error && typeof error.message === "string" ? error.message : undefined
+
+const flat = (text: string) => scrubText(text.replace(/\s*\n\s*/g, " "))
+
+/** Config errors read `SchemaError(<what> at ["NAME"])`. */
+const SETTING = /^(?:ConfigError\()?SchemaError\(([\s\S]*?)\s+at \["([A-Z][A-Z0-9_]*)"\]\)+(?::[\s\S]*)?$/
+
+/**
+ * An error's words, each on one line with secrets removed: its own message, and its causes'
+ * (repeats left out) — for a failure of a dependency, the dependency's own reply
+ * (`PgConnection: Failed to connect` and `connect ECONNREFUSED 10.0.0.5:5432`). A configuration
+ * error is `NAME: what is wrong`, with no cause. Anything else is shown as JSON.
+ */
+export const errorWords = (error: unknown): { readonly own: string; readonly causes?: string } => {
+  if (typeof error === "string") return { own: flat(error) }
+  const parts: Array<string> = []
+  for (const e of causeChain(error)) {
+    const message = messageOf(e)?.trim()
+    if (message === undefined || message === "" || parts.some((p) => p.includes(message))) continue
+    parts.push(message)
+  }
+  if (parts.length === 0) {
+    return {
+      own: flat(error instanceof Error ? error.name : typeof error === "object" && error !== null ? JSON.stringify(scrub(Inspectable.toJson(error))) ?? String(error) : String(error))
+    }
+  }
+  const setting = SETTING.exec(parts.join(": "))
+  if (setting !== null) return { own: flat(setting[1]!.startsWith(setting[2]!) ? setting[1]! : `${setting[2]!}: ${setting[1]!}`) }
+  return parts.length === 1 ? { own: flat(parts[0]!) } : { own: flat(parts[0]!), causes: flat(parts.slice(1).join(": ")) }
+}
+
+/** An error as one line, secrets removed: its words joined (`PgConnection: Failed to connect: connect ECONNREFUSED 10.0.0.5:5432`). */
+export const errorText = (error: unknown): string => {
+  const words = errorWords(error)
+  return words.causes === undefined ? words.own : `${words.own}: ${words.causes}`
+}
 
 /**
  * Deep copy with sensitive keys and credential-shaped strings redacted; below 8 levels only strings
@@ -66,20 +122,41 @@ const annotationsOf = (fiber: Fiber.Fiber<unknown, unknown>): Array<readonly [st
   return Array.from(out, ([k, v]) => [k, isSensitiveKey(k) ? "[REDACTED]" : scrub(v)] as const)
 }
 
-const messageText = (message: unknown): unknown => {
+/**
+ * A Cause as text: each expected failure as its messages on one line (a dependency's reply needs
+ * no stack), each defect — a bug — with its stack.
+ */
+const causeText = (cause: Cause.Cause<unknown>): string =>
+  cause.reasons.map((reason) =>
+    Cause.isFailReason(reason)
+      ? errorText(reason.error)
+      : Cause.isDieReason(reason)
+      ? scrubText(reason.defect instanceof Error && reason.defect.stack !== undefined ? reason.defect.stack : errorText(reason.defect))
+      : "Interrupted"
+  ).join("\n")
+
+/**
+ * A line's `message` and `cause` (docs/operations.md#logs): the message is the first string logged
+ * (`Effect.logWarning("Audit batch not written", error)`), everything else logged with it and the
+ * Cause are the cause; a line logged with no string at all takes its cause's first line.
+ */
+export const messageAndCause = (message: unknown, cause: Cause.Cause<unknown>): { readonly message: string; readonly cause?: string } => {
   const parts = Array.isArray(message) ? message : [message]
-  // An Error serialises to `{}`: show its name and message instead.
-  const rendered = parts.map((p) => (typeof p === "string" ? p : p instanceof Error ? String(p) : Inspectable.toJson(p)))
-  return rendered.length === 1 ? rendered[0] : rendered
+  const at = parts.findIndex((p) => typeof p === "string")
+  const extras = parts.filter((_, i) => i !== at).map(errorText)
+  if (cause.reasons.length > 0) extras.push(causeText(cause))
+  const text = at === -1 ? (extras[0]?.split("\n")[0] ?? "") : scrubText(parts[at] as string)
+  return extras.length === 0 ? { message: text } : { message: text, cause: extras.join("\n") }
 }
 
 /** One JSON object per line: timestamp, level, message, then the annotations (ids first). */
 export const jsonLinesLogger = (write: (line: string) => void): Logger.Logger<unknown, void> =>
   Logger.make(({ cause, date, fiber, logLevel, message }) => {
+    const text = messageAndCause(message, cause)
     const record: Record<string, unknown> = {
       timestamp: date.toISOString(),
       level: logLevel.toUpperCase(),
-      message: scrub(messageText(message))
+      message: text.message
     }
     for (const [k, v] of annotationsOf(fiber)) record[k] = v
     const spans = fiber.getRef(References.CurrentLogSpans)
@@ -87,7 +164,7 @@ export const jsonLinesLogger = (write: (line: string) => void): Logger.Logger<un
       const now = date.getTime()
       record["spans"] = Object.fromEntries(spans.map(([label, startTime]) => [label, now - startTime]))
     }
-    if (cause.reasons.length > 0) record["cause"] = scrubText(Cause.pretty(cause))
+    if (text.cause !== undefined) record["cause"] = text.cause
     write(JSON.stringify(record))
   })
 
@@ -99,12 +176,12 @@ const render = (value: unknown): string => (typeof value === "string" ? value : 
  */
 export const prettyLinesLogger = (write: (line: string) => void): Logger.Logger<unknown, void> =>
   Logger.make(({ cause, date, fiber, logLevel, message }) => {
-    const text = scrub(messageText(message))
-    let line = `[${date.toISOString()}] ${logLevel.toUpperCase().padEnd(5)} ${Array.isArray(text) ? text.map(render).join(" ") : render(text)}`
+    const text = messageAndCause(message, cause)
+    let line = `[${date.toISOString()}] ${logLevel.toUpperCase().padEnd(5)} ${text.message}`
     for (const [k, v] of annotationsOf(fiber)) line += ` ${k}=${render(v)}`
     const now = date.getTime()
     for (const [label, startTime] of fiber.getRef(References.CurrentLogSpans)) line += ` ${label}=${now - startTime}ms`
-    if (cause.reasons.length > 0) line += `\n${scrubText(Cause.pretty(cause))}`
+    if (text.cause !== undefined) line += `\n${text.cause}`
     write(line)
   })
 

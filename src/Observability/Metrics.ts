@@ -182,11 +182,11 @@ export const wsBroadcastsInvalidTotal = new client.Counter({
 })
 
 /** Why an audit record was not stored (docs/audit.md#guarantees). */
-export const auditDropReasons = ["buffer_full", "stream_full", "shutdown", "refused"] as const
+export const auditDropReasons = ["buffer_full", "stream_full", "shutdown", "refused", "unreadable"] as const
 export type AuditDropReason = typeof auditDropReasons[number]
 export const auditRecordsDroppedTotal = new client.Counter({
   name: "audit_records_dropped_total",
-  help: "Audit records not stored, by reason (buffer_full, stream_full, shutdown, refused)",
+  help: "Audit records not stored, by reason (buffer_full, stream_full, shutdown, refused, unreadable)",
   labelNames: ["reason"] as const,
   registers: [registry]
 })
@@ -196,6 +196,12 @@ for (const reason of auditDropReasons) auditRecordsDroppedTotal.inc({ reason }, 
 export const auditRecordsPrunedTotal = new client.Counter({
   name: "audit_records_pruned_total",
   help: "Audit records deleted because they were older than AUDIT_RETENTION_DAYS",
+  registers: [registry]
+})
+/** Audit records the Redis writer leaves in its journal for a recovery scan (docs/audit.md#the-redis-journal). */
+export const auditRecordsDeferredTotal = new client.Counter({
+  name: "audit_records_deferred_total",
+  help: "Audit records appended to the Redis journal but not held in memory (past the writer's bound, PostgreSQL down or slow): a recovery scan writes them, 30 s or more later",
   registers: [registry]
 })
 export const auditBufferBytes = new client.Gauge({

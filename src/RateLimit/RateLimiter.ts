@@ -5,6 +5,7 @@
  */
 import { Clock, Context, Effect, Layer, Option } from "effect"
 import { rateLimitKeys, rateLimitKeysEvictedTotal, rateLimitStoreErrorsTotal } from "../Observability/Metrics.ts"
+import { Outages } from "../Observability/Outages.ts"
 import { decision, type RateDecision, RateLimiterUnavailable, type RateLimiterShape } from "./Decision.ts"
 import { makeRedisRateLimiter } from "./RedisRateLimiter.ts"
 
@@ -26,17 +27,17 @@ export const rateLimitHeaders = (d: RateDecision): Record<string, string> => ({
 export type FailMode = "open" | "closed"
 
 /**
- * A store failure (docs/errors-and-limits.md#http-rate-limit), the one rule for HTTP and WebSocket limits: the failure is logged and
- * counted (`rate_limit_store_errors_total`); `open` admits without a decision (none), `closed`
- * refuses as if the window were full.
+ * A store failure (docs/errors-and-limits.md#http-rate-limit), the one rule for HTTP and WebSocket limits: the failure is
+ * counted (`rate_limit_store_errors_total`) and reported as an outage of Redis — logged when the
+ * outage begins, not per request (docs/operations.md#outages); `open` admits without a decision
+ * (none), `closed` refuses as if the window were full.
  */
 export const withFailMode = (mode: FailMode, limitType: string, limit: number) =>
   (hit: Effect.Effect<RateDecision, RateLimiterUnavailable>): Effect.Effect<Option.Option<RateDecision>> =>
     hit.pipe(
       Effect.map(Option.some),
       Effect.catch((error) =>
-        Effect.logWarning(`Rate limiter unavailable; failing ${mode}`).pipe(
-          Effect.annotateLogs("reason", error.cause instanceof Error ? error.cause.message : String(error.cause)),
+        Effect.flatMap(Effect.service(Outages), (outages) => outages.failed("redis", error.cause, "rate limit check", `failing ${mode}`)).pipe(
           Effect.andThen(Effect.sync(() => rateLimitStoreErrorsTotal.inc({ limit_type: limitType }))),
           Effect.as(
             mode === "open"

@@ -2,13 +2,14 @@
  * One frame of an open connection (docs/websocket.md#messages, docs/websocket.md#limits):
  * decode (unusable → 1003) → rate check → envelope and data schema → permission → handler
  * (Packages.ts) → audit record → reply; package 1's list is sent in fragments (Streaming.ts),
- * then audited. An auth frame counts as a message too (rate check), then re-authenticates
- * (Handshake.ts): a signature check per frame is not free.
+ * then audited. The envelope and the data are decoded before the rate check, once, for the
+ * author read a message names: its read-cache generation rides on the check (Packages.ts
+ * `prepare`); a schema failure is still answered after it. An auth frame counts as a message too
+ * (rate check), then re-authenticates (Handshake.ts): a signature check per frame is not free.
  */
 import { Effect, Option } from "effect"
 import type { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { captureRequestData } from "../AuditLogs/RequestData.ts"
-import { LIST_SCOPE, type ReadCache, scopeOfId } from "../Authors/ReadCache.ts"
 import type { AppConfigShape } from "../Config.ts"
 import type { GenerationKey, Observed } from "../Domain/RequestContext.ts"
 import type { Principal } from "../Domain/User.ts"
@@ -19,7 +20,7 @@ import { withSpanIfTraced } from "../Observability/Spans.ts"
 import { makeAdmission } from "../RateLimit/Admission.ts"
 import { RATE_WINDOW_MS, type RateLimiter } from "../RateLimit/RateLimiter.ts"
 import { type Connection, type Format, frameBytes, frameText, type InboundFrame } from "./Connection.ts"
-import { AnswerData, DATABASE_ERROR, type Package, type PackageHandlers, type PackageReply, reply } from "./Packages.ts"
+import { AnswerData, DATABASE_ERROR, type Package, type PackageHandlers, type PackageReply, type Prepared, preparedReply, reply } from "./Packages.ts"
 import { encodeResponse, encodeResponseJson, parseProtobufFrame } from "./Protobuf.ts"
 import { checkEnvelope, Close, type Frame, parseJsonFrame, WS_PATH } from "./Protocol.ts"
 import { sendStreamedList, StreamedList } from "./Streaming.ts"
@@ -55,22 +56,12 @@ const encodeAnswer = (format: Format, pkgId: number, reqId: string, { answer, pa
     : encodeResponseJson({ pkg_id: pkgId, req_id: reqId, status_code: WsStatus.OK, meta }, answer.dataJson)
 }
 
-/** The read-cache scope of a package 1 or 2 message (its `filters.id`, else the list); none for others. */
-const readScopeOf = (frame: Extract<Frame, { _tag: "Request" }>) => {
-  if (frame.pkgId !== 1 && frame.pkgId !== 2) return undefined
-  const data = frame.fields["data"]
-  const filters = typeof data === "object" && data !== null && "filters" in data ? data.filters : undefined
-  const id = typeof filters === "object" && filters !== null && "id" in filters ? filters.id : undefined
-  return typeof id === "number" && Number.isSafeInteger(id) ? scopeOfId(id) : LIST_SCOPE
-}
-
 const messageOf = (data: unknown): string | null =>
   typeof data === "object" && data !== null && "msg" in data && typeof data.msg === "string" ? data.msg : null
 
 export interface DispatchDeps {
   readonly config: AppConfigShape
   readonly limiter: RateLimiter["Service"]
-  readonly cache: ReadCache["Service"]
   readonly audit: AuditLog["Service"]
   /** The packages, their handlers bound to the services (Packages.ts). */
   readonly packages: PackageHandlers["Service"]
@@ -80,7 +71,7 @@ export interface DispatchDeps {
 
 /** Handles one inbound frame of an open connection; never fails. */
 export const makeDispatch = (deps: DispatchDeps) => {
-  const { audit, cache, config, limiter } = deps
+  const { audit, config, limiter } = deps
   /** When messages of a connection were refused for rate, in the trailing window (flood detection). */
   const refusals = new WeakMap<Connection, Array<number>>()
   const messageAdmission = makeAdmission(limiter, {
@@ -123,24 +114,15 @@ export const makeDispatch = (deps: DispatchDeps) => {
     return false
   }
 
-  /** Envelope and data schema → permission → handler; a defect is answered like HTTP's 500. */
-  const process = (
-    frame: Extract<Frame, { _tag: "Request" }>,
-    pkg: Package | undefined,
-    user: Principal,
-    observed: Observed | undefined
-  ) =>
-    Effect.suspend(() => {
-      const envelope = checkEnvelope(frame.fields)
-      if (envelope._tag === "Failure") {
-        return Effect.succeed(reply(WsStatus.INVALID_DATA, { msg: "Invalid request data", errors: envelope.failure }))
-      }
-      return pkg === undefined
-        ? Effect.succeed(reply(WsStatus.INVALID_DATA, { msg: `Unknown pkg_id ${frame.pkgId}` }))
-        : pkg.process(envelope.success.data, user, observed)
-    }).pipe(
-      Effect.catchDefect((defect) => Effect.as(Effect.logError("WebSocket message failed", defect), INTERNAL_ERROR))
-    )
+  /** Envelope → package → data schema; what does not decode is answered after the rate check. */
+  const prepare = (frame: Extract<Frame, { _tag: "Request" }>, pkg: Package | undefined): Prepared => {
+    const envelope = checkEnvelope(frame.fields)
+    if (envelope._tag === "Failure") return preparedReply(reply(WsStatus.INVALID_DATA, { msg: "Invalid request data", errors: envelope.failure }))
+    return pkg === undefined ? preparedReply(reply(WsStatus.INVALID_DATA, { msg: `Unknown pkg_id ${frame.pkgId}` })) : pkg.prepare(envelope.success.data)
+  }
+
+  /** A defect anywhere in a message's processing is answered like HTTP's 500. */
+  const internalError = (defect: unknown) => Effect.as(Effect.logError("WebSocket message failed", defect), INTERNAL_ERROR)
 
   const request = (conn: Connection, user: Principal, frame: Extract<Frame, { _tag: "Request" }>) =>
     withSpanIfTraced(
@@ -149,13 +131,15 @@ export const makeDispatch = (deps: DispatchDeps) => {
         const started = performance.now()
         const pkg = deps.packages.get(frame.pkgId)
         let result: PackageReply
-        const scope = readScopeOf(frame)
-        const rate = yield* messageRate(user, scope === undefined ? undefined : cache.generationKey(scope))
+        const prepared = yield* Effect.sync(() => prepare(frame, pkg)).pipe(
+          Effect.catchDefect((defect) => Effect.map(internalError(defect), preparedReply))
+        )
+        const rate = yield* messageRate(user, prepared.generation)
         if (rate.retryAfter !== undefined) {
           if (onRefused(conn)) return
           result = reply(errorStatus.RateLimited.ws, { msg: RateLimited.instance.detail, retry_after: rate.retryAfter }, errorStatus.RateLimited.http)
         } else {
-          result = yield* process(frame, pkg, user, rate.observed)
+          result = yield* Effect.suspend(() => prepared.process(user, rate.observed)).pipe(Effect.catchDefect(internalError))
         }
         // A list sent in fragments is audited once it went out (or failed: then answered as a
         // database error when nothing was sent yet, else the connection was closed 1011).

@@ -16,6 +16,7 @@ import type { AppConfigShape } from "../Config.ts"
 import type { Principal } from "../Domain/User.ts"
 import { connectionEntry } from "../AuditLogs/Entries.ts"
 import { rateLimitHitsTotal, rateLimitStoreErrorsTotal, wsConnectionsActive, wsConnectionsTotal } from "../Observability/Metrics.ts"
+import { Outages } from "../Observability/Outages.ts"
 import { type Connection, frameText, type InboundFrame } from "./Connection.ts"
 import { AUTH_OK_TEXT, Close, parseJsonFrame, WS_PATH } from "./Protocol.ts"
 import type { ConnectionRegistry } from "./Registry.ts"
@@ -96,7 +97,9 @@ export const makeHandshake = (deps: HandshakeDeps): Handshake => {
         return slot.success ? "admitted" : "full"
       }
       rateLimitStoreErrorsTotal.inc({ limit_type: "websocket_connection" })
-      yield* Effect.logWarning(`Connection registry unavailable; failing ${config.rateLimitFailMode}`, slot.failure.cause)
+      // An outage of Redis, logged when it begins (docs/operations.md#outages), not per connection.
+      yield* Effect.flatMap(Effect.service(Outages), (outages) =>
+        outages.failed("redis", slot.failure.cause, "WebSocket connection slot", `failing ${config.rateLimitFailMode}`))
       if (config.rateLimitFailMode === "closed") {
         yield* registry.release(user.id, conn.id)
         conn.close(Close.TryAgainLater)

@@ -14,7 +14,9 @@
  *   user above the limit. A connection left out stays open (it was admitted) and is counted again
  *   as soon as one of the user's slots frees.
  * - Broadcasts: PUBLISH on one channel; every instance (this one included) SUBSCRIBEs and
- *   delivers to its own connections. Anyone who can reach Redis can publish on the channel: a
+ *   delivers to its own connections. In a Redis Cluster, sharded pub/sub (SPUBLISH, SSUBSCRIBE):
+ *   a broadcast goes to the primary holding the channel's slot and its subscribers, instead of
+ *   being copied to every node over the cluster bus. Anyone who can reach Redis can publish on the channel: a
  *   message is forwarded only when it decodes as a broadcast (`BroadcastData`), else it is dropped,
  *   logged and counted (`ws_broadcasts_invalid_total`).
  * - Sessions: one key per connection with the session's expiry (PX); Redis's key-expiry event
@@ -27,22 +29,26 @@
  *   The events are switched on with `CONFIG SET` only when `CONFIG GET` shows them off; where
  *   Redis refuses CONFIG (managed services, ACLs) the timer is the mode, armed at the session's
  *   end itself: a connection and its re-auth frames live on one instance, so its own timer is on
- *   time, and the startup log says which mode is used.
+ *   time, and the startup log says which mode is used. A Redis Cluster is always in timer mode:
+ *   each node sends its keys' expiry events to its own subscribers only, and following every
+ *   primary through failovers and reshardings would buy nothing the timer does not give.
  * - Recovery: on every (re)connection of either connection (a Redis restart forgets a
  *   `CONFIG SET` and every key), this instance re-enables the key-expiry events (when CONFIG is
  *   permitted), subscribes its channels again (the subscriber connection is made without ioredis's own
- *   resubscribe, Store/Redis.ts `duplicate`), and writes its slot leases and session keys back,
+ *   resubscribe, Store/Redis.ts `RedisSubscriber`; in a cluster ioredis subscribes again itself
+ *   when another primary takes the channel's slot), and writes its slot leases and session keys back,
  *   so broadcasts, expiry events and the per-user limit work again at once.
  *
- * Every key and channel carries REDIS_KEY_PREFIX.
+ * Every key and channel carries REDIS_KEY_PREFIX. Each script and command names one key (a user's
+ * slots, one session), never a pipeline of several: in a Redis Cluster each runs on the primary of
+ * its key's slot, and users spread over every primary (docs/configuration.md#redis-keys).
  */
 import { Effect, FiberSet, Queue, Schedule } from "effect"
-import type { Redis } from "ioredis"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
 import { AppConfig } from "../Config.ts"
 import { wsBroadcastsInvalidTotal } from "../Observability/Metrics.ts"
-import { COMMAND_TIMEOUT_MS, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { COMMAND_TIMEOUT_MS, databaseOf, defineScript, isDisconnected, isReplyError, RedisClient, redisCommand, type RedisConnection } from "../Store/Redis.ts"
 import { ACQUIRE_SLOT_LUA, parseBroadcast, RENEW_SLOTS_LUA } from "./RedisWire.ts"
 import {
   type BroadcastMessage,
@@ -79,16 +85,14 @@ export type ExpiredEvents =
   | { readonly state: "enabled"; readonly flags: string }
   | { readonly state: "refused" | "unanswered"; readonly cause: unknown }
 
-/** Redis answered the command with an error (unknown or renamed command, NOPERM), as opposed to not answering. */
-const isReplyError = (cause: unknown) => cause instanceof Error && cause.name === "ReplyError"
-
 /** Turns on expired-key events unless CONFIG GET shows them on already. */
-export const enableExpiredEvents = (client: Redis): Effect.Effect<ExpiredEvents> =>
+export const enableExpiredEvents = (client: RedisConnection): Effect.Effect<ExpiredEvents> =>
   Effect.gen(function*() {
-    const reply = yield* redisCommand("CONFIG GET", () => client.config("GET", "notify-keyspace-events"), COMMAND_TIMEOUT_MS * 2)
+    // A refusal is a mode, not an outage (managed Redis refuses CONFIG).
+    const reply = yield* redisCommand("CONFIG GET", () => client.config("GET", "notify-keyspace-events"), COMMAND_TIMEOUT_MS * 2, { refusalExpected: true })
     const flags = Array.isArray(reply) && typeof reply[1] === "string" ? reply[1] : ""
     if (hasExpiredEvents(flags)) return { state: "on" } as const
-    yield* redisCommand("CONFIG SET", () => client.config("SET", "notify-keyspace-events", `${flags}Ex`), COMMAND_TIMEOUT_MS * 2)
+    yield* redisCommand("CONFIG SET", () => client.config("SET", "notify-keyspace-events", `${flags}Ex`), COMMAND_TIMEOUT_MS * 2, { refusalExpected: true })
     return { state: "enabled", flags: `${flags}Ex` } as const
   }).pipe(Effect.catch((error) =>
     Effect.succeed({ state: isReplyError(error.cause) ? "refused" : "unanswered", cause: error.cause } as const)
@@ -96,7 +100,14 @@ export const enableExpiredEvents = (client: Redis): Effect.Effect<ExpiredEvents>
 
 export const makeRedisRegistry = (options: RedisRegistryOptions) =>
   Effect.gen(function*() {
-    const { client, duplicate, prefix } = yield* RedisClient
+    const redis = yield* RedisClient
+    const { client, prefix } = redis
+    /**
+     * A Redis Cluster sends each key's expiry event from the node that holds the key, and only to
+     * that node's subscribers: sessions end on this instance's timers there, which ask Redis for
+     * the key at the session's end (docs/websocket.md#many-instances).
+     */
+    const expiryEvents = redis.mode !== "cluster"
     const acquireSlot = defineScript<number>(client, "adsAcquireSlot", 1, ACQUIRE_SLOT_LUA)
     const renewSlots = defineScript<Array<string>>(client, "adsRenewSlots", 1, RENEW_SLOTS_LUA)
     const instance = `${hostname()}:${process.pid}:${randomBytes(4).toString("hex")}`
@@ -104,7 +115,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     const sessionPrefix = `${prefix}ws:session:${instance}:`
     const sessionKey = (connectionId: string) => `${sessionPrefix}${connectionId}`
     const broadcastChannel = `${prefix}ws:broadcast`
-    const expiredChannel = `__keyevent@${client.options.db ?? 0}__:expired`
+    const expiredChannel = `__keyevent@${databaseOf(client)}__:expired`
     const fibers = yield* FiberSet.make()
     const run = yield* FiberSet.runtime(fibers)<never>()
 
@@ -160,8 +171,8 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
      * comes (the subscriber was reconnecting) is forgotten after OWN_ECHOES_MAX newer ones.
      */
     const ownEchoes = new Map<string, BroadcastMessage>()
-    const subscriber = yield* duplicate
-    subscriber.on("message", (channel: string, message: string) => {
+    const subscriber = yield* redis.subscriber
+    subscriber.onMessage((channel, message) => {
       if (channel === broadcastChannel) {
         const own = ownEchoes.get(message)
         if (own !== undefined) {
@@ -182,7 +193,8 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         else expire(connectionId)
       }
     })
-    const subscribe = redisCommand("SUBSCRIBE", () => subscriber.subscribe(broadcastChannel, expiredChannel), COMMAND_TIMEOUT_MS * 2).pipe(
+    const channels = expiryEvents ? [broadcastChannel, expiredChannel] : [broadcastChannel]
+    const subscribe = redisCommand("SUBSCRIBE", () => subscriber.subscribe(channels), COMMAND_TIMEOUT_MS * 2).pipe(
       Effect.catch((error) => Effect.logWarning("Redis SUBSCRIBE failed; retried when the connection is back", error.cause))
     )
 
@@ -218,17 +230,26 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
       const now = Date.now()
       const live = [...sessions].filter(([, end]) => end > now)
       if (live.length === 0 || isDisconnected(client)) return Effect.void
-      return redisCommand("SET (restore sessions)", () => {
-        const pipeline = client.pipeline()
-        for (const [id, end] of live) pipeline.set(sessionKey(id), "1", "PX", Math.max(1, Math.ceil(end - now)))
-        return pipeline.exec()
-      }, COMMAND_TIMEOUT_MS * 2).pipe(Effect.asVoid, Effect.catch((error) => Effect.logWarning("WebSocket session keys not restored", error.cause)))
+      // Sent in one tick: one write (auto-pipelined; in a cluster, one per primary).
+      return redisCommand(
+        "SET (restore sessions)",
+        () => Promise.all(live.map(([id, end]) => client.set(sessionKey(id), "1", "PX", Math.max(1, Math.ceil(end - now))))),
+        COMMAND_TIMEOUT_MS * 2
+      ).pipe(Effect.asVoid, Effect.catch((error) => Effect.logWarning("WebSocket session keys not restored", error.cause)))
     })
 
     /** What was last logged about the expiry mode: said once, and again only when it changes. */
     let said: "events" | "refused" | "unanswered" | undefined
     /** Key-expiry events on (when permitted), and which mode expires sessions, logged once per change. */
     const ensureExpiredEvents = Effect.gen(function*() {
+      if (!expiryEvents) {
+        if (said !== undefined) return
+        said = "refused"
+        return yield* Effect.logInfo(
+          "WebSocket session expiry: this instance's timers (a Redis Cluster sends key-expiry events only to the node " +
+            "holding the key; sessions end on time all the same)"
+        )
+      }
       const result = yield* enableExpiredEvents(client)
       const now = result.state === "on" || result.state === "enabled" ? "events" : result.state
       const hadEvents = keyEvents
@@ -266,7 +287,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     /** Everything a Redis restart takes away, put back; run on every (re)connection. */
     const recover = Effect.gen(function*() {
       yield* ensureExpiredEvents
-      if (subscriber.status === "ready") yield* subscribe
+      if (subscriber.connection.status === "ready") yield* subscribe
       yield* renew
       yield* restoreSessions
     })
@@ -282,12 +303,12 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
     yield* Effect.acquireRelease(
       Effect.sync(() => {
         client.on("ready", signal)
-        subscriber.on("ready", signal)
+        subscriber.connection.on("ready", signal)
       }),
       () =>
         Effect.sync(() => {
           client.off("ready", signal)
-          subscriber.off("ready", signal)
+          subscriber.connection.off("ready", signal)
         })
     )
     yield* Effect.forkScoped(Effect.forever(Effect.andThen(Queue.take(reconnected), recover)))
@@ -307,12 +328,9 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         timers.clear()
         sessions.clear()
         if (held.size === 0) return Effect.void
-        return redisCommand("ZREM (shutdown)", () => {
-          const pipeline = client.pipeline()
-          for (const [m, { key }] of held) pipeline.zrem(key, m)
-          held.clear()
-          return pipeline.exec()
-        }).pipe(Effect.ignore)
+        const leases = [...held]
+        held.clear()
+        return redisCommand("ZREM (shutdown)", () => Promise.all(leases.map(([m, { key }]) => client.zrem(key, m)))).pipe(Effect.ignore)
       })
     )
 
@@ -351,7 +369,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
           const text = JSON.stringify(message)
           if (ownEchoes.size >= OWN_ECHOES_MAX) ownEchoes.delete(ownEchoes.keys().next().value!)
           ownEchoes.set(text, message)
-          return redisCommand("PUBLISH", () => client.publish(broadcastChannel, text)).pipe(
+          return redisCommand("PUBLISH", () => redis.publish(broadcastChannel, text)).pipe(
             Effect.tapError(() => Effect.sync(() => ownEchoes.delete(text)))
           )
         }).pipe(
@@ -366,9 +384,7 @@ export const makeRedisRegistry = (options: RedisRegistryOptions) =>
         ),
       listen: (listener) => Effect.asVoid(listeners.add(listener)),
       check: Effect.suspend((): Effect.Effect<void, unknown> =>
-        subscriber.status === "ready"
-          ? Effect.asVoid(redisCommand("PING", () => client.ping()))
-          : Effect.fail(new Error(`Redis subscriber ${subscriber.status}`))
+        subscriber.connection.status === "ready" ? redis.ping : Effect.fail(new Error(`Redis subscriber ${subscriber.connection.status}`))
       ),
       localConnections: Effect.sync(() => held.size),
       // Not part of the interface: one renewal pass now (what the schedule runs), for tests.

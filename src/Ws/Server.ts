@@ -17,7 +17,6 @@ import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
 import { AuditLog } from "../AuditLogs/AuditLog.ts"
 import { TokenVerifier } from "../Auth/TokenVerifier.ts"
-import { ReadCache } from "../Authors/ReadCache.ts"
 import { AppConfig } from "../Config.ts"
 import { Upgrades } from "../Edge/Upgrades.ts"
 import { traceIdFrom } from "../Edge/RequestIds.ts"
@@ -40,7 +39,6 @@ export const layer = Layer.effectDiscard(Effect.gen(function*() {
   const audit = yield* AuditLog
   const registry = yield* ConnectionRegistry
   const fibers = yield* FiberSet.make()
-  const cache = yield* ReadCache
   const packages = yield* PackageHandlers
   const run = yield* FiberSet.runtime(fibers)<never>()
 
@@ -82,7 +80,7 @@ export const layer = Layer.effectDiscard(Effect.gen(function*() {
       pump(conn) // frames that arrived during the handshake
     }
   })
-  const dispatch = makeDispatch({ config, limiter, cache, audit, packages, reauthenticate: handshake.reauthenticate })
+  const dispatch = makeDispatch({ config, limiter, audit, packages, reauthenticate: handshake.reauthenticate })
 
   /** Handles the inbox in order, one frame at a time, on one fiber while there is work. */
   const pump = (conn: Connection) => {

@@ -26,11 +26,12 @@
  * connection 1011 `Internal error` — the client never sees a half message (it discards the
  * fragments of a message cut by a close).
  */
-import { Effect, Exit, Semaphore, Stream } from "effect"
+import { Cause, Effect, Exit, Semaphore, Stream } from "effect"
 import { type FileHandle, open, unlink } from "node:fs/promises"
 import { randomUUID } from "node:crypto"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { reportDatabaseFailure } from "../Db/Failures.ts"
 import { authorRowsJson, type AuthorRow } from "../Domain/Author.ts"
 import { WsStatus } from "../Errors.ts"
 import type { Connection, FragmentedMessage } from "./Connection.ts"
@@ -190,7 +191,8 @@ export const sendStreamedList = (
       conn.format === "json" ? sendJson(conn, pkgId, reqId, list, progress) : sendProtobuf(conn, pkgId, reqId, list, progress)
     )
     if (Exit.isSuccess(exit)) return "sent"
-    yield* Effect.logError("WebSocket list answer failed", exit.cause)
+    // docs/operations.md#outages: the database failing is an outage to report once, not a bug per answer.
+    yield* reportDatabaseFailure(Cause.squash(exit.cause), "WebSocket list answer", Effect.logError("WebSocket list answer failed", exit.cause))
     if (progress.message?.started() !== true) {
       progress.message?.cancel()
       return "failed"

@@ -13,7 +13,6 @@
 import { ConfigProvider, Effect, Result } from "effect"
 import { OpenApi } from "effect/http-api"
 import { spawn } from "node:child_process"
-import { randomUUID } from "node:crypto"
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { createServer, type Server } from "node:http"
 import { tmpdir } from "node:os"
@@ -28,6 +27,8 @@ import { Packages } from "../../src/Ws/Packages.ts"
 import { Close } from "../../src/Ws/Protocol.ts"
 import { onPath } from "../support/Binaries.ts"
 import { freePort } from "../support/Launcher.ts"
+import { packageReadmeBlock } from "../support/ClientKit.ts"
+import { commandsOf, startShell, type Step } from "../support/Shell.ts"
 import { login, seedEmbeddedDatabase } from "../support/TestApp.ts"
 
 const ROOT = process.cwd()
@@ -83,10 +84,11 @@ const example = (name: string): string => {
 const COVERAGE: Record<string, string> = {
   // README.md
   "quick-start": "`npm start` starts the service every example here runs against; `npm ci` is .ci/run's install step (not repeated here: it would replace the node_modules every running test shares)",
-  "npm-scripts": "`npm run migrate` is run; every other line is checked to be a package.json script (`npm test` and `npm run check` are what .ci/run runs, `npm run build` what `npm start` runs first)",
+  "npm-scripts": "`npm run migrate` is run; `npm run dev` is started and stopped with Ctrl-C (SIGINT to its process group), and must exit cleanly; every other line is checked to be a package.json script (`npm test` and `npm run check` are what .ci/run runs, `npm run build` what `npm start` runs first)",
   curl: "run command by command in one shell (after the walk-through), every step's output asserted",
   "ws-door": "run with node",
-  "client-kit": "typechecked and run (after the walk-through, which leaves the name free)",
+  "client-install": "run literally on a fresh clone by test/integration/client.install.test.ts, which runs the same lines from packages/client/README.md; checked here to be those lines",
+  "client-kit": "typechecked and run twice (the second run works as the first), its output asserted",
   // docs/http-api.md
   walkthrough: "run command by command in one shell, every step's output asserted",
   "client-http": "typechecked and run (with client-paging and client-ws: one program)",
@@ -193,67 +195,6 @@ const startProcess = (command: string, args: ReadonlyArray<string>, env: Record<
       clearTimeout(timer)
     }
   }
-}
-
-interface Step {
-  readonly label: string
-  readonly command: string
-  readonly output: string
-  readonly status: number
-  readonly stderr: string
-}
-
-/** One bash, fed one command at a time as a reader would paste them; variables carry over. */
-const startShell = (cwd: string) => {
-  const child = spawn("bash", ["--noprofile", "--norc"], { cwd, env: shellEnv(), stdio: "pipe" })
-  let stdout = ""
-  let stderr = ""
-  const listeners = new Set<() => void>()
-  child.stdout.on("data", (d: Buffer) => {
-    stdout += d.toString()
-    for (const listener of listeners) listener()
-  })
-  child.stderr.on("data", (d: Buffer) => (stderr += d.toString()))
-  let failRunning: ((error: Error) => void) | undefined
-  child.on("exit", (code) => failRunning?.(new Error(`the shell exited (${code})`)))
-  const run = (label: string, command: string) =>
-    new Promise<Step>((resolve, reject) => {
-      const marker = `::done-${randomUUID()}::`
-      const from = stdout.length
-      const errFrom = stderr.length
-      const done = new RegExp(`\\n${marker} (\\d+)\\n`)
-      const check = () => {
-        const match = done.exec(stdout.slice(from))
-        if (match === null) return
-        listeners.delete(check)
-        failRunning = undefined
-        resolve({ label, command, output: stdout.slice(from, from + match.index), status: Number(match[1]), stderr: stderr.slice(errFrom) })
-      }
-      listeners.add(check)
-      failRunning = (error) => reject(new Error(`${error.message} during: ${command}`))
-      child.stdin.write(`${command}\nprintf '\\n${marker} %s\\n' "$?"\n`)
-    })
-  return { run, close: () => child.stdin.end() }
-}
-
-/** The commands of a shell block: continuation lines joined, each labelled by the comment above it. */
-const commandsOf = (script: string) => {
-  const commands: Array<{ label: string; text: string }> = []
-  let label = ""
-  let pending: Array<string> = []
-  for (const line of script.split("\n")) {
-    if (pending.length === 0 && line.trim() === "") continue
-    if (pending.length === 0 && line.startsWith("#")) {
-      label = line.slice(1).trim()
-      continue
-    }
-    pending.push(line)
-    if (!line.endsWith("\\")) {
-      commands.push({ label, text: pending.join("\n") })
-      pending = []
-    }
-  }
-  return commands
 }
 
 /** The walk-through and the other curl examples need `curl`, which a machine with only Node lacks. */
@@ -368,7 +309,7 @@ describe("README and docs examples", () => {
     })
 
     it.runIf(HAS_CURL)("walk-through with curl: every step answers as its comment says", async () => {
-      const shell = startShell(root)
+      const shell = startShell(root, shellEnv())
       const steps: Array<Step> = []
       try {
         for (const { label, text } of commandsOf(local(example("walkthrough")))) steps.push(await shell.run(label, text))
@@ -465,7 +406,7 @@ describe("README and docs examples", () => {
     })
 
     it.runIf(HAS_CURL)("the README's curl example: log in, create, list", async () => {
-      const shell = startShell(root)
+      const shell = startShell(root, shellEnv())
       const steps: Array<Step> = []
       try {
         for (const { label, text } of commandsOf(local(example("curl")))) steps.push(await shell.run(label, text))
@@ -488,6 +429,11 @@ describe("README and docs examples", () => {
       const created = answer(steps[2]!.output)
       expect(created).toEqual({ status: 201, body: { id: expect.any(Number), name: "Octavia Butler", created_at: expect.any(String) } })
       expect(answer(steps[3]!.output)).toEqual({ status: 200, body: [created.body] })
+      // The sample in the comment is that answer as a newcomer gets it: the first author of a fresh
+      // database has id 1 (here the walk-through ran first); the time is the sample's own.
+      const sample = JSON.parse(/→ (\{.*\}) 201$/.exec(steps[2]!.label)![1]!) as Record<string, unknown>
+      expect(sample).toEqual({ ...(created.body as Record<string, unknown>), id: 1, created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT[\d:.]+$/) })
+      expect(steps[3]!.label).toContain(`[{"id":1,"name":"Octavia Butler",…}]`)
     }, 60_000)
 
     it("the README's WebSocket example prints the page it asked for", async () => {
@@ -499,15 +445,35 @@ describe("README and docs examples", () => {
       expect(frames[0]!.data.length).toBe(Math.min(5, frames[0]!.meta.total))
     })
 
-    it("the README's client kit lines typecheck and run: log in, create, connect", async () => {
+    it("the README's client kit lines typecheck and run, and run again: log in, create, a page over /web", async () => {
       const program = example("client-kit")
       expect(typecheck(join(ROOT, "readme-client-kit.ts"), program)).toBe("")
-      const run = await runToEnd(process.execPath, ["--input-type=module-typescript"], { input: local(program) })
-      expect({ status: run.status, stderr: run.stderr.replace(/^.*ExperimentalWarning.*\n(.*--trace-warnings.*\n)?/m, "") }).toEqual({ status: 0, stderr: "" })
-      const { access_token } = await login({ url: `http://${baseUrlHost}` }, "admin")
-      const res = await fetch(`http://${baseUrlHost}/authors?name=Ada%20Lovelace`, { headers: { authorization: `Bearer ${access_token}` } })
-      expect(await res.json()).toEqual([{ id: expect.any(Number), name: "Ada Lovelace", created_at: expect.any(String) }])
+      // What its comments say it prints (the author's id and name, the page's status and total).
+      expect([...program.matchAll(/\/\/ (created|ws) (.*)$/gm)].map((m) => `${m[1]} ${m[2]}`)).toEqual([
+        expect.stringMatching(/^created \d+ Ada Lovelace \d+$/),
+        expect.stringMatching(/^ws 0 \d+$/)
+      ])
+      for (const round of [1, 2]) {
+        const run = await runToEnd(process.execPath, ["--input-type=module-typescript"], { input: local(program) })
+        expect({ round, status: run.status, stderr: run.stderr.replace(/^.*ExperimentalWarning.*\n(.*--trace-warnings.*\n)?/m, "") }).toEqual({ round, status: 0, stderr: "" })
+        const [created, ws, ...rest] = run.stdout.trim().split("\n")
+        expect({ round, created, ws, rest }).toEqual({
+          round,
+          created: expect.stringMatching(/^created \d+ Ada Lovelace \d+$/),
+          ws: expect.stringMatching(/^ws 0 \d+$/),
+          rest: []
+        })
+        const [, id, name] = /^created (\d+) (.*)$/.exec(created!)!
+        const { access_token } = await login({ url: `http://${baseUrlHost}` }, "admin")
+        const res = await fetch(`http://${baseUrlHost}/authors/${id}`, { headers: { authorization: `Bearer ${access_token}` } })
+        expect(await res.json()).toEqual({ id: Number(id), name, created_at: expect.any(String) })
+      }
     }, 60_000)
+
+    it("the README's client-kit install lines are the package README's, which test/integration/client.install.test.ts runs", () => {
+      expect(packageReadmeBlock("sh", "install")).toBe(example("client-install"))
+      expect(existsSync(join(ROOT, "test/integration/client.install.test.ts"))).toBe(true)
+    })
 
     it("the 422 sample is what the request it names answers", async () => {
       const { access_token } = await login({ url: `http://${baseUrlHost}` }, "admin")
@@ -603,6 +569,28 @@ describe("README and docs examples", () => {
       const run = await runToEnd("bash", ["-c", "npm run migrate"], { env: shellEnv({ DATA_DIR: dataDir, LOG_FORMAT: "json" }) })
       expect(run.status, run.stdout + run.stderr).toBe(0)
       expect(run.stdout).toContain("Migrations are up to date")
+    })
+
+    it("npm run dev: serves the sources, and Ctrl-C (SIGINT to its process group) stops it cleanly", async () => {
+      expect(example("npm-scripts")).toMatch(/^npm run dev\b/m)
+      const dataDir = join(root, "dev")
+      seedEmbeddedDatabase(dataDir)
+      const devPort = await freePort()
+      // Its own process group, as a terminal runs it: Ctrl-C signals npm, Node's watch mode and the service.
+      const dev = startProcess("npm", ["run", "dev"], shellEnv({ PORT: String(devPort), HOST: "127.0.0.1", DATA_DIR: dataDir, PROFILING_ENABLED: "false" }))
+      try {
+        await dev.line(new RegExp(`Listening on http://127\\.0\\.0\\.1:${devPort}`))
+        expect((await fetch(`http://127.0.0.1:${devPort}/livez`)).status).toBe(200)
+        process.kill(-dev.child.pid!, "SIGINT")
+        const code = await dev.exited
+        // The service drains and exits; Node's watch mode ends with it. (Given an --env-file-if-exists
+        // naming a file that does not exist, Node 24's watch mode aborts here on an assertion.)
+        expect(dev.output()).toContain("Shutting down")
+        expect(/Assertion failed|Aborted|core dumped/.test(dev.output()), dev.output()).toBe(false)
+        expect([0, 130, "SIGINT"], dev.output()).toContain(code)
+      } finally {
+        await dev.stop()
+      }
     })
   })
 
@@ -812,6 +800,17 @@ describe("README and docs true to the code", () => {
       }
     }
     expect(broken).toEqual([])
+  })
+
+  it("the README's account of what runs is COVERAGE's: the examples not run, the download-only one, the one run elsewhere", () => {
+    const account = README.slice(README.indexOf("`test/examples/readme.test.ts` accounts for every example")).replace(/\s+/g, " ")
+    const names = (text: string | undefined) => [...(text ?? "").matchAll(/`([a-z-]+)`/g)].map((m) => m[1]!).sort()
+    const how = (prefix: string) => Object.keys(COVERAGE).filter((name) => COVERAGE[name]!.startsWith(prefix)).sort()
+    expect(names(/checked without running them: ([^(]+)\(/.exec(account)?.[1])).toEqual(how("not run"))
+    expect(names(/of (`[a-z-]+`) only the download runs/.exec(account)?.[1])).toEqual(how("the download is run"))
+    const elsewhere = /(`[a-z-]+`) runs literally on a fresh clone in `([^`]+)`/.exec(account)
+    expect(names(elsewhere?.[1])).toEqual(how("run literally on a fresh clone"))
+    expect(COVERAGE["client-install"]).toContain(`by ${elsewhere?.[2]}`)
   })
 
   it("the README is a door: one screenful of pages, linking every page of docs/", () => {

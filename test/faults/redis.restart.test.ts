@@ -5,7 +5,7 @@
  * CONFIG is not permitted so the expiry events stay off — no connection outlives its session
  * (token exp + WS_SESSION_GRACE_SECONDS). Each case prints its figures, and a summary line ends.
  */
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -14,6 +14,7 @@ import { startRedisServer, type RedisServer } from "../support/RedisServer.ts"
 import { eventually } from "../support/Eventually.ts"
 import { request, signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 const GRACE_SECONDS = 1
 /** Printed, not tuned against: only a bound far beyond the backstop's slack. */
@@ -74,7 +75,7 @@ describe.runIf(onPath("redis-server"))("WebSocket across a Redis restart", () =>
     probe.on("error", () => {})
     app = await startTestApp({
       config: {
-        redisUrl: Option.some(Redacted.make(redis.url)),
+        redis: Option.some(singleRedis(redis.url)),
         redisKeyPrefix: prefix,
         rateLimitEnabled: false,
         wsSessionGraceSeconds: GRACE_SECONDS,

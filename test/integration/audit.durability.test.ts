@@ -18,6 +18,7 @@ import { type Cleanups, freePort, runCleanups, startService } from "../support/L
 import { eventually } from "../support/Eventually.ts"
 import { type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { login, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 /** Sends `count` authenticated requests, `concurrency` at a time; returns the request ids answered. */
 const load = async (url: string, token: string, agent: string, count: number, answered: Array<string> = [], concurrency = 10) => {
@@ -81,7 +82,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit durability with PostgreSQ
       config: {
         databaseUrl: Option.some(Redacted.make(viaProxy(db.url!, proxy))),
         rateLimitEnabled: false,
-        ...(redis ? { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")), redisKeyPrefix: `test:${randomUUID()}:` } : {})
+        ...(redis ? { redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")), redisKeyPrefix: `test:${randomUUID()}:` } : {})
       }
     })
     let cut = false
@@ -207,7 +208,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       config: {
         databaseUrl: Option.some(Redacted.make(viaProxy(db.url!, proxy))),
         rateLimitEnabled: false,
-        redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")),
+        redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")),
         redisKeyPrefix: prefix
       }
     })
@@ -223,7 +224,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       await proxy.cut()
       cut = true
       const answered = await load(app.url, token, agent, 120, [], 40)
-      const { current } = await journalEntries(redis, prefix)
+      const { v2: current } = await journalEntries(redis, prefix)
       const inStream = current.flatMap((e) => e.records).map((r) => r.entry.request_id)
       expect(answered).toHaveLength(120)
       expect(inStream).toEqual(expect.arrayContaining(answered))
@@ -240,7 +241,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
 
   it("an XADD Redis refuses falls back to the in-process buffer: the record is still stored", async () => {
     const prefix = `test:${randomUUID()}:`
-    const stream = journalKeys(prefix).current
+    const stream = journalKeys(prefix).v2
     // A string where the stream should be: every XADD fails with WRONGTYPE.
     await redis.set(stream, "not a stream")
     const app = await startWithRedis(prefix)

@@ -3,12 +3,13 @@
  * docs/errors-and-limits.md#validation-errors-422): a 3 KB username on a failed login, a 3,000-character path, NUL bytes
  * and escapes that are not UTF-8 — on the embedded database, real PostgreSQL and the Redis Stream.
  */
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type AuditItem, awaitAuditRecord } from "../support/AuditTrail.ts"
 import { eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 const setups = [
   { name: "embedded", database: "embedded" as const, redis: false },
@@ -31,7 +32,7 @@ describe.each(setups)("poison input ($name)", (setup) => {
         // Limited (far above what this file sends): the limiter authenticates every request, so an
         // unmatched path of an authenticated caller is audited too.
         rateLimitPerMinute: 100_000,
-        ...(setup.redis ? { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")), redisKeyPrefix: `test:${randomUUID()}:` } : {})
+        ...(setup.redis ? { redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")), redisKeyPrefix: `test:${randomUUID()}:` } : {})
       }
     })
     admin = (await login(app, "admin")).access_token

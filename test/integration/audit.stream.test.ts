@@ -8,19 +8,19 @@
  * - appended records are written from memory and deleted from the stream after their commit; an
  *   entry whose records were inserted in two batches is deleted only after the second;
  * - entries nobody writes (a killed instance's) are written by the recovery scan: at start all of
- *   them, later those older than `claimIdle` — each stored once; in this release's stream and in
- *   the previous release's (single-record entries, written during a rolling update);
+ *   them, later those older than `claimIdle` — each stored once; in the v2 stream and in the v1
+ *   one (single-record entries, written during a rolling update);
+ * - past streamHeldMax, entries wait in the stream only, counted (audit_records_deferred_total);
  * - committed entries are deleted with the next append (or on their own when none comes), never
  *   before their records committed;
  * - a Redis that accepts and never answers does not hold requests: the concurrent records of a
  *   batch share one deadline, go on without their append, and are stored from the in-process buffer;
- * - a record in an entry carries `request_data` as an object, as the entries of the previous
- *   release did.
+ * - a record in an entry carries `request_data` as an object, as v1 entries do.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Logger, Redacted, type Scope } from "effect"
 import { SqlError } from "effect/sql"
-import type { Command, Redis } from "ioredis"
+import type { Command } from "ioredis"
 import { randomUUID } from "node:crypto"
 import type { AuditEntry, StoredEntry } from "../../src/AuditLogs/Entry.ts"
 import { JOURNAL_LUA } from "../../src/AuditLogs/Journal.ts"
@@ -28,8 +28,8 @@ import { AuditRepo, INSERT_BATCH_MAX } from "../../src/AuditLogs/Repo.ts"
 import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
 import { makeStreamAuditLog } from "../../src/AuditLogs/StreamWriter.ts"
 import { defaultWriterOptions } from "../../src/AuditLogs/WriterOptions.ts"
-import { auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
-import { defineScript, RedisClient } from "../../src/Store/Redis.ts"
+import { auditRecordsDeferredTotal, auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
+import { defineScript, RedisClient, type RedisConnection } from "../../src/Store/Redis.ts"
 import { journalEntries, journalKeys, journalRecords } from "../support/AuditJournal.ts"
 import { readMetric } from "../support/Metrics.ts"
 import { eventually } from "../support/Eventually.ts"
@@ -81,7 +81,7 @@ const fakeRepo = (options: { down: boolean; held?: Promise<void> | undefined }) 
  * Records every batch inserted whose records were not all in the journal when it committed: an
  * entry deleted before all its records committed (none should be).
  */
-const watchEarlyDeletes = (repo: ReturnType<typeof fakeRepo>, client: Redis, prefix: string) => {
+const watchEarlyDeletes = (repo: ReturnType<typeof fakeRepo>, client: RedisConnection, prefix: string) => {
   const missing: Array<string> = []
   repo.hooks.beforeInsert = async (batch) => {
     const journaled = new Set((await journalRecords(client, prefix)).map((r) => r.entryId))
@@ -90,14 +90,14 @@ const watchEarlyDeletes = (repo: ReturnType<typeof fakeRepo>, client: Redis, pre
   return missing
 }
 
-/** An entry as an instance of the previous release appends it to its stream: one record, fields `id` and `e`. */
-const legacyEntry = (client: Redis, prefix: string, entryId: string, n: number) =>
-  client.xadd(journalKeys(prefix).legacy, "*", "id", entryId, "e", JSON.stringify({ ...entry(n), timestamp: new Date().toISOString() }))
+/** A v1 entry, as an instance that writes v1 appends it: one record, fields `id` and `e`. */
+const legacyEntry = (client: RedisConnection, prefix: string, entryId: string, n: number) =>
+  client.xadd(journalKeys(prefix).v1, "*", "id", entryId, "e", JSON.stringify({ ...entry(n), timestamp: new Date().toISOString() }))
 
-/** An entry as another instance of this release appends it: `n` records, as a JSON array in `r`. */
-const currentEntry = (client: Redis, prefix: string, records: ReadonlyArray<{ entryId: string; n: number }>) =>
+/** A v2 entry, as another instance appends it: `n` records, as a JSON array in `r`. */
+const currentEntry = (client: RedisConnection, prefix: string, records: ReadonlyArray<{ entryId: string; n: number }>) =>
   client.xadd(
-    journalKeys(prefix).current, "*", "n", records.length,
+    journalKeys(prefix).v2, "*", "n", records.length,
     "r", JSON.stringify(records.map(({ entryId, n }) => ({ entry_id: entryId, ...entry(n), timestamp: new Date().toISOString() })))
   )
 
@@ -105,8 +105,8 @@ const currentEntry = (client: Redis, prefix: string, records: ReadonlyArray<{ en
  * Watches the writer's journal calls (the commands its client sends, auto-pipelined): for each
  * append/delete call on `prefix`'s stream, the records it appends and the entries it deletes.
  */
-const watchJournal = (client: Redis, prefix: string) => {
-  const key = journalKeys(prefix).current
+const watchJournal = (client: RedisConnection, prefix: string) => {
+  const key = journalKeys(prefix).v2
   const calls: Array<{ records: number; deletions: number }> = []
   const original = client.pipeline.bind(client)
   client.pipeline = ((...args: Parameters<typeof original>) => {
@@ -124,8 +124,10 @@ const watchJournal = (client: Redis, prefix: string) => {
 }
 
 /** Waits until the writer has written and deleted every entry of both streams (nothing signals it). */
-const untilEmpty = (client: Redis, prefix: string) =>
+const untilEmpty = (client: RedisConnection, prefix: string) =>
   Effect.promise(() => eventually(async () => (await journalRecords(client, prefix)).length === 0, `${prefix} journal emptied`))
+
+const deferred = async () => (await readMetric(auditRecordsDeferredTotal)).firstOrZero("audit_records_deferred_total")
 
 const streamFull = async () => (await readMetric(auditRecordsDroppedTotal)).firstOrZero("audit_records_dropped_total", { reason: "stream_full" })
 
@@ -147,10 +149,10 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       // One at a time, each awaited as a request awaits its record.
       for (let i = 0; i < 12; i++) yield* audit.record(entry(i))
       const { client } = yield* RedisClient
-      expect(yield* Effect.promise(() => client.xlen(journalKeys(p).current))).toBe(5)
+      expect(yield* Effect.promise(() => client.xlen(journalKeys(p).v2))).toBe(5)
       expect(yield* Effect.promise(() => client.get(journalKeys(p).records))).toBe("5")
       expect((yield* Effect.promise(streamFull)) - before).toBe(7)
-      yield* Effect.promise(() => client.del(journalKeys(p).current, journalKeys(p).records))
+      yield* Effect.promise(() => client.del(journalKeys(p).v2, journalKeys(p).records))
     }).pipe(withRepo(fakeRepo({ down: true }), p))
   })
 
@@ -160,7 +162,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       const { client } = yield* RedisClient
       const keys = journalKeys(p)
       const journal = defineScript<[string, number]>(client, "auditJournal", 2, JOURNAL_LUA)
-      const call = (...args: ReadonlyArray<string | number>) => Effect.promise(() => journal(keys.current, keys.records, ...args))
+      const call = (...args: ReadonlyArray<string | number>) => Effect.promise(() => journal(keys.v2, keys.records, ...args))
       const [a, afterA] = yield* call(3, "[]")
       const [b, afterB] = yield* call(2, "[]")
       expect([afterA, afterB]).toEqual([3, 5])
@@ -179,8 +181,8 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       yield* Effect.promise(() => client.del(keys.records))
       expect(yield* call(0, "", d, 2)).toEqual(["", 0])
       expect(yield* call(0, "", e, 1)).toEqual(["", 0])
-      expect(yield* Effect.promise(() => client.exists(keys.current, keys.records))).toBe(1) // the empty stream stays
-      yield* Effect.promise(() => client.del(keys.current))
+      expect(yield* Effect.promise(() => client.exists(keys.v2, keys.records))).toBe(1) // the empty stream stays
+      yield* Effect.promise(() => client.del(keys.v2))
     }).pipe(withRepo(fakeRepo({ down: false }), p))
   })
 
@@ -212,7 +214,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
         const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "100 millis" })
         yield* burst(audit, 500, 100)
         const { client } = yield* RedisClient
-        const { current } = yield* Effect.promise(() => journalEntries(client, p))
+        const { v2: current } = yield* Effect.promise(() => journalEntries(client, p))
         console.log(`[audit stream] 100 concurrent records: ${current.length} stream entries`)
         expect(current.length).toBeLessThan(100)
         expect(current.flatMap((e) => e.records).map((r) => r.entry.request_id).sort()).toEqual(requestIds(500, 100))
@@ -239,12 +241,13 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
       const early = watchEarlyDeletes(repo, client, p)
-      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
+      // No linger: the held batch is the first record alone, whenever the bursts come.
+      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, commitLinger: 0, flushTimeout: "1 second" })
       // PostgreSQL holds the first batch; behind it two bursts wait in memory, more than one batch.
       yield* audit.record(entry(0))
       yield* burst(audit, 1, 300)
       yield* burst(audit, 301, 300)
-      const { current } = yield* Effect.promise(() => journalEntries(client, p))
+      const { v2: current } = yield* Effect.promise(() => journalEntries(client, p))
       const entryOf = new Map(current.flatMap((e) => e.records.map((r) => [r.entryId, e.id] as const)))
       expect(entryOf.size).toBe(601)
       database.held = undefined
@@ -290,7 +293,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
     }).pipe(withRepo(repo, p))
   })
 
-  it.live("at start, writes the entries already in both streams (a killed instance's, of this release and of the previous one) and deletes them", () => {
+  it.live("at start, writes the entries already in both streams (a killed instance's, v2 and v1) and deletes them", () => {
     const p = `test:${randomUUID()}:`
     const repo = fakeRepo({ down: false })
     return Effect.gen(function*() {
@@ -334,13 +337,16 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
     const repo = fakeRepo(database)
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
+      const deferredBefore = yield* Effect.promise(deferred)
       const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, streamHeldMax: 2, claimIdle: "300 millis", flushTimeout: "1 second" })
-      // Each awaited as a request awaits its record: all 10 are in the stream, at most 2 (+ the batch being retried) in memory.
+      // Each awaited as a request awaits its record: all 10 are in the stream, 2 in memory (the first being retried).
       for (let i = 0; i < 10; i++) yield* audit.record(entry(200 + i))
-      // And a burst: one entry, whose records are partly left out of memory.
+      // And a burst: its entries are left out of memory whole.
       yield* burst(audit, 210, 10)
       expect((yield* Effect.promise(() => journalRecords(client, p))).map((r) => r.entry.request_id).sort()).toEqual(requestIds(200, 20))
       expect(repo.inserted).toEqual([])
+      // The 18 left to the scan are counted.
+      expect((yield* Effect.promise(deferred)) - deferredBefore).toBe(18)
       // Back: the held records are written by the writer, the others by the scan once claimIdle old.
       database.down = false
       yield* untilEmpty(client, p)
@@ -376,7 +382,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
     )
   })
 
-  it.live("an entry's records hold request_data as an object (the previous release's layout), captured text spliced in", () => {
+  it.live("an entry's records hold request_data as an object (as v1 entries do), captured text spliced in", () => {
     const p = `test:${randomUUID()}:`
     const repo = fakeRepo({ down: true })
     return Effect.gen(function*() {
@@ -384,7 +390,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       const data = captureRequestData({ page: "2" }, { name: "x\u0000", password: "secret" })
       yield* audit.record({ ...entry(300), request_data: data, error_message: "bad \"quote\"" })
       const { client } = yield* RedisClient
-      const entries = yield* Effect.promise(() => client.xrange(journalKeys(p).current, "-", "+"))
+      const entries = yield* Effect.promise(() => client.xrange(journalKeys(p).v2, "-", "+"))
       expect(entries).toHaveLength(1)
       const fields = entries[0]![1]
       expect([fields[0], fields[1], fields[2]]).toEqual(["n", "1", "r"])
@@ -392,7 +398,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
         entry_id: expect.any(String), ...entry(300), timestamp: expect.any(String),
         request_data: { query: { page: "2" }, body: { name: "x\u0000", password: "[REDACTED]" } }, error_message: "bad \"quote\""
       }])
-      yield* Effect.promise(() => client.del(journalKeys(p).current, journalKeys(p).records))
+      yield* Effect.promise(() => client.del(journalKeys(p).v2, journalKeys(p).records))
     }).pipe(withRepo(repo, p))
   })
 })

@@ -3,7 +3,7 @@
  * the `GET /audit-logs…` endpoints — on the embedded database, real PostgreSQL and (when set)
  * with the Redis Stream buffer.
  */
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { request as httpRequest } from "node:http"
 import { createServer, connect as tcpConnect } from "node:net"
@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { untilInFlight } from "../support/Faults.ts"
 import { eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 const ADMIN_ID = "00000000-0000-4000-8000-000000000001"
 const READER_ID = "00000000-0000-4000-8000-000000000003"
@@ -65,7 +66,7 @@ describe.each(setups)("audit trail ($name)", (setup) => {
       database: setup.database,
       config: {
         rateLimitEnabled: false,
-        ...(setup.redis ? { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")), redisKeyPrefix: `test:${randomUUID()}:` } : {})
+        ...(setup.redis ? { redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")), redisKeyPrefix: `test:${randomUUID()}:` } : {})
       }
     })
     admin = (await login(app, "admin")).access_token

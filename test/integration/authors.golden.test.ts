@@ -322,6 +322,38 @@ describe.each(backends)("authors HTTP contract (%s)", (backend) => {
       expect(body.meta).toMatchObject({ per_page: 1000, pages: 1, has_more: false, next_cursor: null })
     })
 
+    // page and per_page are 32-bit: 2147483647 is accepted (per_page clamped), anything above is refused as out of range.
+    it.each([
+      ["page", 2 ** 31 - 1, 200],
+      ["page", 2 ** 31, 422],
+      ["page", 2 ** 32, 422],
+      ["page", 2 ** 52, 422],
+      ["per_page", 2 ** 31 - 1, 200],
+      ["per_page", 2 ** 31, 422],
+      ["per_page", 2 ** 32, 422],
+      ["per_page", 2 ** 52, 422]
+    ])("%s=%d: %d", async (name, value, status) => {
+      const res = await request(app, "GET", `/authors/paginated?${name}=${value}`, { token })
+      expect(res.status).toBe(status)
+      if (status === 200) {
+        expect(res.body).toMatchObject({ meta: name === "page" ? { page: value, per_page: 20 } : { page: 1, per_page: 1000 } })
+      } else {
+        expect(res.body).toEqual({
+          detail: [{ type: "less_than_equal", loc: ["query", name], msg: "Input should be less than or equal to 2147483647", input: String(value) }]
+        })
+      }
+    })
+
+    it("a page answered from the cache is not answered for a per_page above 32 bits (the front door refuses it as the endpoint does)", async () => {
+      for (let i = 0; i < 2; i++) {
+        const warm = await request(app, "GET", "/authors/paginated?per_page=1000", { token })
+        expect(warm.status).toBe(200)
+      }
+      const res = await request(app, "GET", `/authors/paginated?per_page=${2 ** 31}`, { token })
+      expect(res.status).toBe(422)
+      expect(res.body).toMatchObject({ detail: [{ type: "less_than_equal", loc: ["query", "per_page"] }] })
+    })
+
     it("a page past the end returns items: [] with correct meta", async () => {
       const res = await request(app, "GET", "/authors/paginated?page=999&per_page=10", { token })
       expect(res.body).toEqual({

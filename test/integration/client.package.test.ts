@@ -3,8 +3,10 @@
  * dist/ from src/ if stale), the tarball installed into an empty project outside this repository
  * (effect from the npm cache), a program type-checked there by TypeScript (strict, nodenext, the
  * DOM library and no Node types: what the package's declarations need from the consumer) and run
- * as plain JavaScript by node against a running service — and the package README's examples
- * likewise. The tarball holds only the build; its bundle imports only `effect`.
+ * as plain JavaScript against a running service by each runtime the package claims besides
+ * browsers (client.browser.test.ts): the tests' Node, the oldest Node of its `engines`, Bun and
+ * Deno (test/support/Runtimes.ts installs the last three) — and the package README's examples by node. The tarball holds only the build and the
+ * licence; its bundle imports only `effect`.
  */
 import { execFile } from "node:child_process"
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
@@ -13,18 +15,13 @@ import { join } from "node:path"
 import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { isClientBuildFresh } from "../../scripts/build-client.ts"
+import { CLIENT_PACKAGE, packageReadmeBlock, writeConsumerTsconfig } from "../support/ClientKit.ts"
+import { RUNTIME_VERSIONS, runtimeBinary } from "../support/Runtimes.ts"
 import { startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const ROOT = process.cwd()
-const PACKAGE = join(ROOT, "packages", "client")
+const PACKAGE = CLIENT_PACKAGE
 const run = promisify(execFile)
-
-/** The package README's fenced blocks `example=<name>`. */
-const readmeExample = (name: string): string => {
-  const match = new RegExp("```ts example=" + name + "\\n([\\s\\S]*?)\\n```").exec(readFileSync(join(PACKAGE, "README.md"), "utf8"))
-  if (match === null) throw new Error(`packages/client/README.md has no block example=${name}`)
-  return match[1]!
-}
 
 /**
  * The consumer's program. `@ts-expect-error` lines fail the type-check if the declarations lose
@@ -108,26 +105,12 @@ describe("the client package, installed from its tarball into an empty project",
     mkdirSync(project)
     writeFileSync(join(project, "package.json"), JSON.stringify({ name: "consumer", private: true, type: "module" }))
     await run("npm", ["install", tarball, "--prefer-offline", "--no-audit", "--no-fund"], { cwd: project })
-    writeFileSync(join(project, "tsconfig.json"), JSON.stringify({
-      compilerOptions: {
-        target: "ES2022",
-        lib: ["ES2024", "DOM"],
-        types: [],
-        module: "NodeNext",
-        moduleResolution: "NodeNext",
-        strict: true,
-        exactOptionalPropertyTypes: true,
-        noUncheckedIndexedAccess: true,
-        skipLibCheck: false,
-        outDir: "out"
-      },
-      include: ["*.ts"]
-    }))
+    writeConsumerTsconfig(project, ["*.ts"])
     // `process.argv` without Node's types: the one global the program needs beyond the DOM library.
     writeFileSync(join(project, "globals.d.ts"), "declare const process: { readonly argv: ReadonlyArray<string> }\n")
     writeFileSync(join(project, "program.ts"), PROGRAM)
-    writeFileSync(join(project, "readme-promise.ts"), readmeExample("promise"))
-    writeFileSync(join(project, "readme-effect.ts"), readmeExample("effect"))
+    writeFileSync(join(project, "readme-promise.ts"), packageReadmeBlock("ts", "promise"))
+    writeFileSync(join(project, "readme-effect.ts"), packageReadmeBlock("ts", "effect"))
   }, 180_000)
 
   afterAll(async () => {
@@ -142,16 +125,20 @@ describe("the client package, installed from its tarball into an empty project",
       .toBe(readFileSync(join(PACKAGE, "dist/index.js"), "utf8"))
   })
 
-  it("packs only the build and the README, at the service's version, depending on effect alone", () => {
-    expect(packed.filter((p) => !p.startsWith("dist/types/"))).toEqual(["README.md", "dist/index.js", "package.json"])
+  it("packs only the build, the README and the licence, at the service's version, depending on effect alone", () => {
+    expect(packed.filter((p) => !p.startsWith("dist/types/"))).toEqual(["LICENSE", "README.md", "dist/index.js", "package.json"])
+    // The project's licence, word for word, and named in the package's metadata.
+    expect(readFileSync(join(project, "node_modules/@author-directory/client/LICENSE"), "utf8")).toBe(readFileSync(join(ROOT, "LICENSE"), "utf8"))
     expect(packed.filter((p) => p.startsWith("dist/types/")).every((p) => p.endsWith(".d.ts"))).toBe(true)
     expect(packed).toContain("dist/types/Client/index.d.ts")
     const service = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string }
     const installed = JSON.parse(readFileSync(join(project, "node_modules/@author-directory/client/package.json"), "utf8")) as {
       version: string
+      license: string
       dependencies: Record<string, string>
     }
     expect(installed.version).toBe(service.version)
+    expect(installed.license).toBe("MIT")
     expect(installed.dependencies).toEqual({ effect: "4.1.0" })
     const modules = readdirSync(join(project, "node_modules"), { withFileTypes: true })
       .filter((e) => !e.name.startsWith("."))
@@ -172,14 +159,32 @@ describe("the client package, installed from its tarball into an empty project",
     }
   })
 
-  it("type-checks the program and the README's examples with strict nodenext, then runs them with plain node", async () => {
+  it("type-checks the program and the README's examples with strict nodenext", async () => {
     const tsc = await run(join(ROOT, "node_modules/.bin/tsc"), ["-p", "."], { cwd: project }).then(
       (r) => r.stdout,
       (e: { stdout?: string; message: string }) => e.stdout ?? e.message
     )
     expect(tsc).toBe("")
+  })
 
-    const { stdout, stderr } = await run(process.execPath, ["out/program.js", app.url], { cwd: project, timeout: 60_000 })
+  // The same JavaScript on each runtime the package claims, from the same installed tarball: the
+  // Node of the tests, the oldest its engines admit, Bun and Deno.
+  const runtimes: Record<string, () => Promise<[string, Array<string>]>> = {
+    [`node ${process.versions.node}`]: async () => [process.execPath, []],
+    [`node ${RUNTIME_VERSIONS.node}`]: async () => [await runtimeBinary("node"), []],
+    bun: async () => [await runtimeBinary("bun"), []],
+    // Deno asks for network access; nothing else (files it imports are not reads it must be granted).
+    deno: async () => [await runtimeBinary("deno"), ["run", "--allow-net=127.0.0.1"]]
+  }
+
+  it("the older Node it runs on is the oldest its engines admit", () => {
+    const { engines } = JSON.parse(readFileSync(join(PACKAGE, "package.json"), "utf8")) as { engines: { node: string } }
+    expect(`${engines.node}.0`).toBe(`>=${RUNTIME_VERSIONS.node}`)
+  })
+
+  it.each(Object.keys(runtimes))("runs the program on %s: login, create, 409, /web requests and broadcasts (JSON and protobuf), the Promise facade", async (runtime) => {
+    const [command, args] = await runtimes[runtime]!()
+    const { stdout, stderr } = await run(command, [...args, "out/program.js", app.url], { cwd: project, timeout: 120_000 })
     expect(stderr).toBe("")
     const lines = stdout.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>)
     const step = (name: string) => lines.filter((l) => l["step"] === name)
@@ -205,7 +210,9 @@ describe("the client package, installed from its tarball into an empty project",
       renamed: expect.stringMatching(/^Facade renamed \d+$/)
     })
     expect(lines.map((l) => l["step"])).toEqual(["create", "list", "409", "ws", "ws", "facade"])
+  }, 900_000)
 
+  it("runs the README's examples with plain node: they print what they say", async () => {
     const local = (file: string) => readFileSync(join(project, file), "utf8").replaceAll("http://localhost:8000", app.url)
     writeFileSync(join(project, "out/readme-promise.js"), local("out/readme-promise.js"))
     writeFileSync(join(project, "out/readme-effect.js"), local("out/readme-effect.js"))

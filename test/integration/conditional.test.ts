@@ -5,13 +5,14 @@
  * strong and comes from its body (the same on every instance); a list streamed in batches has a
  * weak one, which stops matching after a write. WebSocket answers are unaffected.
  */
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { awaitAuditRecord } from "../support/AuditTrail.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 const STRONG = /^"[A-Za-z0-9_-]{27}"$/
 const WEAK = /^W\/"[^"]+"$/
@@ -107,7 +108,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
   const prefix = `test-conditional-${randomUUID()}:`
 
   beforeAll(async () => {
-    const redis = { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")), redisKeyPrefix: prefix }
+    const redis = { redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")), redisKeyPrefix: prefix }
     const config = { rateLimitEnabled: true, rateLimitPerMinute: 100_000, ...redis }
     a = await startTestApp({ database: "postgres", config })
     b = await startTestApp({ database: "postgres", databaseUrl: a.databaseUrl!, config })

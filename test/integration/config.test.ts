@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { appConfig, tokenAudience } from "../../src/Config.ts"
+import { appConfig, modeLine, type RedisTarget, tokenAudience } from "../../src/Config.ts"
 import { startDatabaseServer } from "../support/DatabaseServer.ts"
 import { freePort, type Service, startService } from "../support/Launcher.ts"
 
@@ -30,7 +30,9 @@ const cases: ReadonlyArray<readonly [string, string, Record<string, string>?]> =
   ["DATABASE_URL", "mysql://authors@db.example/authors"],
   ["STARTUP_TIMEOUT_SECONDS", "0"],
   ["ADMIN_PORT", "70000"],
-  ["ADMIN_PORT", "18555", { PORT: "18555" }]
+  ["ADMIN_PORT", "18555", { PORT: "18555" }],
+  ["REDIS_CLUSTER_NODES", "10.0.0.1:6379,10.0.0.2"],
+  ["REDIS_SENTINELS", "10.0.0.1:26379", { REDIS_URL: "redis://:secret-password@10.0.0.9:6379/0" }]
 ]
 
 /** A production environment that passes every check (the database URL need not answer for configuration checks). */
@@ -97,6 +99,12 @@ describe("invalid configuration stops startup", () => {
     expect(failureOf(runs[cases.findIndex(([name]) => name === "DATABASE_URL")]!.service)).not.toContain("db.example")
   })
 
+  it("two of REDIS_URL, REDIS_CLUSTER_NODES, REDIS_SENTINELS: the failure names both and repeats no password", () => {
+    const message = failureOf(runs[cases.findIndex(([name]) => name === "REDIS_SENTINELS")]!.service)
+    expect(message).toMatch(/found REDIS_URL and REDIS_SENTINELS/)
+    expect(message).not.toContain("secret-password")
+  })
+
   it("APP_ENV=production without DATABASE_URL refuses to start, naming DATABASE_URL (the embedded database would live on the pod's disk)", async () => {
     const service = await startService({ env: { DATA_DIR: dataDir, APP_ENV: "production", OIDC_ISSUER_URL: "https://idp.example/realms/author-directory", DATABASE_URL: undefined }, ready: "none" })
     expect(await service.exited).toBe(1)
@@ -110,6 +118,131 @@ describe("invalid configuration stops startup", () => {
     const service = await startService({ env: { ...PRODUCTION, DATABASE_URL: `postgres://authors@127.0.0.1:${await freePort()}/authors`, DATA_DIR: dataDir }, ready: "none" })
     expect(await service.exited).toBe(1)
     expect(failureOf(service)).toMatch(/built-in identity provider.*OIDC_ISSUER_URL/)
+  })
+})
+
+describe("Redis: one server, a Redis Cluster or a Sentinel group (docs/configuration.md#redis-cluster-and-sentinel)", () => {
+  const redisOf = async (env: Record<string, string>) => {
+    const result = await Effect.runPromise(Effect.result(
+      appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })))
+    ))
+    return result._tag === "Success" ? result.success.redis : String(result.failure)
+  }
+
+  it("none of the three: no Redis; each one alone: its topology, with the credentials and TLS that apply to every mode", async () => {
+    expect(await redisOf({ REDIS_PASSWORD: "p" })).toEqual(Option.none())
+    const single = await redisOf({ REDIS_URL: "redis://127.0.0.1:6379/2" })
+    expect(Option.getOrThrow(single as Option.Option<RedisTarget>)).toMatchObject({ topology: { _tag: "Single" }, tls: false })
+    expect(Option.getOrThrow(await redisOf({
+      REDIS_CLUSTER_NODES: " redis-0.redis:6379, 10.0.0.2:6380 ,[::1]:7000",
+      REDIS_USERNAME: "svc",
+      REDIS_PASSWORD: "pw",
+      REDIS_TLS: "true"
+    }) as Option.Option<RedisTarget>)).toMatchObject({
+      topology: { _tag: "Cluster", nodes: [{ host: "redis-0.redis", port: 6379 }, { host: "10.0.0.2", port: 6380 }, { host: "::1", port: 7000 }] },
+      username: Option.some("svc"),
+      tls: true
+    })
+    const sentinel = Option.getOrThrow(await redisOf({ REDIS_SENTINELS: "s1:26379,s2:26379" }) as Option.Option<RedisTarget>)
+    expect(sentinel.topology).toMatchObject({ _tag: "Sentinel", master: "mymaster", sentinels: [{ host: "s1", port: 26379 }, { host: "s2", port: 26379 }] })
+    expect(Option.getOrThrow(await redisOf({ REDIS_SENTINELS: "s1:26379", REDIS_SENTINEL_MASTER: "authors" }) as Option.Option<RedisTarget>).topology)
+      .toMatchObject({ master: "authors" })
+  })
+
+  it("more than one of REDIS_URL, REDIS_CLUSTER_NODES, REDIS_SENTINELS refuses to start, naming them; a password is never repeated", async () => {
+    const both = await redisOf({ REDIS_URL: "redis://:hunter2@db.example:6379", REDIS_CLUSTER_NODES: "10.0.0.1:6379" })
+    expect(both).toMatch(/Set only one of REDIS_URL, REDIS_CLUSTER_NODES and REDIS_SENTINELS .*found REDIS_URL and REDIS_CLUSTER_NODES/)
+    expect(both).not.toContain("hunter2")
+    expect(await redisOf({ REDIS_CLUSTER_NODES: "a:1", REDIS_SENTINELS: "b:2", REDIS_URL: "redis://c" })).toMatch(/found REDIS_URL and REDIS_CLUSTER_NODES and REDIS_SENTINELS/)
+  })
+
+  it("a node list that is not host:port pairs is refused, naming the variable", async () => {
+    for (const bad of ["10.0.0.1", "10.0.0.1:0", "10.0.0.1:65536", "host:port", ":6379", "a b:1"]) {
+      expect(await redisOf({ REDIS_SENTINELS: bad }), bad).toMatch(/REDIS_SENTINELS must be a comma-separated list of host:port/)
+    }
+  })
+})
+
+describe("NODE_ENV=production with APP_ENV unset applies the production rules; an explicit APP_ENV wins (docs/configuration.md#the-mode)", () => {
+  const configOf = async (env: Record<string, string>) => {
+    const result = await Effect.runPromise(Effect.result(
+      appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })))
+    ))
+    if (result._tag === "Failure") throw new Error(String(result.failure))
+    return result.success
+  }
+  const DATABASE = { DATABASE_URL: "postgres://authors@db.example/authors" }
+
+  it("the mode and every default that follows it: production from NODE_ENV alone, APP_ENV over it either way", async () => {
+    const byNode = await configOf({ NODE_ENV: "production", ...DATABASE })
+    expect([byNode.appEnv, byNode.appEnvSource, byNode.logFormat, byNode.profilingEnabled, tokenAudience(byNode)])
+      .toEqual(["production", "NODE_ENV", "json", false, "author-directory"])
+    const overridden = await configOf({ NODE_ENV: "production", APP_ENV: "development" })
+    expect([overridden.appEnv, overridden.appEnvSource, overridden.logFormat, overridden.profilingEnabled]).toEqual(["development", "APP_ENV", "pretty", true])
+    expect((await configOf({ NODE_ENV: "development", APP_ENV: "production", ...DATABASE })).appEnv).toBe("production")
+    for (const nodeEnv of ["development", "test", ""]) expect((await configOf({ NODE_ENV: nodeEnv })).appEnv, nodeEnv).toBe("development")
+    // The refusals say which variable made it production.
+    await expect(configOf({ NODE_ENV: "production" })).rejects.toThrow(/DATABASE_URL must be set when NODE_ENV=production and APP_ENV is unset/)
+    await expect(configOf({ NODE_ENV: "production", ...DATABASE, OIDC_ISSUER_URL: "http://idp.example/realms/x" }))
+      .rejects.toThrow(/OIDC_ISSUER_URL must be an https:\/\/ URL when NODE_ENV=production and APP_ENV is unset/)
+  })
+
+  it("NODE_ENV=production alone, no DATABASE_URL: exit 1 after one FATAL line — JSON without LOG_FORMAT, as production logs are — naming DATABASE_URL and why production", async () => {
+    const service = await startService({ env: { DATA_DIR: dataDir, NODE_ENV: "production", LOG_FORMAT: undefined, PROFILING_ENABLED: undefined }, ready: "none" })
+    expect(await service.exited).toBe(1)
+    expect(failureOf(service)).toMatch(/^Service failed to start: DATABASE_URL must be set when NODE_ENV=production and APP_ENV is unset: .*embedded database/)
+    expect(service.stdout()).not.toMatch(/Port open|Embedded/)
+  })
+
+  it("NODE_ENV=production with a database: the startup log says production and why, in JSON, profiling off", async () => {
+    const database = await startDatabaseServer()
+    try {
+      const service = await startService({
+        env: {
+          DATA_DIR: join(dataDir, "node-env"),
+          NODE_ENV: "production",
+          LOG_FORMAT: undefined,
+          PROFILING_ENABLED: undefined,
+          DATABASE_URL: database.url,
+          OIDC_ISSUER_URL: "https://127.0.0.1:9/realms/author-directory",
+          PROFILING_OUTPUT_DIR: join(dataDir, "node-env-profiling")
+        },
+        ready: "/livez"
+      })
+      try {
+        await service.logged("Listening on")
+        const lines = service.stdout().split("\n").filter((line) => line.trim() !== "")
+        const records = lines.map((line) => JSON.parse(line) as Record<string, unknown>)
+        expect(records.find((r) => String(r["message"]).startsWith("Mode:"))).toMatchObject({
+          level: "INFO",
+          message: "Mode: production (NODE_ENV=production, APP_ENV unset)"
+        })
+        expect(await (await fetch(`${service.url}/api/profiling/status`)).json()).toMatchObject({ enabled: false })
+      } finally {
+        await service.stop()
+      }
+    } finally {
+      await database.close()
+    }
+  })
+
+  it("APP_ENV=development with NODE_ENV=production runs in development, and says so as a warning", async () => {
+    const service = await startService({ env: { NODE_ENV: "production", APP_ENV: "development" }, seedEmbedded: true })
+    try {
+      const mode = service.logLines().filter((r) => String(r["message"]).startsWith("Mode:"))
+      expect(mode).toHaveLength(1)
+      expect(mode[0]).toMatchObject({ level: "WARN", message: expect.stringMatching(/^Mode: development \(APP_ENV=development wins over NODE_ENV=production\)/) })
+      expect(service.stdout()).toContain("Embedded: database")
+    } finally {
+      await service.stop()
+    }
+  })
+
+  it("without either: development, and the log says neither is set", async () => {
+    const line = modeLine({ appEnv: "development", appEnvSource: "default", nodeEnv: Option.none() })
+    expect(line).toEqual({ text: "Mode: development (APP_ENV unset, NODE_ENV unset)", warn: false })
+    expect(modeLine({ appEnv: "production", appEnvSource: "APP_ENV", nodeEnv: Option.some("production") }))
+      .toEqual({ text: "Mode: production (APP_ENV=production)", warn: false })
   })
 })
 
@@ -132,8 +265,9 @@ describe("PROFILING_ENABLED (true in development, false in production)", () => {
     const database = await startDatabaseServer()
     let service: Service | undefined
     try {
-      // The identity provider is only asked when a token needs it (discovery is lazy): none runs
-      // here. Its http:// URL is accepted in production because OIDC_ALLOW_HTTP_ISSUER says so.
+      // No identity provider answers there: the instance serves but is not ready (its keys are
+      // never fetched), so the wait is for "Listening on". Its http:// URL is accepted in
+      // production because OIDC_ALLOW_HTTP_ISSUER says so.
       service = await startService({
         env: {
           DATA_DIR: productionDir,
@@ -143,8 +277,10 @@ describe("PROFILING_ENABLED (true in development, false in production)", () => {
           OIDC_ALLOW_HTTP_ISSUER: "true",
           PROFILING_OUTPUT_DIR: join(dataDir, "production-profiling"),
           PROFILING_ENABLED: undefined
-        }
+        },
+        ready: "/livez"
       })
+      await service.logged("Listening on")
       const url = service.url
       const status = await fetch(`${url}/api/profiling/status`)
       expect(status.status).toBe(200)

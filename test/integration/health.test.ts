@@ -9,6 +9,7 @@ import { type AuditItem, awaitAuditRecord } from "../support/AuditTrail.ts"
 import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { createPostgresDatabase, login, request, startTestApp, type TestApp, type TestDatabase, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 const healthy = { status: "healthy", database: "healthy", redis: "healthy", websocket: { status: "healthy", active_connections: 0 } }
 
@@ -72,7 +73,7 @@ describe("health with Redis unreachable", () => {
   beforeAll(async () => {
     const port = await closedPort()
     app = await startTestApp({
-      config: { redisUrl: Option.some(Redacted.make(`redis://127.0.0.1:${port}/0`)), redisKeyPrefix: `test:${Math.random().toString(36).slice(2)}:` }
+      config: { redis: Option.some(singleRedis(`redis://127.0.0.1:${port}/0`)), redisKeyPrefix: `test:${Math.random().toString(36).slice(2)}:` }
     })
   })
   afterAll(() => app?.close())
@@ -104,7 +105,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("health with PostgreSQL cut off"
       config: {
         databaseUrl: Option.some(Redacted.make(viaProxy(database.url!, proxy))),
         ...(TEST_REDIS_URL !== undefined
-          ? { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL)), redisKeyPrefix: `test:${Math.random().toString(36).slice(2)}:` }
+          ? { redis: Option.some(singleRedis(TEST_REDIS_URL)), redisKeyPrefix: `test:${Math.random().toString(36).slice(2)}:` }
           : {})
       }
     })

@@ -320,6 +320,72 @@ describe("ambiguous framing and headers are refused (RFC 9112 §6.1, §3.2)", ()
   })
 })
 
+/** `MAX_REQUEST_BODY_BYTES`, at its default (the app of this file runs with it). */
+const LIMIT = 1_048_576
+
+/** A request carrying `body`, framed by a Content-Length of `declared` (the body's own length unless told) or chunked in two chunks. */
+const withBody = (
+  method: string,
+  path: string,
+  body: Buffer,
+  framing: { readonly chunked?: boolean; readonly declared?: number; readonly token?: string } = {}
+): Buffer => {
+  const auth = framing.token === undefined ? "" : `Authorization: Bearer ${framing.token}\r\n`
+  const head = `${method} ${path} HTTP/1.1\r\nHost: localhost\r\n${auth}Content-Type: application/json\r\n`
+  if (framing.chunked !== true) return Buffer.concat([Buffer.from(`${head}Content-Length: ${framing.declared ?? body.length}\r\n\r\n`), body])
+  const half = body.length >> 1
+  const chunk = (part: Buffer) => Buffer.concat([Buffer.from(`${part.length.toString(16)}\r\n`), part, Buffer.from("\r\n")])
+  return Buffer.concat([Buffer.from(`${head}Transfer-Encoding: chunked\r\n\r\n`), chunk(body.subarray(0, half)), chunk(body.subarray(half)), Buffer.from("0\r\n\r\n")])
+}
+
+/** The status line and headers of the first response (a HEAD's carries no body to parse). */
+const head = (e: Exchange) => {
+  const [statusLine = "", ...lines] = e.raw.slice(0, e.raw.indexOf("\r\n\r\n")).split("\r\n")
+  return { status: Number(statusLine.split(" ")[1]), headers: Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()])) }
+}
+
+describe("body size first, whatever the method (docs/errors-and-limits.md#check-order)", () => {
+  const over = Buffer.alloc(LIMIT + 1, "x")
+  const at = Buffer.alloc(LIMIT, "x")
+
+  it("GET, HEAD, OPTIONS and DELETE with a body one byte over the limit → 413 before authentication, then the close", async () => {
+    for (const method of ["GET", "HEAD", "OPTIONS", "DELETE"]) {
+      for (const chunked of [false, true]) {
+        const result = await exchange(port, withBody(method, "/authors", over, { chunked }))
+        expect({ method, chunked, ...head(result) }).toMatchObject({ method, chunked, status: 413, headers: { connection: "close" } })
+        if (method !== "HEAD") expectRefusal(result.responses[0], 413, "Request body too large")
+        expect(result.closed).toBe(true)
+      }
+    }
+  })
+
+  it("a body of exactly the limit passes the size check, whatever the method and framing", async () => {
+    for (const chunked of [false, true]) {
+      // Unauthenticated: the next check answers (401), not the size check.
+      const anonymous = await exchange(port, withBody("GET", "/authors", at, { chunked }), { responses: 1 })
+      expect({ chunked, status: statuses(anonymous)[0] }).toEqual({ chunked, status: 401 })
+      // Authenticated: the handler answers (a body nobody reads: Node closes after the answer).
+      const read = await exchange(port, withBody("GET", "/authors", at, { chunked, token: admin }), { responses: 1 })
+      expect({ chunked, status: statuses(read)[0] }).toEqual({ chunked, status: 200 })
+      expect(Array.isArray(json(read.responses[0]))).toBe(true)
+      const probe = await exchange(port, [withBody("HEAD", "/livez", at, { chunked }), livez("Connection: close\r\n")])
+      expect({ chunked, head: head(probe).status, closed: probe.closed }).toEqual({ chunked, head: 200, closed: true })
+    }
+  })
+
+  it("a Content-Length that lies: over the limit with the body never sent → 413 at once; under it, the bytes beyond it are no body but the next request", async () => {
+    // Declares one byte over the limit, sends ten and waits: the 413 does not wait for the rest.
+    const promised = await exchange(port, withBody("GET", "/livez", Buffer.alloc(10, "x"), { declared: LIMIT + 1 }))
+    expectRefusal(promised.responses[0], 413, "Request body too large")
+    expect(promised.closed).toBe(true)
+    // Declares ten bytes and sends more than the limit: the ten are the GET's body (200); the rest
+    // is read as a request, which it is not (400, then the close) — never as this request's body.
+    const overflowing = await exchange(port, withBody("GET", "/livez", over, { declared: 10 }))
+    expect(statuses(overflowing)).toEqual([200, 400])
+    expect(overflowing.closed).toBe(true)
+  })
+})
+
 describe("requests the parser refuses are counted (http_requests_total, endpoint \"unmatched\")", () => {
   it("400, 431 and the refused duplicates are counted with the method when it is known", async () => {
     const before = await scrapeMetrics(app.url)

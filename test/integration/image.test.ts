@@ -10,6 +10,7 @@ import { spawnSync } from "node:child_process"
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
+import { OAuth2Server } from "oauth2-mock-server"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { stripTree } from "../../scripts/build.ts"
 import { freePort, startService } from "../support/Launcher.ts"
@@ -39,7 +40,8 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the Dockerfile's runtime stage"
     LOG_FORMAT: "json",
     LOG_LEVEL: "error",
     DATABASE_URL: db.url!,
-    // Discovery is lazy: nothing asks the issuer until a token arrives.
+    // `node dist/migrate.js` never asks the issuer; the service fetches its keys at start (below, a
+    // mock provider's).
     OIDC_ISSUER_URL: "https://idp.invalid/realms/author-directory",
     DATA_DIR: join(root, ".data"),
     PROFILING_OUTPUT_DIR: join(root, "profiling_reports"),
@@ -69,8 +71,21 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the Dockerfile's runtime stage"
   })
 
   it("`node dist/main.js` gets ready and serves docs, the .proto and its version", async () => {
+    // Ready needs the identity provider's keys: a mock provider on loopback (plain HTTP, allowed).
+    const provider = new OAuth2Server()
+    await provider.issuer.keys.generate("RS256")
+    await provider.start(await freePort(), "127.0.0.1")
+    const issuer = `http://127.0.0.1:${provider.address().port}`
+    provider.issuer.url = issuer
     // The image's environment only (and HOME), in the staged directory.
-    const service = await startService({ defaults: "none", cwd: root, env: env({ PORT: String(await freePort()), HOST: "127.0.0.1" }) })
+    const service = await startService({
+      defaults: "none",
+      cwd: root,
+      env: env({ PORT: String(await freePort()), HOST: "127.0.0.1", OIDC_ISSUER_URL: issuer, OIDC_ALLOW_HTTP_ISSUER: "true" })
+    }).catch(async (error: unknown) => {
+      await provider.stop()
+      throw error
+    })
     const base = service.url
     try {
       expect((await fetch(`${base}/livez`)).status).toBe(200)
@@ -87,6 +102,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("the Dockerfile's runtime stage"
     } finally {
       // A process that already exited has failed the wait above, with its stderr.
       if (service.running()) expect((await service.stop()).code).toBe(0)
+      await provider.stop()
     }
   })
 })

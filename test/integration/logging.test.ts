@@ -5,8 +5,10 @@
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { Cause, Effect, Layer } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { layerLoggerTo, scrub, scrubText } from "../../src/Observability/Logging.ts"
+import { RedisError } from "../../src/Store/Redis.ts"
 import { defined, eventually } from "../support/Eventually.ts"
 import { request, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
@@ -110,6 +112,59 @@ describe("structured logs", () => {
     expect(connected["span_id"]).toBeUndefined()
     const callerLine = await lineWhere((r) => r["correlation_id"] === "corr-ws-6" && r["message"] === "WebSocket connected")
     expect(callerLine["trace_id"]).toBe(CALLER_TRACE)
+  })
+})
+
+describe("every line is one JSON object whose message is a string", () => {
+  /** The JSON lines `effect` logs, parsed. */
+  const logged = async (effect: Effect.Effect<void>) => {
+    const lines: Array<string> = []
+    await Effect.runPromise(effect.pipe(Effect.provide(layerLoggerTo("json", (line) => lines.push(line)))))
+    for (const line of lines) expect(line.includes("\n"), line).toBe(false)
+    return lines.map((line) => JSON.parse(line) as Record<string, unknown>)
+  }
+  const reply = Object.assign(new Error("NOPERM this user has no permissions to access one of the keys used as arguments"), { name: "ReplyError" })
+
+  it("a message logged with an error: the message is the text, the error's own words (its causes') are the cause", async () => {
+    const [line] = await logged(Effect.logWarning("Audit stream recovery scan failed; retrying", new RedisError({ command: "XRANGE", cause: reply })))
+    expect(line).toMatchObject({ level: "WARN", message: "Audit stream recovery scan failed; retrying" })
+    expect(line!["cause"]).toBe("Redis XRANGE failed: NOPERM this user has no permissions to access one of the keys used as arguments")
+  })
+
+  it("an expected failure's Cause is its messages on one line; a defect keeps its stack; nothing logged but a Cause still has a message", async () => {
+    const [failed, died, bare] = await logged(Effect.gen(function*() {
+      yield* Effect.logWarning("Profiling capture failed", Cause.fail(new Error("inspector busy", { cause: new Error("session closed") })))
+      yield* Effect.logError("Unhandled error", Cause.die(new TypeError("x is not a function")))
+      yield* Effect.logError(Cause.fail(new Error("the database is gone")))
+    }))
+    expect(failed).toMatchObject({ message: "Profiling capture failed", cause: "inspector busy: session closed" })
+    expect(died).toMatchObject({ level: "ERROR", message: "Unhandled error" })
+    expect(String(died!["cause"])).toMatch(/^TypeError: x is not a function\n\s+at /)
+    expect(bare).toMatchObject({ message: "the database is gone", cause: "the database is gone" })
+  })
+
+  it("no password of a URL, token or bearer credential reaches a line, in the message or the cause", async () => {
+    const jwt = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"
+    const lines = await logged(Effect.logWarning(
+      "connect to postgres://authors:s3cret-pw@db:5432/authors failed",
+      new Error(`redis://:r3dis-pw@cache:6379/0 refused ${jwt}`)
+    ).pipe(Effect.andThen(Effect.logInfo("plain", { url: "redis://user:an0ther-pw@cache:6379" }))))
+    const text = JSON.stringify(lines)
+    for (const secret of ["s3cret-pw", "r3dis-pw", "an0ther-pw", jwt]) expect(text).not.toContain(secret)
+    expect(lines[0]).toMatchObject({
+      message: "connect to postgres://authors:[REDACTED]@db:5432/authors failed",
+      cause: "redis://:[REDACTED]@cache:6379/0 refused [REDACTED]"
+    })
+    for (const line of lines) expect(typeof line["message"]).toBe("string")
+  })
+
+  it("the pretty lines carry the same message and cause", async () => {
+    const lines: Array<string> = []
+    await Effect.runPromise(Effect.logWarning("Audit batch not written", new Error("Connection terminated")).pipe(
+      Effect.provide(Layer.mergeAll(layerLoggerTo("pretty", (line) => lines.push(line))))
+    ))
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatch(/^\[[^\]]+\] WARN {2}Audit batch not written\nConnection terminated$/)
   })
 })
 

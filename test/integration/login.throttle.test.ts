@@ -4,19 +4,21 @@
  * without the password being checked — and the owner can log in again once the window has
  * passed. The attempts are audited (outcome error, 429) and counted like every HTTP 429
  * (`rate_limit_hits_total{limit_type="http"}`, docs/operations.md#metrics--get-metrics). On the in-process store, and on Redis
- * with two instances sharing it.
+ * with two instances sharing it, in each Redis mode the run offers (one server, a Redis Cluster, a
+ * Sentinel group: test/support/RedisModes.ts).
  *
  * The window is 5 s here, so "after the window" is reached by polling (test/support/Eventually.ts), not by sleeping
  * for the Retry-After.
  */
-import { Option, Redacted, Result } from "effect"
+import { Option, Result } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
 import { parseCidrList } from "../../src/Domain/Cidr.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { eventually } from "../support/Eventually.ts"
-import { login, request, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
+import { redisModes } from "../support/RedisModes.ts"
+import { login, request, startTestApp, type TestApp } from "../support/TestApp.ts"
 
 const MAX_FAILURES = 3
 // Long enough that the failures and the check after them fit in it on a loaded CI machine.
@@ -167,9 +169,6 @@ const suite = (name: string, config: () => Partial<AppConfigShape>, instances: 1
 
 suite("in-process store", () => ({}), 1)
 
-describe.runIf(TEST_REDIS_URL !== undefined)("on Redis", () => {
-  suite("Redis, two instances", () => ({
-    redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")),
-    redisKeyPrefix: `test:${randomUUID()}:`
-  }), 2)
-})
+for (const mode of redisModes) {
+  suite(`Redis (${mode.name}), two instances`, () => ({ redis: Option.some(mode.target), redisKeyPrefix: `test:${randomUUID()}:` }), 2)
+}

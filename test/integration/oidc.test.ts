@@ -37,7 +37,7 @@ const refreshTokens = new Map<string, string>()
 
 const form = (req: unknown) => (req as { body: Record<string, string | undefined> }).body
 
-/** The app's log lines (warnings and above), and a way to await the next one saying something. */
+/** The app's log lines, and a way to await the next one saying something. */
 const logWaiters = new Set<{ readonly text: string; readonly resolve: () => void }>()
 const logSink = (line: string) => {
   for (const waiter of logWaiters) {
@@ -108,6 +108,8 @@ beforeAll(async () => {
       oidcClientId: CLIENT_ID,
       oidcAudience: Option.some(AUDIENCE)
     },
+    // A refetch that fails and keeps the keys is a debug line (its outage is logged once).
+    logLevel: "Debug",
     logger: layerLoggerTo("json", logSink)
   })
 })

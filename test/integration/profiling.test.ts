@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { KEEP_REPORTS } from "../../src/Profiling/Profiler.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { login, request, startTestApp, type TestApp } from "../support/TestApp.ts"
-import { burnUntil } from "../support/Burn.ts"
+import { burnUntil, MIN_BURN_SHARE_PERCENT, selfRows } from "../support/Burn.ts"
 import { eventually } from "../support/Eventually.ts"
 
 /** `profiling_captures_refused_total{reason}` as the service's /metrics shows it. */
@@ -63,11 +63,6 @@ const windowOf = (html: string) => {
   if (match === null) throw new Error("no sampling window in the report")
   const start = Date.parse(match[1]!)
   return { start, end: start + Number(match[2]) }
-}
-
-const firstSelfRow = (html: string) => {
-  const table = html.slice(html.indexOf(`id="by-self"`))
-  return /<td class="fn">([^<]*)<\/td><td class="loc">([^<]*)<\/td>/.exec(table)
 }
 
 describe("profiling endpoints", () => {
@@ -241,7 +236,7 @@ describe("captures while enabled", () => {
     expect((await request(app, "GET", "/api/profiling/status")).body).toMatchObject({ enabled: true, interval_seconds: 1 })
   })
 
-  it("takes a report on demand that ranks the busy function first, lists it, serves it as HTML", async () => {
+  it("takes a report on demand that shows the busy function with its share of the samples, lists it, serves it as HTML", async () => {
     const descriptor = await captureBusyReport(app)
     expect(descriptor.filename).toMatch(/^profile-[0-9TZ]+-[a-z0-9]+\.html$/)
     expect(descriptor).toMatchObject({ path: join(dir(), descriptor.filename) })
@@ -257,9 +252,9 @@ describe("captures while enabled", () => {
     expect(res.headers.get("content-type")).toMatch(/^text\/html/)
     const html = await res.text()
     expect(Buffer.byteLength(html)).toBe(descriptor.size_bytes)
-    const top = firstSelfRow(html)
-    expect(top?.[1]).toBe("burnCpuForProfilerTest")
-    expect(top?.[2]).toMatch(/Burn\.ts:\d+$/)
+    const burn = selfRows(html).find((row) => row.name === "burnCpuForProfilerTest")
+    expect(burn?.location).toMatch(/Burn\.ts:\d+$/)
+    expect(burn?.selfPercent).toBeGreaterThanOrEqual(MIN_BURN_SHARE_PERCENT)
     expect(html).toContain("<svg id=\"flame\"")
     // Self-contained: no external scripts, styles, images or fonts.
     expect(html).not.toMatch(/\b(src|href)=["']?(https?:)?\/\//i)

@@ -1,17 +1,17 @@
 /**
  * One contract suite for both `RateLimiter` implementations (docs/architecture.md#testing): the
- * in-process sliding window and the Redis Lua script, driven by the same TestClock.
+ * in-process sliding window and the Redis Lua script, driven by the same TestClock — the script on
+ * each Redis mode the run offers (one server, a Redis Cluster, a Sentinel group: RedisModes.ts).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Context, Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
 import { randomUUID } from "node:crypto"
 import { RateLimiter } from "../../src/RateLimit/RateLimiter.ts"
 import { RedisClient } from "../../src/Store/Redis.ts"
-import { TEST_REDIS_URL } from "../support/TestApp.ts"
+import { type RedisMode, redisModes } from "../support/RedisModes.ts"
 
-const redisLimiter = () =>
-  RateLimiter.layerRedis.pipe(Layer.provide(RedisClient.layer(Redacted.make(TEST_REDIS_URL ?? ""), `test:${randomUUID()}:`)))
+const redisLimiter = (mode: RedisMode) => () => RateLimiter.layerRedis.pipe(Layer.provide(RedisClient.layer(mode.target, `test:${randomUUID()}:`)))
 
 const hits = (key: string, n: number, limit: number, windowMs = 60_000) =>
   Effect.flatMap(RateLimiter, (limiter) =>
@@ -118,13 +118,13 @@ const contract = (name: string, layer: () => Layer.Layer<RateLimiter>) =>
 
 contract("in-process", () => RateLimiter.layerMemory)
 
-describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
-  contract("Redis", redisLimiter)
+for (const mode of redisModes) describe(`Redis (${mode.name})`, () => {
+  contract(`Redis (${mode.name})`, redisLimiter(mode))
 
   it.live("two instances (two connections) share one budget, exactly, under 200 concurrent hits", () =>
     Effect.gen(function*() {
       const prefix = `test:${randomUUID()}:`
-      const instance = () => RateLimiter.layerRedis.pipe(Layer.provide(RedisClient.layer(Redacted.make(TEST_REDIS_URL ?? ""), prefix)))
+      const instance = () => RateLimiter.layerRedis.pipe(Layer.provide(RedisClient.layer(mode.target, prefix)))
       const a = Context.get(yield* Layer.build(instance()), RateLimiter)
       const b = Context.get(yield* Layer.build(instance()), RateLimiter)
       const decisions = yield* Effect.all(

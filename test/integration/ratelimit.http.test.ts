@@ -4,7 +4,7 @@
  * metric — in process and on Redis — plus Redis concurrency, two instances sharing one budget,
  * and a Redis outage in each RATE_LIMIT_FAIL_MODE (a TCP proxy in front of the shared Redis).
  */
-import { Option, Redacted, Result } from "effect"
+import { Option, Result } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { AppConfigShape } from "../../src/Config.ts"
@@ -13,10 +13,11 @@ import { scrapeMetrics } from "../support/Metrics.ts"
 import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 const small = { rateLimitEnabled: true, rateLimitPerMinute: 5, rateLimitBurst: 2 } satisfies Partial<AppConfigShape>
 const redisConfig = (prefix = `test:${randomUUID()}:`, url = TEST_REDIS_URL ?? "") =>
-  ({ redisUrl: Option.some(Redacted.make(url)), redisKeyPrefix: prefix }) satisfies Partial<AppConfigShape>
+  ({ redis: Option.some(singleRedis(url)), redisKeyPrefix: prefix }) satisfies Partial<AppConfigShape>
 
 const stores = [
   { name: "in-process", config: {} },

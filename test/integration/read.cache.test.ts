@@ -7,7 +7,7 @@
  * answers. Every read below is first made once before the write (so a stale answer would be in the
  * cache), then after it.
  */
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -17,6 +17,7 @@ import { scrapeMetrics } from "../support/Metrics.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp, type TestAppOptions } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 interface Author {
   readonly id: number
@@ -83,7 +84,7 @@ const visibleWithin = async (read: () => Promise<string | undefined>, expected: 
 const appOptions = (prefix: string, extra: Partial<NonNullable<TestAppOptions["config"]>> = {}): TestAppOptions => ({
   database: "postgres",
   config: {
-    redisUrl: Option.some(Redacted.make(TEST_REDIS_URL ?? "")),
+    redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")),
     redisKeyPrefix: prefix,
     rateLimitEnabled: true,
     rateLimitPerMinute: 1_000_000,
@@ -342,7 +343,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     const proxy = await startTcpProxy(host, port)
     const prefix = `test-read-cache-down-${randomUUID()}:`
     const a = await startTestApp(appOptions(prefix, {
-      redisUrl: Option.some(Redacted.make(viaProxy(TEST_REDIS_URL ?? "", proxy))),
+      redis: Option.some(singleRedis(viaProxy(TEST_REDIS_URL ?? "", proxy))),
       rateLimitFailMode: "open"
     }))
     const b = await startTestApp({ ...appOptions(prefix), databaseUrl: a.databaseUrl! })

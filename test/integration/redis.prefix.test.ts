@@ -14,7 +14,7 @@
  * The one channel that cannot carry a prefix is Redis's own expiry notification
  * (`__keyevent@<db>__:expired`), whose name Redis fixes.
  */
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import { connect } from "node:net"
@@ -23,6 +23,10 @@ import { awaitAuditRecord } from "../support/AuditTrail.ts"
 import { eventually } from "../support/Eventually.ts"
 import { login, request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
+import { singleRedis } from "../../src/Config.ts"
+import { onPath } from "../support/Binaries.ts"
+import { clusterMode, sentinelMode } from "../support/RedisModes.ts"
+import { bulkStrings, redisCall, startRedisCluster, startRedisSentinelGroup } from "../support/RedisTopology.ts"
 
 interface Monitored {
   /** `ip:port` of the connection, or `lua` for a command a script ran. */
@@ -134,6 +138,23 @@ const clientList = (text: string) =>
     new Map(line.trim().split(" ").map((pair) => [pair.slice(0, pair.indexOf("=")), pair.slice(pair.indexOf("=") + 1)] as const))
   )
 
+/**
+ * What touches Redis: logins (one failed: counted per username), requests keyed by IP and by user,
+ * a WebSocket (connection slot, session, message limit) and a broadcast reaching it, still open.
+ */
+const touchRedis = async (app: TestApp, run: string, user: string) => {
+  expect((await request(app, "POST", "/login", { body: { username: user, password: "wrong" } })).status).toBe(401)
+  const token = await signToken(app, { sub: user, preferred_username: user, roles: ["get-authors", "create-author"] })
+  expect((await request(app, "GET", "/authors", { token })).status).toBe(200)
+  expect((await request(app, "GET", "/authors")).status).toBe(401)
+  const ws = connectWs(app.url, { token })
+  expect((await ws.request(1, {})).status_code).toBe(0)
+  const created = await request(app, "POST", "/authors", { token, body: { name: `Prefixed ${run}` } })
+  expect(created.status).toBe(201)
+  expect((await ws.broadcasts.take()).data).toMatchObject({ event: "author.created" })
+  return { ws, created }
+}
+
 const SUBSCRIBING = new Set(["subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe"])
 const PUBLISHING = new Set(["publish", "spublish"])
 
@@ -154,27 +175,16 @@ describe.runIf(TEST_REDIS_URL !== undefined)("REDIS_KEY_PREFIX on every key and 
     try {
       app = await startTestApp({
         config: {
-          redisUrl: Option.some(Redacted.make(serviceUrl.toString())),
+          redis: Option.some(singleRedis(serviceUrl.toString())),
           redisKeyPrefix: prefix,
           rateLimitEnabled: true,
           auditLogEnabled: true
         }
       })
-      // HTTP: logins (one failed: counted per username), requests keyed by IP and by user.
       const admin = (await login(app, "admin")).access_token
-      expect((await request(app, "POST", "/login", { body: { username: user, password: "wrong" } })).status).toBe(401)
-      const token = await signToken(app, { sub: user, preferred_username: user, roles: ["get-authors", "create-author"] })
-      expect((await request(app, "GET", "/authors", { token })).status).toBe(200)
-      expect((await request(app, "GET", "/authors")).status).toBe(401)
-
-      // A WebSocket (connection slot, session, message limit) and a broadcast reaching it.
-      const ws = connectWs(app.url, { token })
-      expect((await ws.request(1, {})).status_code).toBe(0)
+      const { ws, created } = await touchRedis(app, run, user)
       const channels = await probe.pubsub("CHANNELS", `${prefix}*`) as Array<string>
       expect(channels).toContain(`${prefix}ws:broadcast`)
-      const created = await request(app, "POST", "/authors", { token, body: { name: `Prefixed ${run}` } })
-      expect(created.status).toBe(201)
-      expect((await ws.broadcasts.take()).data).toMatchObject({ event: "author.created" })
       // The audit stream: the record went through it into the database.
       await awaitAuditRecord(app, admin, created.headers.get("x-request-id")!)
 
@@ -255,4 +265,67 @@ describe.runIf(TEST_REDIS_URL !== undefined)("REDIS_KEY_PREFIX on every key and 
       probe.disconnect()
     }
   })
+})
+
+/**
+ * A Redis Cluster and a Sentinel group of the test's own (RedisTopology.ts): the service is their
+ * only client, so the whole keyspace of every primary is the service's — every key there, and every
+ * channel subscribed (`PUBSUB CHANNELS`, and `SHARDCHANNELS`: in a cluster the broadcast channel is
+ * a sharded one), must carry the prefix. Redis's own channels (the Sentinels' hello channel, the
+ * expiry events) are the exceptions.
+ */
+const privateTopologies = [
+  ["Redis Cluster", async () => {
+    const cluster = await startRedisCluster()
+    return { mode: clusterMode(cluster.seeds), stop: cluster.stop, primaries: cluster.primaries }
+  }],
+  ["Sentinel", async () => {
+    const group = await startRedisSentinelGroup()
+    return { mode: sentinelMode(group.addresses, group.master), stop: group.stop, primaries: async () => [await group.primary()] }
+  }]
+] as const
+
+describe.runIf(onPath("redis-server"))("REDIS_KEY_PREFIX in a Redis Cluster and a Sentinel group", () => {
+  for (const [name, start] of privateTopologies) {
+    it(`${name}: every key and channel the service holds is prefixed; the broadcast channel is ${name === "Redis Cluster" ? "sharded" : "a plain one"}`, async () => {
+      const topology = await start()
+      const run = randomUUID()
+      const prefix = `test-prefix-${run}:`
+      const user = `prefix-user-${run}`
+      let app: TestApp | undefined
+      try {
+        app = await startTestApp({ config: { redis: Option.some(topology.mode.target), redisKeyPrefix: prefix, rateLimitEnabled: true } })
+        const { ws } = await touchRedis(app, run, user)
+
+        // While the connection is open: the keyspace and the subscriptions of every primary.
+        const keys: Array<string> = []
+        const channels: Array<string> = []
+        const sharded: Array<string> = []
+        for (const primary of await topology.primaries()) {
+          let cursor = "0"
+          do {
+            const [next, ...batch] = bulkStrings(await redisCall(primary.port, "SCAN", cursor, "COUNT", "1000"))
+            cursor = next!
+            keys.push(...batch)
+          } while (cursor !== "0")
+          channels.push(...bulkStrings(await redisCall(primary.port, "PUBSUB", "CHANNELS")))
+          sharded.push(...bulkStrings(await redisCall(primary.port, "PUBSUB", "SHARDCHANNELS")))
+        }
+        await ws.close()
+        console.log(`[redis prefix] ${name}: keys ${[...new Set(keys)].map((k) => k.replace(prefix, "<prefix>")).sort().join(", ")}; channels ${channels.join(", ")}; sharded ${sharded.map((c) => c.replace(prefix, "<prefix>")).join(", ")}`)
+        expect(keys.filter((key) => !key.startsWith(prefix))).toEqual([])
+        expect(keys.some((key) => key.startsWith(`${prefix}ratelimit:http:user:`))).toBe(true)
+        expect(keys.some((key) => key.startsWith(`${prefix}ratelimit:http:ip:`))).toBe(true)
+        expect(keys.some((key) => key.startsWith(`${prefix}ratelimit:login-failures:`))).toBe(true)
+        expect(keys).toContain(`${prefix}ws:slots:${user}`)
+        expect(keys.some((key) => key.startsWith(`${prefix}ws:session:`))).toBe(true)
+        expect([...channels, ...sharded].filter((c) => !c.startsWith(prefix) && !c.startsWith("__"))).toEqual([])
+        expect(name === "Redis Cluster" ? sharded : channels).toContain(`${prefix}ws:broadcast`)
+        expect(name === "Redis Cluster" ? channels : sharded).not.toContain(`${prefix}ws:broadcast`)
+      } finally {
+        await app?.close()
+        await topology.stop()
+      }
+    })
+  }
 })

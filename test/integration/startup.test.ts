@@ -6,6 +6,9 @@
  * one JSON log line naming the cause. The database is reached through a TCP proxy that refuses
  * connections until the test restores it.
  */
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import { startDatabaseServer } from "../support/DatabaseServer.ts"
 import { rawWs } from "../support/RawWs.ts"
@@ -96,12 +99,46 @@ describe("start-up while the database cannot be reached", () => {
     expect(lines).toHaveLength(1)
     const line = parsed(lines[0]!)
     expect(line).toMatchObject({ level: "FATAL" })
-    expect(Object.keys(line!).sort()).toEqual(["level", "message", "timestamp"])
+    expect(Object.keys(line!).sort()).toEqual(["cause", "level", "message", "timestamp"])
     const message = String(line!["message"])
-    // The cause: the database, the setting that bounded the wait, the socket's error — tried more than once.
-    expect(message).toMatch(/^Service failed to start: The database could not be reached within STARTUP_TIMEOUT_SECONDS=2 \((\d+) attempts\): .*ECONNREFUSED 127\.0\.0\.1:\d+$/)
+    // What stopped it: the database, the setting that bounded the wait — tried more than once; the
+    // cause: the driver's and the socket's own words.
+    expect(message).toMatch(/^Service failed to start: The database could not be reached within STARTUP_TIMEOUT_SECONDS=2 \((\d+) attempts\)$/)
+    expect(line!["cause"]).toMatch(/ECONNREFUSED 127\.0\.0\.1:\d+$/)
     expect(Number(/\((\d+) attempts\)/.exec(message)![1])).toBeGreaterThan(1)
     // Never the URL's password.
     expect(lines[0]).not.toContain("secret-password")
+  })
+})
+
+describe("every exit says why, in one FATAL line (docs/operations.md#exits)", () => {
+  /**
+   * A module loaded ahead of the service (`node --import`) that, on a signal, rejects a promise
+   * nobody waits for (SIGUSR2) or throws outside any fiber (SIGHUP): what a library's stray
+   * promise or callback does.
+   */
+  const inject = () => {
+    const dir = mkdtempSync(join(tmpdir(), "ads-inject-"))
+    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }))
+    const file = join(dir, "inject.mjs")
+    writeFileSync(file, [
+      "const secret = ['pw', '42'].join('-')",
+      "process.on('SIGUSR2', () => { Promise.reject(new Error(`injected rejection: redis://:${secret}@cache:6379`)) })",
+      "process.on('SIGHUP', () => { setImmediate(() => { throw new TypeError('injected throw') }) })"
+    ].join("\n"))
+    return file
+  }
+
+  it.each([
+    ["SIGUSR2", "an unhandled promise rejection: injected rejection: redis://:[REDACTED]@cache:6379"],
+    ["SIGHUP", "an uncaught exception: injected throw"]
+  ] as const)("%s (a stray rejection or throw): exit 1, the last line FATAL JSON naming it, the stack in cause, no secret", async (signal, what) => {
+    const service = await startService({ env: { RATE_LIMIT_ENABLED: "false" }, nodeArgs: ["--import", inject()], seedEmbedded: true, cleanups })
+    service.child.kill(signal)
+    expect(await service.exited).toBe(1)
+    const last = parsed(service.lines().at(-1)!)
+    expect(last).toMatchObject({ level: "FATAL", message: `Service failed: ${what}` })
+    expect(String(last!["cause"])).toMatch(/^(Type)?Error: injected .*\n\s+at /)
+    expect(service.lines().join("\n")).not.toContain("pw-42")
   })
 })

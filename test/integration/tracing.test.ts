@@ -6,7 +6,7 @@
  * allow-list lets it (no credential from a header or the query).
  */
 import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base"
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { createServer, type IncomingMessage, type Server } from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { layerLoggerTo } from "../../src/Observability/Logging.ts"
@@ -14,6 +14,7 @@ import { tracesUrl, layerTracingTo } from "../../src/Observability/Tracing.ts"
 import { defined, eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, type TestApp, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 const PARENT_SPAN_ID = "00f067aa0ba902b7"
@@ -28,7 +29,7 @@ describe("tracing with an in-memory exporter", () => {
       logLevel: "Info",
       logger: layerLoggerTo("json", (line) => logLines.push(JSON.parse(line) as Record<string, unknown>)),
       ...(TEST_REDIS_URL !== undefined
-        ? { config: { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL)), redisKeyPrefix: `test:${Math.random().toString(36).slice(2)}:` } }
+        ? { config: { redis: Option.some(singleRedis(TEST_REDIS_URL)), redisKeyPrefix: `test:${Math.random().toString(36).slice(2)}:` } }
         : {})
     })
   })

@@ -2,7 +2,8 @@
  * Two real service processes sharing PostgreSQL and Redis, the way users scale out (docs/websocket.md#many-instances):
  * the per-user connection limit spans both, a broadcast started on one reaches the clients of the
  * other, a session expiry closes the connection where it lives, and a killed instance's slots free
- * themselves.
+ * themselves — on each Redis mode the run offers (one server, a Redis Cluster, a Sentinel group:
+ * test/support/RedisModes.ts).
  */
 import { randomUUID } from "node:crypto"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -11,12 +12,17 @@ import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { eventually } from "../support/Eventually.ts"
 import { type Service, startService } from "../support/Launcher.ts"
-import { createPostgresDatabase, request, signToken, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.ts"
+import { type RedisMode, redisModes } from "../support/RedisModes.ts"
+import { createPostgresDatabase, request, signToken, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
 
 type Instance = Service
 
-describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("two instances sharing PostgreSQL and Redis", () => {
+describe.runIf(TEST_DATABASE_URL !== undefined && redisModes.length > 0)("two instances sharing PostgreSQL and Redis", () => {
+  for (const mode of redisModes) describe(`Redis (${mode.name})`, () => twoInstances(mode))
+})
+
+const twoInstances = (mode: RedisMode) => {
   let db: TestDatabase
   let dataDir: string
   let a: Instance
@@ -49,7 +55,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     const env = {
       HOST: "127.0.0.1",
       DATABASE_URL: db.url!,
-      REDIS_URL: TEST_REDIS_URL ?? "",
+      ...mode.env,
       REDIS_KEY_PREFIX: `test-cluster-${randomUUID()}:`,
       DATA_DIR: dataDir,
       RATE_LIMIT_ENABLED: "false",
@@ -137,4 +143,4 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     await connected(a, token)
     expect(await connect(a, token).closed).toEqual({ code: 1008, reason: "Maximum concurrent connections exceeded" })
   })
-})
+}

@@ -7,7 +7,7 @@
  * session, and each instance says once, at startup, which mode expires its sessions. Each case
  * prints how late the close came.
  */
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { layerLoggerTo } from "../../src/Observability/Logging.ts"
@@ -15,6 +15,7 @@ import { onPath } from "../support/Binaries.ts"
 import { type RedisServer, startRedisServer } from "../support/RedisServer.ts"
 import { signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 const GRACE_SECONDS = 1
 /** Printed, not tuned against: only a bound far beyond a timer's slack on a busy machine. */
@@ -34,7 +35,7 @@ describe.runIf(onPath("redis-server"))("WebSocket sessions on a Redis that refus
       const lines: Array<string> = []
       const app = await startTestApp({
         config: {
-          redisUrl: Option.some(Redacted.make(redis.url)),
+          redis: Option.some(singleRedis(redis.url)),
           redisKeyPrefix: prefix,
           rateLimitEnabled: false,
           wsSessionGraceSeconds: GRACE_SECONDS

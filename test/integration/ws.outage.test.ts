@@ -4,7 +4,7 @@
  * decides both the handshake's connection slot and each message's rate check; failures are
  * counted; nothing is a crash, and Redis coming back restores the shared limits.
  */
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { describe, expect, it } from "vitest"
 import { scrapeMetrics } from "../support/Metrics.ts"
@@ -12,6 +12,7 @@ import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 describe.runIf(TEST_REDIS_URL !== undefined)("WebSocket with Redis cut", () => {
   it.each(["open", "closed"] as const)("RATE_LIMIT_FAIL_MODE=%s decides handshakes and messages; Redis back restores the limits", async (mode) => {
@@ -21,7 +22,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("WebSocket with Redis cut", () => {
       config: {
         rateLimitEnabled: false,
         rateLimitFailMode: mode,
-        redisUrl: Option.some(Redacted.make(viaProxy(TEST_REDIS_URL ?? "", proxy))),
+        redis: Option.some(singleRedis(viaProxy(TEST_REDIS_URL ?? "", proxy))),
         redisKeyPrefix: `test-ws-outage-${randomUUID()}:`
       }
     })

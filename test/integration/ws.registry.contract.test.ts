@@ -5,13 +5,12 @@
  * instance's timers instead of Redis's key-expiry events.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import type { Redis } from "ioredis"
 import { vi } from "vitest"
-import { Context, Effect, Layer, Option, Redacted, type Scope } from "effect"
+import { Context, Effect, Layer, Option, type Scope } from "effect"
 import { randomUUID } from "node:crypto"
-import { AppConfig } from "../../src/Config.ts"
+import { AppConfig, type RedisTarget, singleRedis } from "../../src/Config.ts"
 import { registry as metricsRegistry } from "../../src/Observability/Metrics.ts"
-import { RedisClient } from "../../src/Store/Redis.ts"
+import { RedisClient, type RedisConnection } from "../../src/Store/Redis.ts"
 import { enableExpiredEvents, hasExpiredEvents, makeRedisRegistry } from "../../src/Ws/RedisRegistry.ts"
 import { ConnectionRegistry } from "../../src/Ws/Registry.ts"
 import type { BroadcastMessage } from "../../src/Ws/RegistryBase.ts"
@@ -20,6 +19,7 @@ import { onPath } from "../support/Binaries.ts"
 import { readRegistry } from "../support/Metrics.ts"
 import { type RedisServer, startRedisServer } from "../support/RedisServer.ts"
 import { freePort } from "../support/Launcher.ts"
+import { redisModes } from "../support/RedisModes.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
 type Registry = Context.Service.Shape<typeof ConnectionRegistry>
@@ -145,15 +145,15 @@ contract("in-process", (count) =>
     return Array.from({ length: Math.min(count, 1) }, () => registry)
   }))
 
-const redis = (prefix: string, url = TEST_REDIS_URL ?? "") => RedisClient.layer(Redacted.make(url), prefix)
+const redis = (prefix: string, target: RedisTarget = singleRedis(TEST_REDIS_URL ?? "")) => RedisClient.layer(target, prefix)
 
-/** `count` Redis registries on one fresh prefix of the Redis at `url()`. */
-const redisInstancesAt = (url: () => string, slotTtlMs: number): Instances => (count) =>
+/** `count` Redis registries on one fresh prefix of the Redis `target()` names. */
+const redisInstancesAt = (target: () => RedisTarget, slotTtlMs: number): Instances => (count) =>
   Effect.gen(function*() {
     const prefix = `test-registry-${randomUUID()}:`
     return yield* Effect.forEach(Array.from({ length: count }), () =>
       Effect.map(
-        Layer.build(Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs })).pipe(Layer.provide(redis(prefix, url())))),
+        Layer.build(Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs })).pipe(Layer.provide(redis(prefix, target())))),
         Context.get(ConnectionRegistry)
       ))
   })
@@ -174,29 +174,29 @@ const capturingLogs = () => {
 const MODE_LINE = "WebSocket session expiry:"
 
 /** Redis's clock, in ms (what the slot scripts measure leases on). */
-const redisNow = (client: Redis) =>
+const redisNow = (client: RedisConnection) =>
   Effect.promise(() => client.time()).pipe(Effect.map(([s, us]) => Number(s) * 1000 + Math.floor(Number(us) / 1000)))
 
 /** A user's slots as Redis holds them: member → lease end (Redis ms). */
-const slots = (client: Redis, key: string) =>
+const slots = (client: RedisConnection, key: string) =>
   Effect.promise(() => client.zrange(key, 0, -1, "WITHSCORES")).pipe(Effect.map((flat) => {
     const out = new Map<string, number>()
     for (let i = 0; i < flat.length; i += 2) out.set(flat[i]!, Number(flat[i + 1]))
     return out
   }))
 
-describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
-  const redisInstances = (slotTtlMs: number) => redisInstancesAt(() => TEST_REDIS_URL ?? "", slotTtlMs)
+for (const mode of redisModes) describe(`Redis (${mode.name})`, () => {
+  const redisInstances = (slotTtlMs: number) => redisInstancesAt(() => mode.target, slotTtlMs)
 
   /** One instance on `prefix` (a registry with its own Redis connection), and that connection. */
   const instance = (prefix: string, slotTtlMs: number) =>
     Effect.gen(function*() {
-      const client = Context.get(yield* Layer.build(redis(prefix)), RedisClient)
-      const registry = yield* makeRedisRegistry({ slotTtlMs }).pipe(Effect.provideService(RedisClient, client))
-      return { registry, client: client.client }
+      const redisClient = Context.get(yield* Layer.build(redis(prefix, mode.target)), RedisClient)
+      const registry = yield* makeRedisRegistry({ slotTtlMs }).pipe(Effect.provideService(RedisClient, redisClient))
+      return { registry, client: redisClient.client, redis: redisClient }
     })
 
-  contract("Redis", redisInstances(30_000))
+  contract(`Redis (${mode.name})`, redisInstances(30_000))
 
   it.live("the slots of an instance that vanished without releasing free themselves when their lease ends", () =>
     Effect.gen(function*() {
@@ -296,13 +296,13 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
   it.live("only valid broadcasts published on the channel are delivered; the others are dropped and counted", () =>
     Effect.gen(function*() {
       const prefix = `test-registry-${randomUUID()}:`
-      const { client, registry } = yield* instance(prefix, 30_000)
+      const { redis: { publish }, registry } = yield* instance(prefix, 30_000)
       const l = yield* listenTo(registry)
       const channel = `${prefix}ws:broadcast`
       // The subscription is in place once a message published now arrives (a SUBSCRIBE slowed by a
       // busy machine is retried by the registry): published until one is delivered.
       const ready = message(`ready-${randomUUID()}`)
-      yield* Effect.promise(() => client.publish(channel, JSON.stringify(ready))).pipe(
+      yield* Effect.promise(() => publish(channel, JSON.stringify(ready))).pipe(
         Effect.andThen(Effect.sleep("100 millis")),
         Effect.repeat({ until: () => l.broadcasts.length > 0 })
       )
@@ -319,26 +319,29 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
         JSON.stringify({ ...valid, timestamp: "yesterday" }),
         JSON.stringify({ ...valid, author: { ...valid.author, name: "x".repeat(20_000) } })
       ]
-      for (const text of invalid) yield* Effect.promise(() => client.publish(channel, text))
+      for (const text of invalid) yield* Effect.promise(() => publish(channel, text))
       // Extra fields are not forwarded.
-      yield* Effect.promise(() => client.publish(channel, JSON.stringify({ ...valid, script: "<x>", author: { ...valid.author, secret: 1 } })))
+      yield* Effect.promise(() => publish(channel, JSON.stringify({ ...valid, script: "<x>", author: { ...valid.author, secret: 1 } })))
       // Messages of one publisher arrive in order: once the last is delivered, the others were handled.
       yield* l.until(() => l.broadcasts.some((b) => b.author.name === valid.author.name))
       expect(l.broadcasts.filter((b) => b.author.name !== ready.author.name)).toEqual([valid])
       expect((yield* Effect.promise(async () => (await readRegistry(metricsRegistry)).firstOrZero("ws_broadcasts_invalid_total"))) - before).toBe(invalid.length)
     }).pipe(Effect.scoped))
 
+})
+
+describe.runIf(TEST_REDIS_URL !== undefined)("Redis (one server): key-expiry events", () => {
   it.live("ConnectionRegistry.layerRedis turns on key-expiry events on a Redis that has them off (notify-keyspace-events gains Ex)", () =>
     Effect.gen(function*() {
       // A Redis of its own: the shared one has had them turned on by every earlier test.
       const server = yield* Effect.acquireRelease(Effect.promise(() => startRedisServer()), (s) => Effect.promise(() => s.kill()))
-      const flags = (client: Redis) =>
+      const flags = (client: RedisConnection) =>
         Effect.promise(() => client.config("GET", "notify-keyspace-events")).pipe(Effect.map((reply) => (reply as Array<string>)[1] ?? ""))
       const layer = ConnectionRegistry.layerRedis.pipe(
-        Layer.provideMerge(RedisClient.layer(Redacted.make(server.url), `test-registry-${randomUUID()}:`)),
-        Layer.provide(AppConfig.layerTest({ redisUrl: Option.some(Redacted.make(server.url)) }))
+        Layer.provideMerge(RedisClient.layer(singleRedis(server.url), `test-registry-${randomUUID()}:`)),
+        Layer.provide(AppConfig.layerTest({ redis: Option.some(singleRedis(server.url)) }))
       )
-      const probe = Context.get(yield* Layer.build(RedisClient.layer(Redacted.make(server.url), "probe:")), RedisClient).client
+      const probe = Context.get(yield* Layer.build(redis("probe:", singleRedis(server.url))), RedisClient).client
       expect(hasExpiredEvents(yield* flags(probe))).toBe(false)
       const logs = capturingLogs()
       const registry = Context.get(yield* Layer.build(layer).pipe(Effect.provide(logs.layer)), ConnectionRegistry)
@@ -358,7 +361,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
         Effect.promise(() => startRedisServer(["--notify-keyspace-events", "KEA"])),
         (s) => Effect.promise(() => s.kill())
       )
-      const probe = Context.get(yield* Layer.build(RedisClient.layer(Redacted.make(server.url), "probe:")), RedisClient).client
+      const probe = Context.get(yield* Layer.build(redis("probe:", singleRedis(server.url))), RedisClient).client
       const flags = Effect.promise(() => probe.config("GET", "notify-keyspace-events")).pipe(Effect.map((reply) => (reply as Array<string>)[1]))
       const before = yield* flags
       const configSets = Effect.promise(() => probe.info("commandstats")).pipe(
@@ -366,7 +369,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       )
       const logs = capturingLogs()
       yield* Layer.build(Layer.effect(ConnectionRegistry, makeRedisRegistry({ slotTtlMs: 30_000 })).pipe(
-        Layer.provide(redis(`test-registry-${randomUUID()}:`, server.url))
+        Layer.provide(redis(`test-registry-${randomUUID()}:`, singleRedis(server.url)))
       )).pipe(Effect.provide(logs.layer))
       expect(yield* flags).toBe(before)
       expect(yield* configSets).toBe(0)
@@ -387,12 +390,12 @@ describe.runIf(TEST_REDIS_URL !== undefined)("Redis", () => {
       const url = new URL(TEST_REDIS_URL ?? "")
       url.username = user
       url.password = password
-      const limited = Context.get(yield* Layer.build(redis("probe:", url.toString())), RedisClient).client
+      const limited = Context.get(yield* Layer.build(redis("probe:", singleRedis(url.toString()))), RedisClient).client
       const refused = yield* enableExpiredEvents(limited)
       expect(refused.state).toBe("refused")
       expect(String((refused as { cause: unknown }).cause)).toMatch(/NOPERM/)
       const port = yield* Effect.promise(() => freePort())
-      const nobody = Context.get(yield* Layer.build(redis("probe:", `redis://127.0.0.1:${port}/0`)), RedisClient).client
+      const nobody = Context.get(yield* Layer.build(redis("probe:", singleRedis(`redis://127.0.0.1:${port}/0`))), RedisClient).client
       expect((yield* enableExpiredEvents(nobody)).state).toBe("unanswered")
     }).pipe(Effect.scoped))
 })
@@ -407,16 +410,16 @@ describe.runIf(onPath("redis-server"))("Redis that refuses CONFIG", () => {
   afterAll(() => server?.kill())
 
   // The whole contract holds: sessions end on the holding instance, re-auth extensions included.
-  contract("Redis refusing CONFIG (sessions on the instance's timers)", redisInstancesAt(() => server.url, 30_000))
+  contract("Redis refusing CONFIG (sessions on the instance's timers)", redisInstancesAt(() => singleRedis(server.url), 30_000))
 
   it.live("says once that sessions expire on this instance's timers, and a session still ends at its end", () =>
     Effect.gen(function*() {
-      const probe = Context.get(yield* Layer.build(redis("probe:", server.url)), RedisClient).client
+      const probe = Context.get(yield* Layer.build(redis("probe:", singleRedis(server.url))), RedisClient).client
       const refused = yield* enableExpiredEvents(probe)
       expect(refused.state).toBe("refused")
       expect(String((refused as { cause: unknown }).cause)).toMatch(/unknown command/i)
       const logs = capturingLogs()
-      const [registry] = yield* redisInstancesAt(() => server.url, 30_000)(1).pipe(Effect.provide(logs.layer))
+      const [registry] = yield* redisInstancesAt(() => singleRedis(server.url), 30_000)(1).pipe(Effect.provide(logs.layer))
       const l = yield* listenTo(registry!)
       const end = Date.now() + 500
       yield* registry!.startSession("timer-mode", end)

@@ -2,7 +2,7 @@
  * The `/web` protocol row by row (docs/websocket.md) with real `ws` clients over a real server, on
  * the in-process stores and (when TEST_REDIS_URL is set) on Redis.
  */
-import { Option, Redacted } from "effect"
+import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import WebSocket from "ws"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -12,6 +12,7 @@ import { eventually } from "../support/Eventually.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type Envelope, protoCodec, type ProtoCodec, type WsClient, ZERO_REQ_ID } from "../support/WsClient.ts"
+import { singleRedis } from "../../src/Config.ts"
 
 const stores = ["memory", ...(TEST_REDIS_URL !== undefined ? ["redis"] as const : [])] as const
 
@@ -19,7 +20,7 @@ const ALL_ROLES = ["admin", "get-authors", "create-author", "update-author", "de
 
 const storeConfig = (store: (typeof stores)[number]): Partial<AppConfigShape> =>
   store === "redis"
-    ? { redisUrl: Option.some(Redacted.make(TEST_REDIS_URL!)), redisKeyPrefix: `ads-ws-test-${randomUUID().slice(0, 8)}:` }
+    ? { redis: Option.some(singleRedis(TEST_REDIS_URL!)), redisKeyPrefix: `ads-ws-test-${randomUUID().slice(0, 8)}:` }
     : {}
 
 describe.each(stores)("WebSocket /web (%s stores)", (store) => {
@@ -313,6 +314,36 @@ describe.each(stores)("WebSocket /web (%s stores)", (store) => {
         msg: "Invalid request data",
         errors: [{ loc: ["method"], msg: "Input should be a valid string", type: "string_type" }]
       })
+    })
+
+    // page and per_page are 32-bit, as over HTTP: 2147483647 is accepted (per_page clamped), anything above is refused.
+    it.each([
+      ["page", 2 ** 31 - 1, 0],
+      ["page", 2 ** 31, 2],
+      ["page", 2 ** 32, 2],
+      ["page", 2 ** 52, 2],
+      ["per_page", 2 ** 31 - 1, 0],
+      ["per_page", 2 ** 31, 2],
+      ["per_page", 2 ** 32, 2],
+      ["per_page", 2 ** 52, 2]
+    ])("2 GET_PAGINATED_AUTHORS %s=%d: status_code %d", async (name, value, status) => {
+      // Warmed first: an answer the cache holds for the clamped page is not given for a value above 32 bits.
+      expect((await client.request(2, { page: 1, per_page: 1000 })).status_code).toBe(0)
+      const r = await client.request(2, { page: 1, per_page: 1, [name]: value })
+      if (status === 0) {
+        expect(r).toMatchObject({ status_code: 0, meta: name === "page" ? { page: value, per_page: 1 } : { page: 1, per_page: 1000 } })
+      } else {
+        expect(r).toEqual({
+          pkg_id: 2,
+          req_id: r.req_id,
+          status_code: 2,
+          data: {
+            msg: "Invalid pagination parameters",
+            errors: [{ loc: ["data", name], msg: "Input should be less than or equal to 2147483647", type: "less_than_equal" }]
+          },
+          meta: null
+        })
+      }
     })
 
     it("an unknown pkg_id is status_code 2 with its number", async () => {

@@ -3,20 +3,20 @@
  * docs/audit.md#the-redis-journal): the entries of both streams, read back as the next instance's
  * recovery scan reads them.
  */
-import type { Redis } from "ioredis"
+import type { RedisConnection } from "../../src/Store/Redis.ts"
 import { type JournalEntry, journalKeys, parseJournal } from "../../src/AuditLogs/Journal.ts"
 
 export { journalKeys }
 
-/** The entries of this release's stream (`current`) and of the previous release's (`legacy`). */
-export const journalEntries = async (redis: Redis, prefix: string): Promise<{ legacy: Array<JournalEntry>; current: Array<JournalEntry> }> => {
+/** The entries of the v1 and v2 streams. */
+export const journalEntries = async (redis: RedisConnection, prefix: string): Promise<{ v1: Array<JournalEntry>; v2: Array<JournalEntry> }> => {
   const keys = journalKeys(prefix)
-  const [legacy, current] = await Promise.all([redis.xrange(keys.legacy, "-", "+"), redis.xrange(keys.current, "-", "+")])
-  return { legacy: parseJournal(legacy), current: parseJournal(current) }
+  const [v1, v2] = await Promise.all([redis.xrange(keys.v1, "-", "+"), redis.xrange(keys.v2, "-", "+")])
+  return { v1: parseJournal(v1), v2: parseJournal(v2) }
 }
 
 /** Every record still in the journal, both streams. */
-export const journalRecords = async (redis: Redis, prefix: string) => {
-  const { legacy, current } = await journalEntries(redis, prefix)
-  return [...legacy, ...current].flatMap((e) => e.records)
+export const journalRecords = async (redis: RedisConnection, prefix: string) => {
+  const { v1, v2 } = await journalEntries(redis, prefix)
+  return [...v1, ...v2].flatMap((e) => e.records)
 }

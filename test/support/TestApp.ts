@@ -44,9 +44,9 @@ export const createPostgresDatabase = async (adminUrl: string): Promise<TestData
   }
 }
 
-/** Copies the PGlite template into `dataDir/pgdata`. */
-export const seedEmbeddedDatabase = (dataDir: string) => {
-  const template = process.env["ADS_PGLITE_TEMPLATE"]
+/** Copies the PGlite template (or the data of `from`, a closed app's data directory) into `dataDir/pgdata`. */
+export const seedEmbeddedDatabase = (dataDir: string, from?: string) => {
+  const template = from === undefined ? process.env["ADS_PGLITE_TEMPLATE"] : join(from, "pgdata")
   if (template !== undefined) cpSync(template, join(dataDir, "pgdata"), { recursive: true })
 }
 
@@ -55,7 +55,8 @@ export interface TestApp {
   readonly wsUrl: string
   readonly dataDir: string
   readonly databaseUrl: string | undefined
-  readonly close: () => Promise<void>
+  /** Stops the app and removes its data directory (unless `keepDataDir`: then the caller removes it). */
+  readonly close: (options?: { readonly keepDataDir?: boolean }) => Promise<void>
 }
 
 export interface TestAppOptions {
@@ -63,6 +64,11 @@ export interface TestAppOptions {
   readonly database?: "embedded" | "postgres"
   /** With "postgres": this database (another test app's `databaseUrl`) instead of a fresh one; left in place at close. */
   readonly databaseUrl?: string
+  /**
+   * With "embedded": a copy of the database in this data directory (where an app that has been
+   * closed kept it: its `DATA_DIR`) instead of the template, so two instances can hold the same rows.
+   */
+  readonly embeddedFrom?: string
   readonly config?: Partial<AppConfigShape>
   /** The minimum level logged ("Warn" unless given). */
   readonly logLevel?: LogLevel.LogLevel
@@ -86,12 +92,12 @@ export const startTestApp = async (options: TestAppOptions = {}): Promise<TestAp
     : options.databaseUrl !== undefined
     ? { url: options.databaseUrl, dispose: async () => {} }
     : await createPostgresDatabase(requireEnv(TEST_DATABASE_URL, "TEST_DATABASE_URL"))
-  if (database.url === undefined) seedEmbeddedDatabase(dataDir)
+  if (database.url === undefined) seedEmbeddedDatabase(dataDir, options.embeddedFrom)
   const config: Partial<AppConfigShape> = {
     dataDir,
     databaseUrl: database.url === undefined ? Option.none() : Option.some(Redacted.make(database.url)),
     databasePoolMax: 5,
-    redisUrl: Option.none(),
+    redis: Option.none(),
     oidcIssuerUrl: Option.none(),
     authUsersFile: "config/dev-users.json",
     profilingEnabled: false,
@@ -116,10 +122,10 @@ export const startTestApp = async (options: TestAppOptions = {}): Promise<TestAp
     wsUrl: url.replace(/^http/, "ws"),
     dataDir,
     databaseUrl: database.url,
-    close: async () => {
+    close: async (closing = {}) => {
       await Effect.runPromise(Scope.close(scope, Exit.void))
       await database.dispose()
-      rmSync(dataDir, { recursive: true, force: true })
+      if (closing.keepDataDir !== true) rmSync(dataDir, { recursive: true, force: true })
     }
   }
 }

@@ -1,8 +1,10 @@
 /**
  * The audit journal's entry layouts (src/AuditLogs/Journal.ts, docs/audit.md#the-redis-journal):
- * an entry of this release holds its records as a JSON array and reads back as they were written;
- * an entry of the previous release (one record, fields `id` and `e`) reads back as its one record;
- * an entry that is neither reads back with no record (deleted unwritten).
+ * a v2 entry holds its records as a JSON array and reads back as they were written; a v1 entry
+ * (one record, fields `id` and `e`) reads back as its one record; what cannot be read — an entry
+ * of neither layout, not JSON, a record without its entry_id or with a field of the wrong type or
+ * a timestamp that is no date — reads back as unreadable records, counted: the records its `n`
+ * says it held, at least 1.
  */
 import { describe, expect, it } from "vitest"
 import type { AuditEntry, StoredEntry } from "../../src/AuditLogs/Entry.ts"
@@ -28,28 +30,43 @@ describe("audit journal entries", () => {
       { entryId: "b", entry: { ...entry(2), request_data: captureRequestData({ q: "x" }, { password: "p", name: "\u0000" }), error_message: "bad \"x\"" } }
     ]
     const [read] = parseJournal([["1-0", ["n", "2", "r", encodeRecords(records)]]])
-    expect(read).toEqual({ id: "1-0", counted: 2, records: records.map(readBack) })
+    expect(read).toEqual({ id: "1-0", counted: 2, unreadable: 0, records: records.map(readBack) })
     expect(read!.records[1]!.entry.request_data).toEqual({ query: { q: "x" }, body: { password: "[REDACTED]", name: "\u0000" } })
   })
 
-  it("an entry of the previous release reads back as its one record", () => {
+  it("a v1 entry reads back as its one record", () => {
     const json = JSON.stringify({ ...entry(3), timestamp: entry(3).timestamp.toISOString() })
-    expect(parseJournal([["2-0", ["id", "c", "e", json]]])).toEqual([{ id: "2-0", counted: 0, records: [{ entryId: "c", entry: entry(3) }] }])
+    expect(parseJournal([["2-0", ["id", "c", "e", json]]])).toEqual([{ id: "2-0", counted: 0, unreadable: 0, records: [{ entryId: "c", entry: entry(3) }] }])
   })
 
-  it("an entry that is neither, or not JSON, reads back with no record; a record without its entry_id is left out", () => {
+  it("what cannot be read is counted: an entry of neither layout, not JSON, records without their entry_id, at least 1", () => {
     const withoutId = JSON.stringify([{ ...entry(4), timestamp: entry(4).timestamp.toISOString() }])
     expect(parseJournal([
       ["3-0", ["x", "y"]],
-      ["4-0", ["n", "1", "r", "not json"]],
+      ["4-0", ["n", "3", "r", "not json"]],
       ["5-0", ["n", "1", "r", withoutId]],
-      ["6-0", ["id", "d", "e", "{"]]
+      ["6-0", ["id", "d", "e", "{"]],
+      ["7-0", ["n", "x", "r", "[1, 2]"]]
     ])).toEqual([
-      { id: "3-0", counted: 0, records: [] },
-      { id: "4-0", counted: 1, records: [] },
-      { id: "5-0", counted: 1, records: [] },
-      { id: "6-0", counted: 0, records: [] }
+      { id: "3-0", counted: 0, unreadable: 1, records: [] },
+      { id: "4-0", counted: 3, unreadable: 3, records: [] },
+      { id: "5-0", counted: 1, unreadable: 1, records: [] },
+      { id: "6-0", counted: 0, unreadable: 1, records: [] },
+      { id: "7-0", counted: 0, unreadable: 2, records: [] }
     ])
     expect(parseJournal("not an array")).toEqual([])
+  })
+
+  it("a record with a field of the wrong type, or a timestamp that is no date, is unreadable; the entry's other records read back", () => {
+    const good: StoredEntry = { entryId: "g", entry: entry(5) }
+    const raw = JSON.parse(encodeRecords([good])) as Array<Record<string, unknown>>
+    const bad = [
+      { ...raw[0], entry_id: "t", timestamp: "yesterday" },
+      { ...raw[0], entry_id: "s", response_status: "200" },
+      { ...raw[0], entry_id: "u", user_roles: "admin" },
+      { ...raw[0], entry_id: "d", request_data: [1] }
+    ]
+    const [read] = parseJournal([["8-0", ["n", "5", "r", JSON.stringify([raw[0], ...bad])]]])
+    expect(read).toEqual({ id: "8-0", counted: 5, unreadable: 4, records: [readBack(good)] })
   })
 })

@@ -82,6 +82,9 @@ describe("Dockerfile", () => {
     // A full release, optionally with its digest: never a floating `24-slim` or `latest`.
     for (const base of bases) expect(base).toMatch(/^node:24\.\d+\.\d+-slim(@sha256:[0-9a-f]{64})?$/)
     expect(new Set(bases).size).toBe(1)
+    // docs/deployment.md names that release, and no other Node image.
+    const tag = bases[0]!.replace(/@sha256:.*$/, "")
+    expect([...readFileSync("docs/deployment.md", "utf8").matchAll(/`(node:[^`]+)`/g)].map((m) => m[1])).toEqual([tag])
     expect(dockerfile).toMatch(/^RUN npm ci --omit=dev\b/m)
     expect(dockerfile).toMatch(/^COPY --from=deps \/app\/node_modules/m)
     expect(dockerfile).toMatch(/^USER (?!root)\S+$/m)
@@ -205,6 +208,6 @@ describe(".env.example", () => {
       OTEL_SERVICE_NAME: defaults.otelServiceName
     }
     for (const [name, value] of Object.entries(expected)) expect(documented.get(name), name).toBe(value)
-    expect(Option.isNone(defaults.databaseUrl) && Option.isNone(defaults.redisUrl) && Option.isNone(defaults.oidcIssuerUrl)).toBe(true)
+    expect(Option.isNone(defaults.databaseUrl) && Option.isNone(defaults.redis) && Option.isNone(defaults.oidcIssuerUrl)).toBe(true)
   })
 })

@@ -17,7 +17,7 @@ import { Deployment } from "kubernetes-models/apps/v1"
 import { HorizontalPodAutoscaler } from "kubernetes-models/autoscaling/v2"
 import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1"
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1"
-import { ConfigMap, Secret, Service } from "kubernetes-models/v1"
+import { ConfigMap, Namespace, Secret, Service } from "kubernetes-models/v1"
 import { describe, expect, it } from "vitest"
 import { parseAllDocuments } from "yaml"
 import { appConfig } from "../../src/Config.ts"
@@ -33,6 +33,7 @@ type Json = Record<string, unknown>
 /** The kinds the directories may hold, each with its schema-validating model. */
 const MODELS: Record<string, new (data: never) => { validate(): void }> = {
   "v1/ConfigMap": ConfigMap,
+  "v1/Namespace": Namespace,
   "v1/Secret": Secret,
   "v1/Service": Service,
   "apps/v1/Deployment": Deployment,
@@ -273,13 +274,15 @@ describe("deploy/kubernetes base", () => {
       APP_ENV: "production",
       LOG_FORMAT: "json",
       PROFILING_ENABLED: "false",
-      OIDC_ISSUER_URL: "https://keycloak.example.com/realms/author-directory",
       OIDC_CLIENT_ID: "author-directory",
       RATE_LIMIT_FAIL_MODE: "open",
       OTEL_SERVICE_NAME: "author-directory-service"
     })
     // TRUSTED_PROXIES stays a comment (the ingress's addresses are the cluster's), with what it changes.
     expect(data["TRUSTED_PROXIES"]).toBeUndefined()
+    // No issuer: a placeholder here would give Ready-looking pods of nobody's provider; the overlay sets it.
+    expect(data["OIDC_ISSUER_URL"]).toBeUndefined()
+    expect(readFileSync(`${BASE}/configmap.yaml`, "utf8")).toMatch(/# OIDC_ISSUER_URL: .*set by the\n\s*#\s+overlay/)
     expect(readFileSync(`${BASE}/configmap.yaml`, "utf8")).toMatch(/# TRUSTED_PROXIES: .*ingress/)
   })
 
@@ -313,11 +316,21 @@ describe("deploy/kubernetes base", () => {
 
 describe("deploy/kubernetes/overlays/example", () => {
   const overlay = readYaml(`${EXAMPLE}/kustomization.yaml`)[0]!
+  const keysOf = (text: string) => text.split("\n").flatMap((l) => /^([A-Z][A-Z0-9_]+)=/.exec(l)?.[1] ?? [])
   const template = readFileSync(`${EXAMPLE}/secrets.env.example`, "utf8")
-  const templateKeys = template.split("\n").flatMap((l) => /^([A-Z][A-Z0-9_]+)=/.exec(l)?.[1] ?? [])
+  const templateKeys = keysOf(template)
+  const settings = readFileSync(`${EXAMPLE}/settings.env.example`, "utf8")
+
+  it("sets the identity provider's issuer from a git-ignored settings.env merged into the ConfigMap; its template's value is a placeholder", () => {
+    expect(overlay["configMapGenerator"]).toEqual([{ name: "author-directory-config", behavior: "merge", envs: ["settings.env"] }])
+    expect(readFileSync(`${EXAMPLE}/.gitignore`, "utf8").split("\n")).toContain("settings.env")
+    expect(spawnSync("git", ["check-ignore", "-q", `${EXAMPLE}/settings.env`]).status).toBe(0)
+    expect(keysOf(settings)).toEqual(["OIDC_ISSUER_URL"])
+    expect(settings).toMatch(/^OIDC_ISSUER_URL=https:\/\/CHANGE-ME\./m)
+  })
 
   it("generates the Secret from a git-ignored env file, whose template holds placeholders for variables the service reads", () => {
-    expect(overlay["resources"]).toEqual(["../../base", "networkpolicy.yaml"])
+    expect(overlay["resources"]).toEqual(["namespace.yaml", "../../base", "networkpolicy.yaml"])
     expect(overlay["secretGenerator"]).toEqual([expect.objectContaining({ name: "author-directory-secrets", envs: ["secrets.env"] })])
     expect(readFileSync(`${EXAMPLE}/.gitignore`, "utf8").split("\n")).toContain("secrets.env")
     expect([...templateKeys].sort()).toEqual(["DATABASE_URL", "OIDC_CLIENT_SECRET", "REDIS_URL"])
@@ -327,6 +340,12 @@ describe("deploy/kubernetes/overlays/example", () => {
     expect(spawnSync("git", ["check-ignore", "-q", `${EXAMPLE}/secrets.env`]).status).toBe(0)
   })
 
+  it("creates the namespace it puts everything in (a fresh cluster has none by that name)", () => {
+    const [namespace] = readYaml(`${EXAMPLE}/namespace.yaml`)
+    expect(() => validate(namespace!, "namespace.yaml")).not.toThrow()
+    expect(namespace).toEqual({ apiVersion: "v1", kind: "Namespace", metadata: { name: overlay["namespace"] } })
+  })
+
   it("pins its own registry's image with the version label equal to the tag", () => {
     const [image] = overlay["images"] as Array<{ newTag: string }>
     const labels = overlay["labels"] as Array<{ pairs: Record<string, string> }>
@@ -334,7 +353,7 @@ describe("deploy/kubernetes/overlays/example", () => {
     expect(image!.newTag).toMatch(/^\d+\.\d+\.\d+/)
   })
 
-  it("has a NetworkPolicy that admits the API port from the cluster and the admin port from the monitoring namespace only", () => {
+  it("has a NetworkPolicy that admits the API port from any source and the admin port from the monitoring namespace only", () => {
     const [policy] = readYaml(`${EXAMPLE}/networkpolicy.yaml`)
     expect(() => validate(policy!, "networkpolicy.yaml")).not.toThrow()
     expect(at(policy, "spec", "podSelector", "matchLabels")).toEqual(at(deployment, "spec", "selector", "matchLabels"))
@@ -359,17 +378,25 @@ describe("deploy/kubernetes/overlays/example", () => {
     expect(readYaml(`${ROOT}/monitoring/kustomization.yaml`)[0]!["resources"]).toEqual(["podmonitor.yaml"])
   })
 
-  it.runIf(kubectl)("`kubectl kustomize` renders it with a secrets.env: a generated Secret the Deployment references, no placeholder applied without one", () => {
+  it.runIf(kubectl)("`kubectl kustomize` renders it with a secrets.env and a settings.env: a generated Secret the Deployment references, the issuer in the ConfigMap; no placeholder applied without either", () => {
     const dir = mkdtempSync(join(tmpdir(), "ads-kustomize-"))
     try {
       cpSync(ROOT, join(dir, "kubernetes"), { recursive: true })
       const copy = join(dir, "kubernetes", "overlays", "example")
       rmSync(join(copy, "secrets.env"), { force: true })
-      // Without secrets.env the build fails: nothing with placeholder values is applied.
+      rmSync(join(copy, "settings.env"), { force: true })
+      // Without secrets.env, or without settings.env, the build fails: nothing with placeholder values is applied.
+      writeFileSync(join(copy, "settings.env"), settings)
       const missing = spawnSync("kubectl", ["kustomize", copy], { encoding: "utf8" })
       expect(missing.status).not.toBe(0)
       expect(missing.stderr).toContain("secrets.env")
       writeFileSync(join(copy, "secrets.env"), template)
+      rmSync(join(copy, "settings.env"))
+      const noSettings = spawnSync("kubectl", ["kustomize", copy], { encoding: "utf8" })
+      expect(noSettings.status).not.toBe(0)
+      expect(noSettings.stderr).toContain("settings.env")
+      const issuer = "https://keycloak.test.example/realms/author-directory"
+      writeFileSync(join(copy, "settings.env"), settings.replace(/^OIDC_ISSUER_URL=.*$/m, `OIDC_ISSUER_URL=${issuer}`))
       const rendered = render(copy)
       for (const object of rendered) {
         // kustomize wraps long base64 values at 70 columns, which the API server's decoder skips over
@@ -378,18 +405,26 @@ describe("deploy/kubernetes/overlays/example", () => {
           object["data"] = Object.fromEntries(Object.entries(object["data"] as Record<string, string>).map(([k, v]) => [k, v.replace(/\n/g, "")]))
         }
         expect(() => validate(object, "overlay")).not.toThrow()
-        expect(at(object, "metadata", "namespace"), String(object["kind"])).toBe(overlay["namespace"])
+        // The Namespace itself is not namespaced: it is the one of the rest, applied before them.
+        if (object["kind"] === "Namespace") expect(at(object, "metadata", "name")).toBe(overlay["namespace"])
+        else expect(at(object, "metadata", "namespace"), String(object["kind"])).toBe(overlay["namespace"])
       }
+      expect(rendered[0]?.["kind"]).toBe("Namespace")
       const secret = rendered.find((o) => o["kind"] === "Secret")!
       const secretName = String(at(secret, "metadata", "name"))
       expect(secretName).toMatch(/^author-directory-secrets-[a-z0-9]+$/)
       expect(Object.keys(secret["data"] as Json).sort()).toEqual([...templateKeys].sort())
       const renderedDeployment = rendered.find((o) => o["kind"] === "Deployment")
       expect(at(renderedDeployment, "spec", "template", "spec", "containers", 0, "envFrom", 1)).toEqual({ secretRef: { name: secretName } })
+      // The issuer is the overlay's; the base's other settings stay.
+      const configMap = rendered.find((o) => o["kind"] === "ConfigMap")!
+      expect(configMap["data"]).toMatchObject({ OIDC_ISSUER_URL: issuer, APP_ENV: "production", OIDC_CLIENT_ID: "author-directory" })
+      const configMapName = at(renderedDeployment, "spec", "template", "spec", "containers", 0, "envFrom", 0, "configMapRef", "name")
+      expect(configMapName).toBe(at(configMap, "metadata", "name"))
       const [image] = overlay["images"] as Array<{ newName: string; newTag: string }>
       expect(at(renderedDeployment, "spec", "template", "spec", "containers", 0, "image")).toBe(`${image!.newName}:${image!.newTag}`)
       expect(rendered.map((o) => o["kind"]).sort()).toEqual(
-        ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service"])
+        ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Namespace", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service"])
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }

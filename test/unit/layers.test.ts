@@ -5,11 +5,12 @@
  * through the command `npm run layers` runs.
  */
 import { execFileSync } from "node:child_process"
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import {
+  ARCHITECTURE_PAGE,
   check,
   checkRepository,
   cycles,
@@ -188,5 +189,16 @@ describe("a fixture repository on disk", () => {
 describe("this repository", () => {
   it("keeps the layering of docs/architecture.md, with no cycle", () => {
     expect(checkRepository()).toEqual([])
+  })
+
+  it("keeps the generic HTTP transport apart from the authors feature: an import of it from src/Http/ fails", () => {
+    const table = parseLayerTable(readFileSync(ARCHITECTURE_PAGE, "utf8"))
+    for (const feature of ["src/Authors/ReadCache.ts", "src/Authors/Reads.ts", "src/Authors/ReadAnswers.ts", "src/Authors/Authors.ts", "src/Authors/Http.ts"]) {
+      expect(check(graphOf(["src/Http/FrontDoor.ts", feature]), table), feature).toEqual([
+        expect.stringMatching(new RegExp(`^src/Http/FrontDoor\\.ts:1: imports ${feature.replaceAll(".", "\\.")}: layer http may not import layer (features|handlers)$`))
+      ])
+    }
+    // The feature's handlers module hands its stage to the front door, so it may import src/Http/.
+    expect(check(graphOf(["src/Authors/Http.ts", "src/Http/FrontDoor.ts"], ["src/Authors/Http.ts", "src/Authors/Reads.ts"]), table)).toEqual([])
   })
 })

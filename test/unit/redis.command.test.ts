@@ -88,7 +88,7 @@ describe("a Redis that accepts connections and never answers", () => {
       const client = makeRedis(`redis://127.0.0.1:${port}`)
       client.on("error", () => {})
       yield* Effect.addFinalizer(() => Effect.sync(() => client.disconnect()))
-      const redis = Layer.succeed(RedisClient, { client, prefix: "silent:", duplicate: Effect.succeed(client) })
+      const redis = Layer.succeed(RedisClient, RedisClient.make(client, "silent:"))
       const limiter = yield* makeRedisRateLimiter.pipe(Effect.provide(redis))
       const exit = yield* Effect.exit(limiter.hit("http:user:u1", 10, 60_000))
       expect(Exit.isFailure(exit)).toBe(true)
@@ -107,7 +107,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("with a real Redis", () => {
       const client = makeRedis(viaProxy(TEST_REDIS_URL!, proxy))
       client.on("error", () => {})
       yield* Effect.addFinalizer(() => Effect.sync(() => client.disconnect()))
-      const redis = Layer.succeed(RedisClient, { client, prefix: `blackholed:${randomUUID()}:`, duplicate: Effect.succeed(client) })
+      const redis = Layer.succeed(RedisClient, RedisClient.make(client, `blackholed:${randomUUID()}:`))
       const limiter = yield* makeRedisRateLimiter.pipe(Effect.provide(redis))
       expect((yield* limiter.hit("k", 10, 60_000)).allowed).toBe(true)
       proxy.blackhole()
@@ -133,7 +133,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("with a real Redis", () => {
       const probe = new Redis(TEST_REDIS_URL!)
       yield* Effect.addFinalizer(() => Effect.sync(() => probe.disconnect()))
       const prefix = `clock:${randomUUID()}:`
-      const limiter = yield* makeRedisRateLimiter.pipe(Effect.provide(Layer.succeed(RedisClient, { client, prefix, duplicate: Effect.succeed(client) })))
+      const limiter = yield* makeRedisRateLimiter.pipe(Effect.provide(Layer.succeed(RedisClient, RedisClient.make(client, prefix))))
       const realNow = Date.now
       const skewMs = 10 * 60_000
       const skewed = vi.spyOn(Date, "now").mockImplementation(() => realNow() + skewMs)

@@ -8,7 +8,9 @@ import * as SqlError from "effect/sql/SqlError"
 import { describe, expect, it } from "vitest"
 import { appConfig } from "../../src/Config.ts"
 import { databaseTimeout } from "../../src/Db/Deadline.ts"
-import { causeText, errorText, failureLine, isUnreachable } from "../../src/Startup.ts"
+import { errorText } from "../../src/Observability/Logging.ts"
+import { isUnreachable } from "../../src/Db/Failures.ts"
+import { DatabaseUnreachable, exitReason, failureLine } from "../../src/Startup.ts"
 
 const connectionError = (cause: unknown, message = "PgConnection: Failed to connect") =>
   new SqlError.SqlError({ reason: new SqlError.ConnectionError({ cause, message, operation: "connect" }) })
@@ -44,7 +46,7 @@ describe("isUnreachable: what start-up waits for", () => {
   })
 })
 
-describe("errorText / causeText: one line naming the cause", () => {
+describe("errorText / exitReason: one line naming the cause", () => {
   it("a driver error: its message and its causes', repeats left out", () => {
     expect(errorText(connectionError(socketError("ECONNREFUSED", "connect ECONNREFUSED 10.0.0.5:5432"))))
       .toBe("PgConnection: Failed to connect: connect ECONNREFUSED 10.0.0.5:5432")
@@ -52,14 +54,34 @@ describe("errorText / causeText: one line naming the cause", () => {
 
   it("a configuration error: NAME: what is wrong, on one line", async () => {
     const exit = await Effect.runPromiseExit(appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: { PORT: "abc" } }))))
-    expect(Exit.isFailure(exit) ? causeText(exit.cause) : "started").toBe("PORT: Expected a string representing a finite number")
+    expect(Exit.isFailure(exit) ? exitReason(exit.cause) : "started").toEqual({ message: "PORT: Expected a string representing a finite number" })
     const own = await Effect.runPromiseExit(appConfig.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: { RATE_LIMIT_PER_MINUTE: "-5" } }))))
-    expect(Exit.isFailure(own) ? causeText(own.cause) : "started").toBe("RATE_LIMIT_PER_MINUTE must be a positive integer")
+    expect(Exit.isFailure(own) ? exitReason(own.cause) : "started").toEqual({ message: "RATE_LIMIT_PER_MINUTE must be a positive integer" })
   })
 
   it("a cause with several failures and an interruption: the failures, joined", () => {
     const cause = Cause.combine(Cause.combine(Cause.fail(new Error("first")), Cause.die(new Error("second"))), Cause.interrupt())
-    expect(causeText(cause)).toBe("first; second")
+    expect(exitReason(cause)).toEqual({ message: "first; second" })
+  })
+
+  it("what stopped it is the message; the dependency's own words behind it are the cause, without the URL's password", () => {
+    const unreachable = new DatabaseUnreachable({
+      message: "The database could not be reached within STARTUP_TIMEOUT_SECONDS=2 (3 attempts)",
+      cause: connectionError(socketError("ECONNREFUSED", "connect ECONNREFUSED 10.0.0.5:5432 (postgres://authors:pw-123@10.0.0.5/authors)"))
+    })
+    expect(exitReason(Cause.fail(unreachable))).toEqual({
+      message: "The database could not be reached within STARTUP_TIMEOUT_SECONDS=2 (3 attempts)",
+      cause: "PgConnection: Failed to connect: connect ECONNREFUSED 10.0.0.5:5432 (postgres://authors:[REDACTED]@10.0.0.5/authors)"
+    })
+  })
+
+  it("a bug (a TypeError thrown where none was expected) keeps its stack in the cause; a deliberate refusal does not", () => {
+    const bug = exitReason(Cause.die(new TypeError("Cannot read properties of undefined (reading 'client')")))
+    expect(bug.message).toBe("Cannot read properties of undefined (reading 'client')")
+    expect(bug.cause).toMatch(/^TypeError: Cannot read properties of undefined \(reading 'client'\)\n\s+at /)
+    expect(exitReason(Cause.die(new Error("The built-in identity provider is for development only")))).toEqual({
+      message: "The built-in identity provider is for development only"
+    })
   })
 
   it("credentials in a message are redacted", () => {
@@ -74,11 +96,16 @@ describe("failureLine: JSON in production or with LOG_FORMAT=json, else pretty; 
     [{ APP_ENV: "production" }, true],
     [{ APP_ENV: "production", LOG_FORMAT: "pretty" }, false],
     [{ APP_ENV: "production", LOG_FORMAT: "loud" }, true],
+    [{ NODE_ENV: "production" }, true],
+    [{ NODE_ENV: "production", APP_ENV: "development" }, false],
+    [{ NODE_ENV: "development" }, false],
     [{}, false]
   ])("%o → JSON: %s", (env, json) => {
-    const line = failureLine(env, "Service failed to start: x", now)
+    const line = failureLine(env, { message: "Service failed to start: x", cause: "y\n  at z" }, now)
     expect(line.includes("\n")).toBe(false)
-    if (json) expect(JSON.parse(line)).toEqual({ timestamp: now.toISOString(), level: "FATAL", message: "Service failed to start: x" })
-    else expect(line).toBe("[2026-11-25T12:00:00.000Z] FATAL Service failed to start: x")
+    if (json) expect(JSON.parse(line)).toEqual({ timestamp: now.toISOString(), level: "FATAL", message: "Service failed to start: x", cause: "y\n  at z" })
+    else expect(line).toBe("[2026-11-25T12:00:00.000Z] FATAL Service failed to start: x (y at z)")
+    const bare = failureLine(env, { message: "Service failed to start: x" }, now)
+    if (json) expect(JSON.parse(bare)).toEqual({ timestamp: now.toISOString(), level: "FATAL", message: "Service failed to start: x" })
   })
 })

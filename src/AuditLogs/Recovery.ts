@@ -1,0 +1,118 @@
+/**
+ * The journal's recovery scan (docs/audit.md#the-redis-journal): the entries nobody else will
+ * write — a killed instance's, also a restarted one's own, those the memory bound left out — are
+ * read back, written and deleted. At start, everything already in both streams; then, every
+ * `claimIdle / 2`, the entries older than `claimIdle`. Both layouts are read: v2, and v1, which
+ * instances that write v1 still write during a rolling update from them. A record written twice
+ * (by its writer and by a scan) is stored once: the insert is idempotent by `entry_id`.
+ *
+ * An entry that cannot be read is counted (`audit_records_dropped_total{reason="unreadable"}`,
+ * the records it says it held) and logged with its id before it is deleted: it never stops the
+ * scan, nor goes silently.
+ */
+import { Duration, Effect, Option } from "effect"
+import { countDropped } from "./Dropped.ts"
+import type { StoredEntry } from "./Entry.ts"
+import { type JournalEntry, parseJournal } from "./Journal.ts"
+import type { Deletion, JournalStore, JournalStream } from "./JournalStore.ts"
+import type { WriterOptions } from "./WriterOptions.ts"
+
+/** About how many batches a scan reads at once (a v2 entry holds up to a batch). */
+const SCAN_PAGE_BATCHES = 10
+
+export interface RecoveryDeps {
+  readonly store: JournalStore
+  readonly insert: (batch: ReadonlyArray<StoredEntry>) => Effect.Effect<void>
+  /** Deletes v2 entries (true: Redis took it). */
+  readonly deleteNow: (deletions: ReadonlyArray<Deletion>) => Effect.Effect<boolean>
+  /** Deletes v1 entries (true: Redis took it). */
+  readonly deleteV1: (ids: ReadonlyArray<string>) => Effect.Effect<boolean>
+  readonly options: WriterOptions
+}
+
+export const makeRecovery = ({ deleteNow, deleteV1, insert, options, store }: RecoveryDeps) =>
+  Effect.gen(function*() {
+    const max = options.batchMax
+    const pageRecords = SCAN_PAGE_BATCHES * max
+    const claimIdleMs = Duration.toMillis(Duration.fromInputUnsafe(options.claimIdle))
+    /** Unreadable entries counted and not yet deleted: a deletion that failed does not count them twice. */
+    const counted = new Set<string>()
+
+    const countUnreadable = (stream: JournalStream, page: ReadonlyArray<JournalEntry>) =>
+      Effect.forEach(page, (entry) => {
+        const key = `${stream} ${entry.id}`
+        if (entry.unreadable === 0 || counted.has(key)) return Effect.void
+        counted.add(key)
+        return countDropped(entry.unreadable, "unreadable", undefined, { entry: entry.id, stream })
+      }, { discard: true })
+
+    const deletePage = (stream: JournalStream, page: ReadonlyArray<JournalEntry>) =>
+      (stream === "v2" ? deleteNow(page.map(({ counted, id }) => ({ id, records: counted }))) : deleteV1(page.map((e) => e.id))).pipe(
+        Effect.tap((deleted) => Effect.sync(() => deleted && page.forEach((e) => counted.delete(`${stream} ${e.id}`))))
+      )
+
+    /**
+     * Writes the entries of one stream up to `end` (an entry id or ms), a page at a time, each page
+     * after the last, then deletes them (an entry only once all its records committed, or were
+     * counted). `perEntry`: the most records an entry of that stream holds, for the first page's size.
+     */
+    const scan = (stream: JournalStream, end: string, perEntry: number) =>
+      Effect.gen(function*() {
+        let start = "-"
+        let count = Math.max(1, Math.floor(pageRecords / perEntry))
+        while (true) {
+          if (store.isDown()) return yield* Effect.fail(new Error("Redis unreachable"))
+          const page = parseJournal(yield* store.range(stream, start, end, count))
+          // Counted, then deleted at once when none of its records can be read (not after the
+          // page's inserts, which may wait out a PostgreSQL outage across a restart).
+          yield* countUnreadable(stream, page)
+          const unreadable = page.filter((e) => e.records.length === 0)
+          const readable = page.filter((e) => e.records.length > 0)
+          if (unreadable.length > 0) yield* deletePage(stream, unreadable)
+          const records = readable.flatMap((e) => e.records)
+          for (let i = 0; i < records.length; i += max) yield* insert(records.slice(i, i + max))
+          if (readable.length > 0) yield* deletePage(stream, readable)
+          if (page.length < count) return
+          start = `(${page[page.length - 1]!.id}`
+          count = Math.min(max, Math.max(1, Math.floor(pageRecords * page.length / Math.max(1, records.length))))
+        }
+      })
+
+    /** Both streams up to their ends: v1 (an entry a record), then v2. */
+    const scanBoth = (v1End: string | null, v2End: string | null) =>
+      Effect.gen(function*() {
+        if (v1End !== null) yield* scan("v1", v1End, 1)
+        if (v2End !== null) yield* scan("v2", v2End, max)
+      })
+
+    // At start everything already in the streams (a previous run's entries), up to each one's last
+    // entry before this writer appends anything, so that the scan does not write this writer's own
+    // records again while their batch lingers (null: the stream was empty; unknown when Redis did
+    // not answer, and then up to Redis's clock when the scan runs).
+    const startEnds = yield* Effect.all([store.lastId("v1"), store.lastId("v2")], { concurrency: 2 }).pipe(Effect.option)
+    let started = false
+    const recover = Effect.gen(function*() {
+      if (!started) {
+        if (Option.isSome(startEnds)) yield* scanBoth(...startEnds.value)
+        else {
+          const end = String(yield* store.now)
+          yield* scanBoth(end, end)
+        }
+        started = true
+      }
+      while (true) {
+        yield* Effect.sleep(claimIdleMs / 2)
+        const end = String((yield* store.now) - claimIdleMs)
+        yield* scanBoth(end, end)
+      }
+    })
+
+    /** Runs for good: a scan that fails (Redis away) is retried a second later. */
+    const run = recover.pipe(
+      Effect.catch((error) =>
+        Effect.logWarning("Audit stream recovery scan failed; retrying", error).pipe(Effect.andThen(Effect.sleep("1 second")))
+      ),
+      Effect.forever
+    )
+    return { run } as const
+  })
