@@ -21,8 +21,9 @@
  */
 import { Cause, Context, Duration, Effect, Layer } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
-import * as SqlError from "effect/sql/SqlError"
+import type * as SqlError from "effect/sql/SqlError"
 import { AppConfig } from "../Config.ts"
+import { reportDatabaseFailure } from "../Db/Failures.ts"
 import { auditRecordsPrunedTotal } from "../Observability/Metrics.ts"
 
 /** An arbitrary, fixed key (the migrations use 727_172_001): every instance contends for the same lock. */
@@ -131,13 +132,6 @@ const makePruner = (sql: SqlClient.SqlClient, days: number, schedule: RetentionS
   return { run }
 }
 
-/** A failed run's own words (the database's reply), for the log line's `cause`. */
-const replyOf = (cause: Cause.Cause<SqlError.SqlError>): string => {
-  const error = Cause.squash(cause)
-  const inner: unknown = SqlError.isSqlError(error) ? error.reason.cause : error
-  return inner instanceof Error ? inner.message : String(inner)
-}
-
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const config = yield* AppConfig
@@ -160,10 +154,13 @@ const make = Effect.gen(function*() {
         ? Effect.logDebug(`Audit retention: another instance is pruning; ${next}`)
         : Effect.void
     ),
-    // Whatever ends a run (a defect too) is logged, and the schedule goes on.
-    Effect.catchCause((cause) =>
-      Effect.logWarning(`Audit retention run failed; ${next}`).pipe(Effect.annotateLogs({ cause: replyOf(cause) }))
-    ),
+    // Whatever ends a run (a defect too) ends only the run: the database's own failure is told to
+    // the outage tracker (one WARN per outage, docs/operations.md#outages), anything else is one
+    // WARN with its reply in `cause`; the next run comes on schedule.
+    Effect.catchCause((cause) => {
+      const error = Cause.squash(cause)
+      return reportDatabaseFailure(error, "audit retention", Effect.logWarning(`Audit retention run failed; ${next}`, error))
+    }),
     Effect.withSpan("AuditRetention.run", undefined, { captureStackTrace: false })
   )
 

@@ -10,9 +10,11 @@ import pg from "pg"
 import { afterEach, describe, expect, it } from "vitest"
 import { RETENTION_LOCK_KEY, RetentionScheduleRef } from "../../src/AuditLogs/Retention.ts"
 import { layerLoggerTo } from "../../src/Observability/Logging.ts"
+import { proxiedDatabase } from "../support/DatabaseServer.ts"
 import { eventually } from "../support/Eventually.ts"
 import { type Cleanups, runCleanups } from "../support/Launcher.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
+import { viaProxy } from "../support/TcpProxy.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, type TestApp } from "../support/TestApp.ts"
 
 const DAYS = 30
@@ -133,12 +135,38 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit retention in the service 
       () => lines.find((l) => l["level"] === "WARN" && String(l["message"]).startsWith("Audit retention run failed")) ?? false,
       "a failed run's WARN line"
     )
-    expect(warned).toMatchObject({ message: "Audit retention run failed; next run in 20ms", cause: "deletes refused for this test" })
+    expect(warned).toMatchObject({ message: "Audit retention run failed; next run in 20ms", cause: expect.stringContaining("deletes refused for this test") })
     expect(await countOld(db)).toBe(10)
 
     await db.query("DROP TRIGGER retention_test_refuse ON audit_logs")
     await eventually(async () => expect(await pruned(app) - before).toBe(10), "10 records counted as pruned")
     expect(await countOld(db)).toBe(0)
+  })
+
+  it("the database cut while runs fail on it: one outage WARN, not one per run; once it is back the records go", async () => {
+    const { db: database, proxy } = await proxiedDatabase(cleanups)
+    const { app, lines } = await start({ every: "20 millis", databaseUrl: viaProxy(database.url!, proxy) })
+    const db = new pg.Client({ connectionString: database.url })
+    await db.connect()
+    cleanups.push(() => db.end())
+    const before = await pruned(app)
+    await proxy.cut()
+    await seed(db, 12, 0)
+    const began = await eventually(
+      () => lines.find((l) => l["level"] === "WARN" && String(l["message"]).startsWith("Outage began: the database")) ?? false,
+      "the outage's WARN line"
+    )
+    expect(began["operation"]).toBe("audit retention")
+    // More runs fail meanwhile (one every 20 ms; each a failed connection attempt): none logs a line of its own.
+    const errors = async () => (await scrapeMetrics(app.url)).sum("db_errors_total")
+    const failedBefore = await errors()
+    await eventually(async () => (await errors()) >= failedBefore + 3, "three more failed runs")
+    expect(await countOld(db)).toBe(12)
+
+    await proxy.restore()
+    await eventually(async () => expect(await pruned(app) - before).toBe(12), "12 records counted as pruned")
+    expect(lines.filter((l) => String(l["message"]).startsWith("Audit retention run failed"))).toEqual([])
+    expect(lines.filter((l) => String(l["message"]).startsWith("Outage began: the database"))).toHaveLength(1)
   })
 
   it("two instances on one database: every delete holds the lock (so they never delete together), each record is deleted and counted once", async () => {
