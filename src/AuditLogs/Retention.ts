@@ -6,6 +6,8 @@
  * - **Bounded batches.** Each batch is one `DELETE` of at most `batchSize` of the oldest records
  *   (the `timestamp` index, oldest first), one statement and so its own short transaction: a
  *   query sees all of a batch gone or none of it, and no lock is held for longer than a batch.
+ *   Batches are paced (a pause of `pace` times what the last one took), so that pruning a backlog
+ *   takes a bounded share of the database from the requests.
  *   The statement triggers of migrations/0003_audit_logs.sql take the batch's counts off the
  *   hourly rollup in the same transaction, so every total `GET /audit-logs` reports stays exact.
  * - **One instance at a time.** Every statement first takes a PostgreSQL advisory lock with
@@ -34,6 +36,12 @@ export interface RetentionSchedule {
   readonly batchSize: number
   /** Rollup groups (hour, action, outcome) folded per statement. */
   readonly rollupBatchSize: number
+  /**
+   * After a full batch, the pause before the next one, as a multiple of the time the batch took:
+   * 4 keeps the pruning's statement under a fifth of a backend's time, so the requests served
+   * meanwhile keep their share of a busy database (docs/performance.md#audit-retention).
+   */
+  readonly pace: number
   /** From the start to the first run: the service is up and its journal recovered first. */
   readonly firstRunAfter: Duration.Input
   /** From the end of one run to the start of the next. */
@@ -43,6 +51,7 @@ export interface RetentionSchedule {
 export const defaultRetentionSchedule: RetentionSchedule = {
   batchSize: 2_000,
   rollupBatchSize: 1_000,
+  pace: 4,
   firstRunAfter: "30 seconds",
   every: "5 minutes"
 }
@@ -110,22 +119,29 @@ const makePruner = (sql: SqlClient.SqlClient, days: number, schedule: RetentionS
     (rows) => rows[0]?.held === true ? rows[0].n : undefined
   )
 
-  /** Batches until one finds fewer than a full batch (or the lock taken), then the rollup likewise. */
+  const paced = (took: Duration.Duration) => schedule.pace > 0 ? Effect.sleep(Duration.times(took, schedule.pace)) : Effect.void
+
+  /**
+   * Batches, each after a pause `pace` times as long as the one before took, until one finds fewer
+   * than a full batch (or the lock taken); then the rollup likewise.
+   */
   const run: Effect.Effect<PruneRun, SqlError.SqlError> = Effect.gen(function*() {
     let deleted = 0
     let batches = 0
     for (;;) {
-      const n = yield* deleteBatch
+      const [took, n] = yield* Effect.timed(deleteBatch)
       if (n === undefined) return { deleted, batches, busy: true }
       auditRecordsPrunedTotal.inc(n)
       deleted += n
       if (n > 0) batches++
       if (n < schedule.batchSize) break
+      yield* paced(took)
     }
     for (;;) {
-      const groups = yield* foldRollup
+      const [took, groups] = yield* Effect.timed(foldRollup)
       if (groups === undefined) return { deleted, batches, busy: true }
       if (groups < schedule.rollupBatchSize) return { deleted, batches, busy: false }
+      yield* paced(took)
     }
   })
 

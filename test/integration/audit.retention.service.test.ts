@@ -21,7 +21,7 @@ const DAYS = 30
 const DAY_MS = 86_400_000
 
 const schedule = (every: Duration.Input) =>
-  Layer.succeed(RetentionScheduleRef, { batchSize: 7, rollupBatchSize: 3, firstRunAfter: "0 millis", every })
+  Layer.succeed(RetentionScheduleRef, { batchSize: 7, rollupBatchSize: 3, pace: 1, firstRunAfter: "0 millis", every })
 
 describe.runIf(TEST_DATABASE_URL !== undefined)("audit retention in the service (postgres)", () => {
   const cleanups: Cleanups = []

@@ -85,12 +85,12 @@ describe.each(setups)("audit retention at the database ($name)", (setup) => {
       [minutes]
     )
 
-  /** One run with this batch size (the schedule's own first run never comes during the test). */
-  const prune = (batchSize: number, rollupBatchSize = 1_000) =>
+  /** One run with these batch sizes, unpaced unless told (the schedule's own first run never comes during the test). */
+  const prune = (batchSize: number, rollupBatchSize = 1_000, pace = 0) =>
     run(Effect.scoped(Effect.gen(function*() {
       const retention = yield* Layer.build(AuditRetention.layer.pipe(
         Layer.provide(AppConfig.layerTest({ auditRetentionDays: DAYS })),
-        Layer.provide(Layer.succeed(RetentionScheduleRef, { batchSize, rollupBatchSize, firstRunAfter: "1000 days", every: "1000 days" }))
+        Layer.provide(Layer.succeed(RetentionScheduleRef, { batchSize, rollupBatchSize, pace, firstRunAfter: "1000 days", every: "1000 days" }))
       ))
       return yield* Effect.service(AuditRetention).pipe(Effect.provide(retention), Effect.flatMap((r) => r.run))
     })))
@@ -247,6 +247,39 @@ describe.each(setups)("audit retention at the database ($name)", (setup) => {
     expect((await remaining()).every((m) => m > CUTOFF)).toBe(true)
     for (const { filter, reported, counted } of await totalsAgainstCount()) expect({ filter, total: reported }).toEqual({ filter, total: counted })
     expect(await oldRollupRows()).toBe(0)
+  })
+
+  it("batches are paced: after each, a pause of at least `pace` times what it took", async () => {
+    const pace = 20
+    await sql(`CREATE TABLE IF NOT EXISTS retention_test_batches (started timestamptz, ended timestamptz)`)
+    await sql(`TRUNCATE retention_test_batches`)
+    await sql(`CREATE OR REPLACE FUNCTION retention_test_batch() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF EXISTS (SELECT 1 FROM gone_rows) THEN
+          INSERT INTO retention_test_batches VALUES (statement_timestamp(), clock_timestamp());
+        END IF;
+        RETURN NULL;
+      END $$`)
+    await sql(`CREATE TRIGGER retention_test_batch AFTER DELETE ON audit_logs
+      REFERENCING OLD TABLE AS gone_rows FOR EACH STATEMENT EXECUTE FUNCTION retention_test_batch()`)
+    try {
+      await seed(Array.from({ length: 30 }, (_, i) => CUTOFF - MARGIN - i))
+      expect(await prune(5, 1_000, pace)).toEqual({ deleted: 30, batches: 6, busy: false })
+      const batches = (await sql<{ started: number; ended: number }>(
+        `SELECT extract(epoch FROM started)::float8 * 1000 AS started, extract(epoch FROM ended)::float8 * 1000 AS ended
+         FROM retention_test_batches ORDER BY started`
+      ))
+      expect(batches).toHaveLength(6)
+      // What the service timed of a batch includes the round trip, so it is at least the statement's own time.
+      const short = batches.slice(1).flatMap((next, i) => {
+        const before = batches[i]!
+        const pause = next.started - before.ended
+        return pause >= pace * (before.ended - before.started) ? [] : [{ batch: i + 1, tookMs: before.ended - before.started, pauseMs: pause }]
+      })
+      expect(short).toEqual([])
+    } finally {
+      await sql(`DROP TRIGGER retention_test_batch ON audit_logs`)
+    }
   })
 
   it("a reader during a run never sees part of a batch: every total is the kept records plus whole batches", async () => {
