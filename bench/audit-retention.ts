@@ -10,7 +10,7 @@
  * `GET /audit-logs` (unfiltered pages, a user's records, an action over the last week) and 10 %
  * `POST /authors`. Every response is timed; those that ended while the service was pruning
  * (from the first record deleted to the last, seen by polling `audit_records_pruned_total`) are
- * compared with those of the 20 s before it.
+ * compared with those of the 20 s before it and the 10 s after.
  *
  *   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test node bench/audit-retention.ts
  *
@@ -35,7 +35,7 @@ const ROUNDS = Number(process.env["BENCH_RETENTION_ROUNDS"] ?? 3)
 const CONNECTIONS = 16
 /** The service's first run comes 30 s after its layers are built (src/AuditLogs/Retention.ts). */
 const BEFORE_MS = 20_000
-const AFTER_MS = 5_000
+const AFTER_MS = 10_000
 
 const { adminUrl, name: dbName, url: dbUrl } = scratchDatabase("retention_bench")
 
@@ -144,6 +144,7 @@ const main = async () => {
     const tokens = await mintTokens(key, 64)
     const befores: Array<Window> = []
     const durings: Array<Window> = []
+    const afters: Array<Window> = []
     for (let round = 1; round <= ROUNDS; round++) {
       const retention = DAYS - round
       const due = Number((await db.query<{ n: string }>(
@@ -170,17 +171,21 @@ const main = async () => {
       if (endAt === undefined) throw new Error(`round ${round}: the service deleted ${deleted} of ${due} records in 180 s`)
       const before = window(load.responses, lastZeroAt - BEFORE_MS, lastZeroAt)
       const during = window(load.responses, lastZeroAt, endAt)
+      const after = window(load.responses, endAt, endAt + AFTER_MS)
       befores.push(before)
       durings.push(during)
+      afters.push(after)
       const failed = Object.entries(load.failures).map(([status, n]) => `${status}×${n}`).join(" ")
       console.log(`\nround ${round}: the service deleted ${deleted} records (AUDIT_RETENTION_DAYS=${retention}) in ${during.seconds.toFixed(2)} s` +
         (failed === "" ? "" : `; failed responses: ${failed}`))
       console.log(`  the 20 s before: ${line(before)}`)
       console.log(`  while pruning:   ${line(during)}`)
+      console.log(`  the 10 s after:  ${line(after)}`)
     }
     console.log(`\nall rounds`)
     console.log(`  before:          ${line(pooled(befores))}`)
     console.log(`  while pruning:   ${line(pooled(durings))}`)
+    console.log(`  after:           ${line(pooled(afters))}`)
     await db.end()
   } finally {
     rmSync(dataDir, { recursive: true, force: true })
