@@ -14,23 +14,13 @@ import pg from "pg"
 import type { AuditEntry } from "../src/AuditLogs/Entry.ts"
 import { type AuditFilters, AuditRepo, INSERT_BATCH_MAX } from "../src/AuditLogs/Repo.ts"
 import { Database } from "../src/Db/Database.ts"
+import { AUDIT_SEED, scratchDatabase } from "./lib/audit.ts"
 
 const ROWS = Number(process.env["BENCH_AUDIT_ROWS"] ?? 1_000_000)
 const LIMIT_MS = 100
 const WRITER_BATCHES = 200
 
-const adminUrl = process.env["BENCH_DATABASE_URL"] ?? process.env["TEST_DATABASE_URL"]
-if (adminUrl === undefined) {
-  process.stderr.write("Set BENCH_DATABASE_URL or TEST_DATABASE_URL (a PostgreSQL server where a scratch database may be created)\n")
-  process.exit(2)
-}
-
-const dbName = `audit_bench_${randomUUID().replaceAll("-", "").slice(0, 12)}`
-const dbUrl = (() => {
-  const u = new URL(adminUrl)
-  u.pathname = `/${dbName}`
-  return u.toString()
-})()
+const { adminUrl, name: dbName, url: dbUrl } = scratchDatabase("audit_bench")
 
 const entry = (i: number): AuditEntry => ({
   timestamp: new Date(),
@@ -49,20 +39,6 @@ const entry = (i: number): AuditEntry => ({
   request_data: { query: { page: "1" } },
   error_message: null
 })
-
-/** 1M records: 10,000 users, 8 actions, 40 resources, 90/7/3 % outcomes, over 365 days. */
-const SEED = `
-INSERT INTO audit_logs (entry_id, "timestamp", user_id, username, user_roles, action_type, resource, outcome, ip_address,
-  user_agent, request_id, correlation_id, response_status, duration_ms, request_data, error_message)
-SELECT gen_random_uuid(),
-  now() - (g * (365.0 * 86400 / $1)) * interval '1 second',
-  'user-' || (g::bigint * 7919 % 10000), 'name-' || (g::bigint * 7919 % 10000), '["get-authors"]'::jsonb,
-  (ARRAY['GET','POST','PUT','DELETE','WS:GET_AUTHORS','WS:GET_AUTHORS_PAGINATED','WS:CREATE_AUTHOR','WS:CONNECT'])[1 + g % 8],
-  '/authors/' || (g % 40),
-  CASE WHEN g % 100 < 90 THEN 'success' WHEN g % 100 < 97 THEN 'error' ELSE 'permission_denied' END,
-  '10.0.' || (g % 250) || '.' || (g % 200), 'bench', gen_random_uuid()::text, 'bench0001',
-  CASE WHEN g % 100 < 90 THEN 200 WHEN g % 100 < 97 THEN 404 ELSE 403 END, g % 50, '{}'::jsonb, NULL
-FROM generate_series(1, $1) AS g`
 
 const DAY = 86_400_000
 /** The filters of GET /audit-logs with values the seed makes common (90 %) and rare. */
@@ -106,7 +82,7 @@ const main = async () => {
     await db.connect()
     try {
       const seedStart = performance.now()
-      await db.query(SEED, [ROWS])
+      await db.query(AUDIT_SEED, [ROWS, 365])
       await db.query("VACUUM ANALYZE audit_logs")
       console.log(`seeded ${ROWS} rows in ${((performance.now() - seedStart) / 1000).toFixed(1)} s\n`)
 

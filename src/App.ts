@@ -15,6 +15,7 @@ import { Api, CommonResponses } from "./Api.ts"
 import * as AuditLogsHttp from "./AuditLogs/Http.ts"
 import { AuditRepo } from "./AuditLogs/Repo.ts"
 import { AuditLog } from "./AuditLogs/AuditLog.ts"
+import { AuditRetention } from "./AuditLogs/Retention.ts"
 import * as BearerAuth from "./Auth/Authentication.ts"
 import * as LoginHttp from "./Auth/Http.ts"
 import { IdentityProvider } from "./Auth/IdentityProvider.ts"
@@ -136,10 +137,16 @@ const layerAuditLog = Layer.unwrap(Effect.gen(function*() {
     : AuditLog.layer
 }))
 
+/** The audit retention (docs/audit.md#retention): a pruning fiber when AUDIT_RETENTION_DAYS > 0, else nothing. */
+const layerAuditRetention = Layer.unwrap(Effect.map(AppConfig, (config) =>
+  config.auditRetentionDays > 0 ? AuditRetention.layer : Layer.empty
+))
+
 const layerServices = Layer.mergeAll(
   Authors.layer.pipe(Layer.provide(AuthorRepo.layer)),
   Login.layer,
   AuditRepo.layer,
+  layerAuditRetention,
   Health.layer.pipe(Layer.provide(DatabaseProbe.layer)),
   Profiler.layer
 ).pipe(

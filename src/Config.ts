@@ -142,6 +142,8 @@ export interface AppConfigShape {
   readonly maxRequestBodyBytes: number
   readonly wsMaxMessageBytes: number
   readonly auditLogEnabled: boolean
+  /** Audit records older than this many days are deleted (docs/audit.md#retention); 0 keeps them forever. */
+  readonly auditRetentionDays: number
   readonly profilingEnabled: boolean
   readonly profilingOutputDir: string
   readonly profilingIntervalSeconds: number
@@ -414,6 +416,7 @@ export const appConfig: Effect.Effect<AppConfigShape, Config.ConfigError> = Effe
     maxRequestBodyBytes: yield* positiveInt("MAX_REQUEST_BODY_BYTES", 1_048_576),
     wsMaxMessageBytes: yield* positiveInt("WS_MAX_MESSAGE_BYTES", 65_536),
     auditLogEnabled: yield* Config.Boolean("AUDIT_LOG_ENABLED").pipe(Config.withDefault(true)),
+    auditRetentionDays: yield* nonNegativeInt("AUDIT_RETENTION_DAYS", 0),
     profilingEnabled: yield* Config.Boolean("PROFILING_ENABLED").pipe(Config.withDefault(appEnv !== "production")),
     profilingOutputDir: yield* Config.String("PROFILING_OUTPUT_DIR").pipe(Config.withDefault("profiling_reports")),
     profilingIntervalSeconds: yield* positiveInt("PROFILING_INTERVAL_SECONDS", 30),

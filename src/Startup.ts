@@ -52,6 +52,9 @@ export const exitReason = (cause: Cause.Cause<unknown>): ExitReason => {
  */
 export const failedMessage = (ready: boolean, what: string): string => `${ready ? "Service failed" : "Service failed to start"}: ${what}`
 
+/** `npm run migrate` (migrate.ts) stopped by `what`. */
+export const migrationsFailedMessage = (what: string): string => `Migrations not applied: ${what}`
+
 /** A throw no fiber caught, or a promise rejected with nobody waiting for it: a bug. */
 export const crashMessage = (ready: boolean, event: "uncaughtException" | "unhandledRejection", error: unknown): string =>
   failedMessage(ready, `${event === "uncaughtException" ? "an uncaught exception" : "an unhandled promise rejection"}: ${errorText(error)}`)

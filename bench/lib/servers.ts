@@ -166,8 +166,11 @@ const serviceV8Options = (): ReadonlyArray<string> => {
   return start.split(" ").filter((arg) => arg.startsWith("--max-"))
 }
 
-/** The service with the issue's benchmark settings (limiters on but never refusing), run as `npm start` runs it. */
-export const startService = async (dataDir: string, backends: Backends, startTimeoutMs = 180_000) => {
+/**
+ * The service with the issue's benchmark settings (limiters on but never refusing), run as `npm start` runs it;
+ * `env` adds settings (bench/audit-retention.ts: AUDIT_RETENTION_DAYS).
+ */
+export const startService = async (dataDir: string, backends: Backends, startTimeoutMs = 180_000, env: Record<string, string> = {}) => {
   buildIfNeeded()
   return launch("service", [...serviceV8Options(), "dist/main.js"], {
     DATA_DIR: dataDir,
@@ -182,7 +185,8 @@ export const startService = async (dataDir: string, backends: Backends, startTim
     WS_MAX_CONNECTIONS_PER_USER: "100000",
     DATABASE_POOL_MAX: "10",
     ...(backends.databaseUrl !== undefined ? { DATABASE_URL: backends.databaseUrl } : {}),
-    ...(backends.redisUrl !== undefined ? { REDIS_URL: backends.redisUrl, REDIS_KEY_PREFIX: `${backends.redisPrefix}svc:` } : {})
+    ...(backends.redisUrl !== undefined ? { REDIS_URL: backends.redisUrl, REDIS_KEY_PREFIX: `${backends.redisPrefix}svc:` } : {}),
+    ...env
   }, await freePort(), startTimeoutMs)
 }
 

@@ -1,49 +1,106 @@
 /**
  * The database: `PgClient` on `DATABASE_URL`, or — with no URL — embedded PostgreSQL (PGlite)
  * persisted in `DATA_DIR`, served over the PostgreSQL wire protocol on loopback so the very same
- * driver, SQL and migrations run in both cases.
+ * driver, SQL and migrations run in both cases. PGlite runs in a thread of its own
+ * (Db/EmbeddedWorker.ts), one process at a time per directory (Db/DataDirLock.ts).
  */
-import { PGlite } from "@electric-sql/pglite"
-import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm"
-import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import { Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Duration, Effect, Layer, Option, Redacted, type Scope } from "effect"
 import type * as SqlClient from "effect/sql/SqlClient"
 import * as SqlError from "effect/sql/SqlError"
 import { mkdirSync } from "node:fs"
-import { resolve } from "node:path"
+import { extname, resolve } from "node:path"
+import { fileURLToPath } from "node:url"
+import { Worker } from "node:worker_threads"
+import { type EmbeddedDatabaseInUse, lockDataDir } from "./DataDirLock.ts"
 import { databaseTimeout } from "./Deadline.ts"
+import type { EmbeddedWorkerData, EmbeddedWorkerMessage } from "./EmbeddedWorker.ts"
 import { makePgClient, PREPARED_STATEMENTS_MAX } from "./Instrumentation.ts"
 import { runMigrations } from "./Migrator.ts"
 
 /** Every session of the service carries it (`pg_stat_activity` names the service's sessions). */
 export const APPLICATION_NAME = "author-directory-service"
 
-/** Starts PGlite (persisted in `dataDir`, or in memory) behind a loopback socket server. */
-export const embeddedPostgres = (options: { readonly dataDir: Option.Option<string>; readonly maxConnections: number }) =>
-  Effect.acquireRelease(
-    Effect.promise(async () => {
-      const dataDir = Option.map(options.dataDir, (dir) => {
-        mkdirSync(dir, { recursive: true })
-        return resolve(dir)
+/** The worker's module beside this one: `.ts` when run from the sources, `.js` from `dist/`. */
+const WORKER = new URL(`./EmbeddedWorker${extname(fileURLToPath(import.meta.url))}`, import.meta.url)
+
+/**
+ * How long closing waits for PGlite to close its files before the thread is ended anyway (as a
+ * crash would: PostgreSQL recovers from its WAL at the next start). Part of the 10 s of
+ * docs/operations.md#shutdown.
+ */
+const STOP_TIMEOUT_MS = 1_500
+
+/** PGlite failed to start (a damaged data directory, a failed initialisation): its own words. */
+const startFailed = (error: unknown) =>
+  new Error(`The embedded database did not start: ${error instanceof Error ? error.message : String(error)}`, { cause: error })
+
+/** Starts the worker and waits for its socket server's address. */
+const startWorker = (data: EmbeddedWorkerData) =>
+  Effect.callback<{ readonly worker: Worker; readonly address: string }>((resume) => {
+    const worker = new Worker(WORKER, { workerData: data })
+    const onMessage = (message: EmbeddedWorkerMessage) => {
+      if (message.type !== "ready") return
+      settle()
+      resume(Effect.succeed({ worker, address: message.address }))
+    }
+    const onError = (error: unknown) => {
+      settle()
+      resume(Effect.die(startFailed(error)))
+    }
+    const onExit = (code: number) => onError(new Error(`its thread exited (${code})`))
+    const settle = () => {
+      worker.off("message", onMessage).off("error", onError).off("exit", onExit)
+    }
+    // Once it is ready, nothing listens to the thread's `error` any more: should PGlite fail while
+    // serving, the error ends the process, as it did when PGlite ran in the service's own thread.
+    worker.on("message", onMessage).on("error", onError).on("exit", onExit)
+    // Interrupted while starting (a shutdown during start-up): the thread ends with it.
+    return Effect.promise(async () => {
+      settle()
+      await worker.terminate()
+    })
+  })
+
+/** Asks the worker to close PGlite; ends the thread if it has not within STOP_TIMEOUT_MS. */
+const stopWorker = (worker: Worker) =>
+  Effect.promise(() =>
+    new Promise<void>((done) => {
+      // -1: the thread has ended already.
+      if (worker.threadId === -1) return done()
+      const timer = setTimeout(() => void worker.terminate(), STOP_TIMEOUT_MS)
+      worker.once("exit", () => {
+        clearTimeout(timer)
+        done()
       })
-      const db = await PGlite.create({
-        ...(Option.isSome(dataDir) ? { dataDir: dataDir.value } : {}),
-        extensions: { pg_trgm }
-      })
-      // PGlite is one session behind every socket connection, which ignores their startup
-      // parameters: the service's name is set on the session itself.
-      await db.exec(`SET application_name TO '${APPLICATION_NAME}'`)
-      const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: options.maxConnections })
-      await server.start()
-      const url = Redacted.make(`postgres://postgres:postgres@${server.getServerConn()}/postgres`)
-      return { db, server, url }
-    }),
-    ({ db, server }) => Effect.promise(async () => {
-      await server.stop()
-      await db.close()
+      // A failure while closing ends the thread too (its `exit` follows).
+      worker.on("error", () => void worker.terminate())
+      worker.postMessage({ type: "stop" })
     })
   )
+
+/**
+ * Starts PGlite (persisted in `dataDir`, or in memory) behind a loopback socket server, in a worker
+ * thread: the service's event loop keeps answering (the probes while it starts) and the database
+ * works on another core. A directory is locked for the scope first: a second process on it is
+ * refused (`EmbeddedDatabaseInUse`).
+ */
+export const embeddedPostgres = (options: {
+  readonly dataDir: Option.Option<string>
+  readonly maxConnections: number
+}): Effect.Effect<{ readonly url: Redacted.Redacted<string> }, EmbeddedDatabaseInUse, Scope.Scope> =>
+  Effect.gen(function*() {
+    const dataDir = Option.getOrUndefined(Option.map(options.dataDir, (dir) => {
+      mkdirSync(dir, { recursive: true })
+      return resolve(dir)
+    }))
+    if (dataDir !== undefined) yield* lockDataDir(dataDir)
+    const { address } = yield* Effect.acquireRelease(
+      startWorker({ dataDir, maxConnections: options.maxConnections, applicationName: APPLICATION_NAME }),
+      ({ worker }) => stopWorker(worker)
+    )
+    return { url: Redacted.make(`postgres://postgres:postgres@${address}/postgres`) }
+  })
 
 /** How long opening a connection (and the start-up check) may take. */
 const CONNECT_TIMEOUT_MS = 5_000
@@ -113,7 +170,7 @@ const layerEmbedded = (
   dataDir: string,
   maxConnections: number,
   options: ClientOptions = {}
-): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError.SqlError> =>
+): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError.SqlError | EmbeddedDatabaseInUse> =>
   Layer.unwrap(Effect.map(
     // pglite-socket closes a connection beyond its maximum during the startup handshake ("Connection
     // closed during startup" → 500s while the pool grew under load: the sockets of connections the

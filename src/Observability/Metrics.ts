@@ -192,6 +192,12 @@ export const auditRecordsDroppedTotal = new client.Counter({
 })
 // Every reason shows from the start at 0, so an alert on its rate has a series to watch.
 for (const reason of auditDropReasons) auditRecordsDroppedTotal.inc({ reason }, 0)
+/** docs/audit.md#retention: records deleted by the retention (AUDIT_RETENTION_DAYS), counted as each batch commits. */
+export const auditRecordsPrunedTotal = new client.Counter({
+  name: "audit_records_pruned_total",
+  help: "Audit records deleted because they were older than AUDIT_RETENTION_DAYS",
+  registers: [registry]
+})
 /** Audit records the Redis writer leaves in its journal for a recovery scan (docs/audit.md#the-redis-journal). */
 export const auditRecordsDeferredTotal = new client.Counter({
   name: "audit_records_deferred_total",

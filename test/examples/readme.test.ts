@@ -103,6 +103,8 @@ const COVERAGE: Record<string, string> = {
   "ws-protobuf": "run with node",
   // docs/audit.md
   "audit-explain": "not run (it seeds 1,000,000 rows into PostgreSQL: a benchmark, minutes); the script is checked to exist",
+  "audit-export": "run by test/integration/audit.backup.test.ts with psql against a seeded database; the CSV's header, rows and order are checked",
+  "rebuild-counters": "run by test/integration/audit.backup.test.ts after a data-only restore without triggers; every total is checked against count(*)",
   // docs/operations.md
   otel: "run with the endpoint pointed at a stand-in collector, which must receive the service's spans",
   profiling: "run",

@@ -23,7 +23,8 @@ import { AppConfig, appConfig } from "../../src/Config.ts"
 import { Database } from "../../src/Db/Database.ts"
 import { runMigrations } from "../../src/Db/Migrator.ts"
 import { NodeServer } from "../../src/Http/NodeServer.ts"
-import { crashMessage, exitReason, failedMessage, overdueMessage, untilDatabaseReachable } from "../../src/Startup.ts"
+import { lockDataDir } from "../../src/Db/DataDirLock.ts"
+import { crashMessage, exitReason, failedMessage, migrationsFailedMessage, overdueMessage, untilDatabaseReachable } from "../../src/Startup.ts"
 import { Close } from "../../src/Ws/Protocol.ts"
 import { startDatabaseServer } from "../support/DatabaseServer.ts"
 import { freePort } from "../support/Ports.ts"
@@ -134,6 +135,10 @@ describe("docs/troubleshooting.md: every FATAL line", () => {
       messages.push(await failedStart(Effect.scoped(Layer.build(Layer.effectDiscard(runMigrations("migrations")).pipe(Layer.provide(PgClient.layer({ url: closed })))))))
       messages.push(await failedStart(Effect.scoped(Layer.build(Database.layer(Redacted.make(refusing.url), 1, { migrationsDir })))))
       messages.push(await failedStart(Effect.scoped(Layer.build(untilDatabaseReachable(Database.layer(closed, 1)).pipe(Layer.provide(config({ STARTUP_TIMEOUT_SECONDS: "1" })))))))
+      // An embedded database another process holds (here this one: its lock is taken twice), as the
+      // service and `npm run migrate` word it.
+      const locked = await failedStart(Effect.scoped(Effect.andThen(lockDataDir(join(dataDir, "pgdata")), lockDataDir(join(dataDir, "pgdata")))))
+      messages.push(locked, migrationsFailedMessage(locked.slice(failedMessage(false, "").length)))
       for (const options of [{ port: taken, host: "127.0.0.1" }, { port: 0, host: "127.0.0.1", adminPort: taken }, { port: 0, host: "192.0.2.1" }]) {
         messages.push(await failedStart(Effect.scoped(Layer.build(NodeServer.layer(options)))))
       }
@@ -155,7 +160,7 @@ describe("docs/troubleshooting.md: every FATAL line", () => {
   })
 
   const rows = () => tableAfter("### Fatal lines")
-  const isLine = (text: string) => /^(Service failed|Shutdown did not finish)/.test(text)
+  const isLine = (text: string) => /^(Service failed|Shutdown did not finish|Migrations not applied)/.test(text)
   const templates = () => rows().flatMap((row) => spans(row[0]!).filter(isLine))
 
   it("every line the code writes is on the page", () => {

@@ -76,6 +76,8 @@ export interface TestAppOptions {
   readonly tracing?: Layer.Layer<never, never, AppConfig>
   /** Replaces the default logger (e.g. one writing JSON lines into an array). */
   readonly logger?: Layer.Layer<never>
+  /** References the app reads, provided under it (e.g. the audit retention's schedule). */
+  readonly references?: Layer.Layer<never>
   /**
    * The address the server listens on ("127.0.0.1" unless given). `"::"` (dual stack): the test's
    * IPv4 clients reach it as IPv4-mapped IPv6 peers (`::ffff:127.0.0.1`). `url` stays 127.0.0.1.
@@ -107,7 +109,8 @@ export const startTestApp = async (options: TestAppOptions = {}): Promise<TestAp
     Layer.provideMerge(App.layer(NodeServer.layer({ port: 0, host: options.host ?? "127.0.0.1" }), options.tracing)),
     Layer.provide(AppConfig.layerTest(config)),
     Layer.provide(Layer.succeed(References.MinimumLogLevel, options.logLevel ?? "Warn")),
-    Layer.provide(options.logger ?? Layer.empty)
+    Layer.provide(options.logger ?? Layer.empty),
+    Layer.provide(options.references ?? Layer.empty)
   )
   const scope = Effect.runSync(Scope.make())
   const context = await Effect.runPromise(Layer.buildWithScope(layer, scope))
