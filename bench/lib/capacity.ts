@@ -1,0 +1,353 @@
+/**
+ * The capacity model of docs/scaling.md: from one bench result file (bench/README.md), the CPU a
+ * request of each kind costs the service, PostgreSQL and Redis, and from that how many instances,
+ * Redis primaries and PostgreSQL servers a read-heavy and a write-heavy mix need at 10⁴, 10⁵ and
+ * 10⁶ requests/s, with the ceilings that do not grow by adding servers (one primary, one lock for
+ * notifying commits, one Redis slot per scope, connections). Pure arithmetic; no imports beyond
+ * node, so the unit suite loads it on its own.
+ */
+
+/** CPU µs per answered request. */
+export interface Cpu {
+  readonly server: number
+  readonly pg: number
+  readonly redis: number
+}
+
+export interface WorkloadFigures extends Cpu {
+  readonly id: string
+  readonly rps: number
+  /** Per answered request, from the service's /metrics. */
+  readonly hits: number
+  readonly misses: number
+  readonly statements: number
+  readonly selects: number
+  /** Mean requests per write statement by operation; undefined when the service had no batch metric. */
+  readonly batches: Readonly<Record<string, number>> | undefined
+}
+
+export interface Figures {
+  readonly source: string
+  readonly startedAt: string
+  readonly options: string
+  readonly machine: string
+  readonly pgFigure: PgFigure
+  readonly workloads: ReadonlyMap<string, WorkloadFigures>
+}
+
+/** Which PostgreSQL figure: every process of the cluster (WAL writer, checkpointer included), or only the bench database's backends. */
+export type PgFigure = "cluster" | "own"
+
+/** The workloads the model reads (W6 only for a check) and the bench command that measures them. */
+export const NEEDED = ["W1", "W9", "W2", "W10"] as const
+export const BENCH_COMMAND = "npm run bench -- --only W1,W2,W6,W9,W10 --audit-rows 20000"
+
+type Json = Record<string, unknown>
+const isObject = (x: unknown): x is Json => typeof x === "object" && x !== null && !Array.isArray(x)
+const num = (x: unknown) => (typeof x === "number" && Number.isFinite(x) ? x : undefined)
+
+/** The fields of a bench result the model reads, nothing else (what `--write` keeps beside the page). */
+export const trimResult = (result: unknown, source: string): Json => {
+  if (!isObject(result) || !Array.isArray(result["workloads"])) throw new Error(`${source}: not a bench result file (no workloads)`)
+  const o = isObject(result["options"]) ? result["options"] : {}
+  return {
+    // A trimmed copy names the result file it came from.
+    source: typeof result["source"] === "string" ? result["source"] : source,
+    started_at: result["started_at"],
+    options: { authors: o["authors"], rounds: o["rounds"], duration: o["duration"], auditRows: o["auditRows"], only: o["only"] },
+    backends: result["backends"],
+    machine: result["machine"],
+    workloads: result["workloads"].filter(isObject).filter((w) => [...NEEDED, "W6"].includes(String(w["id"]))).map((w) => {
+      const s = isObject(w["service"]) ? w["service"] : {}
+      const counters = isObject(s["counters"]) ? s["counters"] : {}
+      return {
+        id: w["id"],
+        service: {
+          status: s["status"], median_rps: s["median_rps"], cpu_us_per_request: s["cpu_us_per_request"], pg_us_per_request: s["pg_us_per_request"],
+          pg_backends_us_per_request: s["pg_backends_us_per_request"], redis_us_per_request: s["redis_us_per_request"], per_request: s["per_request"],
+          counters: { batch_metric: counters["batch_metric"], batches: counters["batches"] }
+        }
+      }
+    })
+  }
+}
+
+/** Reads a bench result (or its trimmed copy) into the figures the model uses; names what is missing. */
+export const readFigures = (result: unknown, file: string, pgFigure: PgFigure = "cluster"): Figures => {
+  const t = trimResult(result, file)
+  const source = String(t["source"])
+  const backends = isObject(t["backends"]) ? t["backends"] : {}
+  if (backends["database"] !== "postgres" || backends["redis"] !== "redis") {
+    throw new Error(`${source}: measured on ${String(backends["database"])} + ${String(backends["redis"])}; the model needs PostgreSQL + Redis (BENCH_DATABASE_URL, BENCH_REDIS_URL)`)
+  }
+  const workloads = new Map<string, WorkloadFigures>()
+  for (const w of t["workloads"] as Array<Json>) {
+    const id = String(w["id"])
+    const s = w["service"] as Json
+    const per = isObject(s["per_request"]) ? s["per_request"] : {}
+    const counters = s["counters"] as Json
+    const server = num(s["cpu_us_per_request"])
+    const pg = num(s[pgFigure === "cluster" ? "pg_us_per_request" : "pg_backends_us_per_request"])
+    const redis = num(s["redis_us_per_request"])
+    const [hits, misses, statements, selects] = (["cache_hits", "cache_misses", "statements", "selects"] as const).map((k) => num(per[k]))
+    if (s["status"] !== "ok" || server === undefined || pg === undefined || redis === undefined || hits === undefined || misses === undefined ||
+      statements === undefined || selects === undefined) {
+      if ((NEEDED as ReadonlyArray<string>).includes(id)) throw new Error(`${source}: ${id} has no complete service figures (status ${String(s["status"])}; CPU of the server, PostgreSQL and Redis, and the service's counters are needed)`)
+      continue
+    }
+    let batches: Record<string, number> | undefined
+    if (counters["batch_metric"] === true) {
+      batches = {}
+      for (const [op, b] of Object.entries(isObject(counters["batches"]) ? counters["batches"] : {})) {
+        const count = isObject(b) ? num(b["count"]) : undefined
+        const sum = isObject(b) ? num(b["sum"]) : undefined
+        if (count !== undefined && sum !== undefined && count > 0) batches[op] = sum / count
+      }
+    }
+    workloads.set(id, { id, rps: num(s["median_rps"]) ?? 0, server, pg, redis, hits, misses, statements, selects, batches })
+  }
+  const missing = NEEDED.filter((id) => !workloads.has(id))
+  if (missing.length > 0) throw new Error(`${source}: no ${missing.join(", ")}; run \`${BENCH_COMMAND}\` on PostgreSQL + Redis`)
+  const o = t["options"] as Json
+  const m = isObject(t["machine"]) ? t["machine"] : {}
+  return {
+    source,
+    startedAt: String(t["started_at"] ?? "?"),
+    options: `${Number(o["authors"] ?? 0).toLocaleString("en-US")} authors, ${String(o["rounds"])} rounds of ${String(o["duration"])} s`,
+    machine: `${String(m["cores"])} cores (${String(m["cpu"])}), node ${String(m["node"])}`,
+    pgFigure,
+    workloads
+  }
+}
+
+// ---- what a request of each kind costs ------------------------------------------------------------
+
+/** A mix of requests: shares of all requests; reads are id lookups and pages in the share `idShare : 1 − idShare`. */
+export interface Mix {
+  readonly name: string
+  readonly title: string
+  readonly reads: number
+  readonly idShare: number
+  readonly creates: number
+  /** Renames and deletes, half each (as W10). */
+  readonly renamesDeletes: number
+}
+
+export const MIXES: ReadonlyArray<Mix> = [
+  { name: "Read-heavy", title: "45 % id lookups, 45 % pages, 10 % creates: W9 as measured", reads: 0.9, idShare: 0.5, creates: 0.1, renamesDeletes: 0 },
+  { name: "Write-heavy", title: "25 % id lookups, 25 % pages (W9's reads), 25 % creates (W2), 12.5 % renames and 12.5 % deletes (W10)", reads: 0.5, idShare: 0.5, creates: 0.25, renamesDeletes: 0.25 }
+]
+
+/** W9's share of creates (bench/README.md#workloads). */
+const W9_CREATES = 0.1
+
+export interface Costs {
+  /** A read answered without a statement (W1, whose pages are all in the read cache, at 0 selects). */
+  readonly hit: Cpu
+  /** Each select a read causes (W9's reads against W1). */
+  readonly perSelect: Cpu
+  readonly create: Cpu
+  readonly renameDelete: Cpu
+  /** An id lookup's select alone (W6 against W1), when W6 was measured: a check, not used. */
+  readonly idSelect: Cpu | undefined
+  /** Mean requests per statement of creates (W2) and of renames and deletes (W10); 1 without batching. */
+  readonly createBatch: number
+  readonly renameDeleteBatch: number
+  readonly batching: boolean
+}
+
+const cpu = (f: (k: keyof Cpu) => number): Cpu => ({ server: f("server"), pg: f("pg"), redis: f("redis") })
+
+export const deriveCosts = (f: Figures): Costs => {
+  const w1 = f.workloads.get("W1")!
+  const w9 = f.workloads.get("W9")!
+  const w2 = f.workloads.get("W2")!
+  const w10 = f.workloads.get("W10")!
+  const w6 = f.workloads.get("W6")
+  // W9's reads alone: its figures less its creates' share at W2's cost.
+  const readsOf9 = cpu((k) => (w9[k] - W9_CREATES * w2[k]) / (1 - W9_CREATES))
+  const selectsOf9 = (w9.selects - W9_CREATES * w2.selects) / (1 - W9_CREATES)
+  if (selectsOf9 - w1.selects < 0.05) {
+    throw new Error(`${f.source}: W9's reads caused ${selectsOf9.toFixed(3)} selects each and W1's ${w1.selects.toFixed(3)}: too close to tell what a select costs`)
+  }
+  const perSelect = cpu((k) => Math.max(0, (readsOf9[k] - w1[k]) / (selectsOf9 - w1.selects)))
+  const hit = cpu((k) => Math.max(0, w1[k] - w1.selects * perSelect[k]))
+  const idSelect = w6 === undefined || w6.selects - w1.selects < 0.05 ? undefined : cpu((k) => Math.max(0, (w6[k] - w1[k]) / (w6.selects - w1.selects)))
+  const mean = (values: ReadonlyArray<number | undefined>) => {
+    const known = values.filter((v): v is number => v !== undefined)
+    return known.length === 0 ? 1 : known.reduce((a, b) => a + b, 0) / known.length
+  }
+  return {
+    hit, perSelect, create: cpu((k) => w2[k]), renameDelete: cpu((k) => w10[k]), idSelect,
+    createBatch: mean([w2.batches?.["create"]]),
+    renameDeleteBatch: mean([w10.batches?.["rename"], w10.batches?.["delete"]]),
+    batching: w2.batches !== undefined || w10.batches !== undefined
+  }
+}
+
+// ---- assumptions ---------------------------------------------------------------------------------------
+
+export interface Assumptions {
+  /** Cores one instance may use (the pod's CPU limit, deploy/kubernetes/base/deployment.yaml). */
+  readonly instanceCores: number
+  /** The share of each ceiling the model plans to use. */
+  readonly utilisation: number
+  readonly authors: number
+  /** Distinct pages read (the bench's page=rand(1..50)). */
+  readonly pages: number
+  readonly cacheBytes: number
+  readonly maxAgeSeconds: number
+  /** An id lookup's entry in the read cache: its answer (~80 B), its key twice, the fixed overhead per entry. */
+  readonly idEntryBytes: number
+  readonly idShards: number
+  /** One WAL flush: notifying commits go one at a time, each after the previous one's flush. */
+  readonly flushMs: number
+  /** The most requests one write statement carries. */
+  readonly maxBatch: number
+  /** Cores of one PostgreSQL server (the primary, each replica). */
+  readonly pgCores: number
+  readonly pgConnections: number
+  /** Per instance: its pool and its LISTEN session. */
+  readonly connectionsPerInstance: number
+  /** Redis CPU of one read of a scope's generation as its own command (unpipelined); a primary has one core for commands. */
+  readonly scopeReadUs: number
+  /** Bytes on the wire per request, both ways, headers and bearer token included. */
+  readonly bytes: { readonly id: number; readonly page: number; readonly write: number }
+}
+
+export const DEFAULTS: Assumptions = {
+  instanceCores: 1,
+  utilisation: 0.65,
+  authors: 1_000_000,
+  pages: 50,
+  cacheBytes: 33_554_432,
+  maxAgeSeconds: 60,
+  idEntryBytes: 80 + 2 * 16 + 256,
+  idShards: 65_536,
+  flushMs: 1,
+  maxBatch: 100,
+  pgCores: 64,
+  pgConnections: 5_000,
+  connectionsPerInstance: 11,
+  scopeReadUs: 9.3,
+  bytes: { id: 1_500, page: 3_200, write: 1_550 }
+}
+
+// ---- the read cache's hit rate -----------------------------------------------------------------------
+
+/**
+ * The share of reads of one key answered from one instance's cache: reads arrive at `a` per second,
+ * and an answer lives from its database read until a write moves its scope (at `mu` per second) or
+ * `window` seconds pass, whichever is first. Each miss starts an answer's life, whose expected length
+ * is L = (1 − e^(−mu·window)) / mu, during which a·L reads hit: hits / reads = a·L / (1 + a·L).
+ */
+export const hitRatio = (a: number, mu: number, window: number): number => {
+  if (a <= 0 || window <= 0) return 0
+  const life = mu > 0 ? (1 - Math.exp(-mu * window)) / mu : window
+  return (a * life) / (1 + a * life)
+}
+
+export interface CacheState {
+  readonly idHits: number
+  /** Reads of a page answered without a statement. */
+  readonly pageHits: number
+  /** Statements per read, id lookups and pages together. */
+  readonly selectsPerRead: number
+}
+
+/**
+ * Each instance keeps its own cache, and the load balancer spreads reads evenly, so each sees
+ * 1/instances of them. Id lookups are uniform over the authors; an id's answer lives until a write
+ * moves its shard (below `idShards` authors, only its own renames and deletes; above, any write of
+ * the shard's ids, creates included), 60 s, or, when the cache cannot hold every author, until the
+ * LRU evicts it (Che's approximation: K·(1 − e^(−a·t)) = entries that fit). A page's rows live until
+ * a rename or delete (creates append: docs/architecture.md#the-read-cache), its total until any write;
+ * the total is one entry per instance, shared by every page.
+ */
+export const cacheState = (mix: Mix, rate: number, instances: number, A: Assumptions): CacheState => {
+  const reads = (rate * mix.reads) / instances
+  const creates = rate * mix.creates
+  const renamesDeletes = rate * mix.renamesDeletes
+  const K = A.authors
+  const a = (reads * mix.idShare) / K
+  const mu = K < A.idShards ? renamesDeletes / K : (renamesDeletes + creates) / A.idShards
+  const fits = A.cacheBytes / A.idEntryBytes
+  const evictedAfter = K > fits && a > 0 ? -Math.log(1 - fits / K) / a : Infinity
+  const idHits = hitRatio(a, mu, Math.min(A.maxAgeSeconds, evictedAfter))
+  const pageReads = reads * (1 - mix.idShare)
+  const rows = hitRatio(pageReads / A.pages, renamesDeletes, A.maxAgeSeconds)
+  const total = hitRatio(pageReads, creates + renamesDeletes, A.maxAgeSeconds)
+  const pageSelects = 1 - rows + rows * (1 - total)
+  return { idHits, pageHits: 1 - pageSelects, selectsPerRead: mix.idShare * (1 - idHits) + (1 - mix.idShare) * pageSelects }
+}
+
+// ---- one step ------------------------------------------------------------------------------------------
+
+export type Ceiling = "PostgreSQL primary CPU" | "notifying commits" | "the list scope's Redis slot" | "PostgreSQL connections"
+
+export interface Step {
+  readonly rate: number
+  readonly instances: number
+  readonly cache: CacheState
+  readonly perRequest: Cpu
+  readonly redisPrimaries: number
+  /** Cores the primary needs, and the selects' cores (on the primary while it has room, else on replicas). */
+  readonly primaryCores: number
+  readonly selectCores: number
+  readonly replicas: number
+  readonly writes: number
+  readonly commits: number
+  /** Mean requests per statement for the commits to fit under their ceiling. */
+  readonly batchNeeded: number
+  /** Notifications delivered to the instances' LISTEN sessions per second, once batches are as large as needed. */
+  readonly deliveries: number
+  readonly connections: number
+  readonly gbits: number
+  /** Each ceiling's load: 1 = at the planned utilisation. */
+  readonly loads: Readonly<Record<Ceiling, number>>
+  readonly first: Ceiling
+}
+
+const perRequestCost = (mix: Mix, c: Costs, selects: number): Cpu =>
+  cpu((k) => mix.reads * (c.hit[k] + selects * c.perSelect[k]) + mix.creates * c.create[k] + mix.renamesDeletes * c.renameDelete[k])
+
+export const step = (mix: Mix, rate: number, c: Costs, A: Assumptions): Step => {
+  const perInstance = A.instanceCores * A.utilisation * 1e6
+  // More instances split the reads thinner, so each cache hits less and a request costs more: from
+  // the all-hits lower bound, up to the fixed point (instances only grow, so this ends).
+  let instances = Math.max(1, Math.ceil((rate * perRequestCost(mix, c, 0).server) / perInstance))
+  let cache = cacheState(mix, rate, instances, A)
+  for (let i = 0; i < 100; i++) {
+    const next = Math.max(1, Math.ceil((rate * perRequestCost(mix, c, cache.selectsPerRead).server) / perInstance))
+    if (next <= instances) break
+    instances = next
+    cache = cacheState(mix, rate, instances, A)
+  }
+  const perRequest = perRequestCost(mix, c, cache.selectsPerRead)
+  const ceiling = A.utilisation * 1e6
+  const redisPrimaries = Math.max(1, Math.ceil((rate * perRequest.redis) / ceiling))
+  const primaryOnly = (rate * (mix.reads * c.hit.pg + mix.creates * c.create.pg + mix.renamesDeletes * c.renameDelete.pg)) / 1e6
+  const selectCores = (rate * mix.reads * cache.selectsPerRead * c.perSelect.pg) / 1e6
+  const server = A.pgCores * A.utilisation
+  const replicas = primaryOnly + selectCores <= server ? 0 : Math.ceil(selectCores / server)
+  const primaryCores = replicas === 0 ? primaryOnly + selectCores : primaryOnly
+  const writes = rate * (mix.creates + mix.renamesDeletes)
+  const commits = rate * (mix.creates / c.createBatch + mix.renamesDeletes / c.renameDeleteBatch)
+  const commitCeiling = (A.utilisation * 1000) / A.flushMs
+  const pageReads = rate * mix.reads * (1 - mix.idShare)
+  const connections = instances * A.connectionsPerInstance
+  const loads: Record<Ceiling, number> = {
+    "PostgreSQL primary CPU": primaryCores / server,
+    "notifying commits": commits / commitCeiling,
+    "the list scope's Redis slot": ((pageReads + writes) * A.scopeReadUs) / ceiling,
+    "PostgreSQL connections": connections / A.pgConnections
+  }
+  const first = (Object.keys(loads) as Array<Ceiling>).reduce((x, y) => (loads[y] > loads[x] ? y : x))
+  const bytes = rate * (mix.reads * (mix.idShare * A.bytes.id + (1 - mix.idShare) * A.bytes.page) + (mix.creates + mix.renamesDeletes) * A.bytes.write)
+  return {
+    rate, instances, cache, perRequest, redisPrimaries, primaryCores, selectCores, replicas, writes, commits,
+    batchNeeded: writes / commitCeiling, deliveries: Math.min(commits, commitCeiling) * instances, connections, gbits: (bytes * 8) / 1e9, loads, first
+  }
+}
+
+export const STEPS = [10_000, 100_000, 1_000_000] as const
