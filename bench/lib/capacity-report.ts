@@ -56,33 +56,38 @@ const assumptions = (A: Assumptions, c: Costs) => {
     ["Connections per instance", n(A.connectionsPerInstance), "`DATABASE_POOL_MAX` (10) and the change feed's LISTEN session"],
     ["A Redis primary", "one core for commands; CPU per request as measured", "measured here: one server on loopback, no TLS"],
     ["A scope's generation read as its own command", `${n(A.scopeReadUs, 1)} µs`, "measured here: `redis-benchmark` HMGET, 50 clients, unpipelined (0.9 µs at 16 deep)"],
+    ["A broadcast delivered to one instance", `${n(A.deliveryUs, 1)} µs`, "measured here: `redis-benchmark` PUBLISH of a 120-byte event to 50 subscribers, unpipelined (0.2 µs at 16 deep)"],
     ["Bytes per request, both ways", `id lookup ${n(A.bytes.id)}, page ${n(A.bytes.page)}, write ${n(A.bytes.write)}`, "measured here with curl (headers, body, a 766-byte bearer token); TLS and TCP add to it"]
   ])
 }
 
 const ACTIONS: Record<Ceiling, (s: Step, A: Assumptions) => string> = {
-  "notifying commits": (s, A) => (s.batchNeeded <= A.maxBatch ? `batches of ≥ ${n(Math.ceil(s.batchNeeded * 10) / 10, 1)}` : "past one primary"),
+  "notifying commits": (s, A) => (s.batchNeeded > A.maxBatch ? "past one primary" : `batches of ≥ ${s.batchNeeded < 10 ? n(Math.ceil(s.batchNeeded * 10) / 10, 1) : n(Math.ceil(s.batchNeeded))}`),
   "PostgreSQL primary CPU": () => "past one primary",
   "the list scope's Redis slot": () => "past one slot",
+  "the broadcast channel's Redis slot": () => "past one slot",
   "PostgreSQL connections": () => "a pooler"
 }
 
+/** The ceiling closest to its load, or every ceiling past it (the highest first), each with what it takes. */
 const firstCell = (s: Step, A: Assumptions) => {
-  const load = s.loads[s.first]
-  return `${s.first} (${pct(load)})${load > 1 ? `: **${ACTIONS[s.first](s, A)}**` : ""}`
+  const past = (Object.keys(s.loads) as Array<Ceiling>).filter((c) => s.loads[c] > 1).sort((x, y) => s.loads[y] - s.loads[x])
+  if (past.length === 0) return `${s.first} (${pct(s.loads[s.first])})`
+  return past.map((c) => `${c} (${pct(s.loads[c])}): **${ACTIONS[c](s, A)}**`).join("; ")
 }
 
 const mixTables = (mix: Mix, c: Costs, A: Assumptions) => {
   const steps = STEPS.map((rate) => step(mix, rate, c, A))
   const sizing = table(
-    ["req/s", "instances", "Redis primaries", "PostgreSQL primary", "replicas", "id lookups from the cache", "pages from the cache", "selects per read", "CPU µs per request: service / PostgreSQL / Redis"],
+    ["req/s", "instances", "Redis primaries", "PostgreSQL primary", "replicas", "id lookups from the cache", "pages from the cache", "selects per read", "CPU µs per request: service / PostgreSQL / Redis", "traffic at the edge"],
     steps.map((s) => [rateLabel(s.rate), n(s.instances), n(s.redisPrimaries), `${n(s.primaryCores, 1)} cores`, n(s.replicas), pct(s.cache.idHits), pct(s.cache.pageHits),
-      n(s.cache.selectsPerRead, 2), `${n(s.perRequest.server)} / ${n(s.perRequest.pg)} / ${n(s.perRequest.redis)}`])
+      n(s.cache.selectsPerRead, 2), `${n(s.perRequest.server)} / ${n(s.perRequest.pg)} / ${n(s.perRequest.redis)}`, `${n(s.gbits, 1)} Gbit/s`])
   )
   const ceilings = table(
-    ["req/s", "writes/s", `notifying commits/s (of ${n((A.utilisation * 1000) / A.flushMs)})`, "mean batch needed", "PostgreSQL primary CPU", "the list scope's Redis slot", "PostgreSQL connections", "LISTEN deliveries/s (at the batches needed)", "traffic at the edge", "first to saturate"],
+    ["req/s", "writes/s", `notifying commits/s (of ${n((A.utilisation * 1000) / A.flushMs)})`, "mean batch needed", "PostgreSQL primary CPU", "the list scope's Redis slot",
+      "the broadcast channel's Redis slot", "PostgreSQL connections", "first to saturate"],
     steps.map((s) => [rateLabel(s.rate), n(s.writes), `${n(s.commits)} (${pct(s.loads["notifying commits"])})`, n(s.batchNeeded, 1), pct(s.loads["PostgreSQL primary CPU"]),
-      pct(s.loads["the list scope's Redis slot"]), `${n(s.connections)} (${pct(s.loads["PostgreSQL connections"])})`, n(s.deliveries), `${n(s.gbits, 1)} Gbit/s`, firstCell(s, A)])
+      pct(s.loads["the list scope's Redis slot"]), pct(s.loads["the broadcast channel's Redis slot"]), `${n(s.connections)} (${pct(s.loads["PostgreSQL connections"])})`, firstCell(s, A)])
   )
   return [`#### ${mix.name}: ${mix.title}`, "", sizing, "", ceilings].join("\n")
 }

@@ -3,7 +3,7 @@
  * request of each kind costs the service, PostgreSQL and Redis, and from that how many instances,
  * Redis primaries and PostgreSQL servers a read-heavy and a write-heavy mix need at 10⁴, 10⁵ and
  * 10⁶ requests/s, with the ceilings that do not grow by adding servers (one primary, one lock for
- * notifying commits, one Redis slot per scope, connections). Pure arithmetic; no imports beyond
+ * notifying commits, one Redis slot per scope or channel, connections). Pure arithmetic; no imports beyond
  * node, so the unit suite loads it on its own.
  */
 
@@ -211,6 +211,8 @@ export interface Assumptions {
   readonly connectionsPerInstance: number
   /** Redis CPU of one read of a scope's generation as its own command (unpipelined); a primary has one core for commands. */
   readonly scopeReadUs: number
+  /** Redis CPU of one broadcast delivered to one subscribed instance. */
+  readonly deliveryUs: number
   /** Bytes on the wire per request, both ways, headers and bearer token included. */
   readonly bytes: { readonly id: number; readonly page: number; readonly write: number }
 }
@@ -230,6 +232,7 @@ export const DEFAULTS: Assumptions = {
   pgConnections: 5_000,
   connectionsPerInstance: 11,
   scopeReadUs: 9.3,
+  deliveryUs: 1.3,
   bytes: { id: 1_500, page: 3_200, write: 1_550 }
 }
 
@@ -283,7 +286,7 @@ export const cacheState = (mix: Mix, rate: number, instances: number, A: Assumpt
 
 // ---- one step ------------------------------------------------------------------------------------------
 
-export type Ceiling = "PostgreSQL primary CPU" | "notifying commits" | "the list scope's Redis slot" | "PostgreSQL connections"
+export type Ceiling = "PostgreSQL primary CPU" | "notifying commits" | "the list scope's Redis slot" | "the broadcast channel's Redis slot" | "PostgreSQL connections"
 
 export interface Step {
   readonly rate: number
@@ -299,8 +302,6 @@ export interface Step {
   readonly commits: number
   /** Mean requests per statement for the commits to fit under their ceiling. */
   readonly batchNeeded: number
-  /** Notifications delivered to the instances' LISTEN sessions per second, once batches are as large as needed. */
-  readonly deliveries: number
   readonly connections: number
   readonly gbits: number
   /** Each ceiling's load: 1 = at the planned utilisation. */
@@ -340,13 +341,15 @@ export const step = (mix: Mix, rate: number, c: Costs, A: Assumptions): Step => 
     "PostgreSQL primary CPU": primaryCores / server,
     "notifying commits": commits / commitCeiling,
     "the list scope's Redis slot": ((pageReads + writes) * A.scopeReadUs) / ceiling,
+    // One channel: each write's broadcast goes from one primary to every instance.
+    "the broadcast channel's Redis slot": (writes * instances * A.deliveryUs) / ceiling,
     "PostgreSQL connections": connections / A.pgConnections
   }
   const first = (Object.keys(loads) as Array<Ceiling>).reduce((x, y) => (loads[y] > loads[x] ? y : x))
   const bytes = rate * (mix.reads * (mix.idShare * A.bytes.id + (1 - mix.idShare) * A.bytes.page) + (mix.creates + mix.renamesDeletes) * A.bytes.write)
   return {
     rate, instances, cache, perRequest, redisPrimaries, primaryCores, selectCores, replicas, writes, commits,
-    batchNeeded: writes / commitCeiling, deliveries: Math.min(commits, commitCeiling) * instances, connections, gbits: (bytes * 8) / 1e9, loads, first
+    batchNeeded: writes / commitCeiling, connections, gbits: (bytes * 8) / 1e9, loads, first
   }
 }
 
