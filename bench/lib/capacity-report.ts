@@ -26,7 +26,7 @@ const measured = (f: Figures) =>
     ["W1", "W6", "W9", "W2", "W10"].flatMap((id) => {
       const w = f.workloads.get(id)
       if (w === undefined) return []
-      const batches = w.batches === undefined ? "no batching" : Object.entries(w.batches).map(([op, mean]) => `${op} ${n(mean, 1)}`).join(", ") || "–"
+      const batches = w.batches === undefined ? "no batching" : Object.entries(w.batches).map(([op, b]) => `${op} ${n(b.sum / b.count, 1)}`).join(", ") || "–"
       return [[WORKLOAD_NAMES[id] ?? id, n(w.rps), ...cpuCells(w), `${n(w.hits, 2)} / ${n(w.misses, 2)}`, `${n(w.statements, 2)} (${n(w.selects, 2)})`,
         ["W1", "W6"].includes(id) ? "–" : batches]]
     })
@@ -48,7 +48,7 @@ const assumptions = (A: Assumptions, c: Costs) => {
     ["Planned utilisation of every ceiling", pct(A.utilisation), "assumed: room for bursts, for an instance lost, for garbage collection pauses"],
     ["Authors", n(A.authors), "assumed; id lookups uniform over them, pages over the first 50 (as the bench's)"],
     ["Read cache per instance", `${n(A.cacheBytes / 2 ** 20)} MiB, answers at most ${n(A.maxAgeSeconds)} s old`, "the defaults (`READ_CACHE_MAX_BYTES`, `READ_CACHE_MAX_AGE_SECONDS`)"],
-    ["An id lookup's entry in the cache", `${n(A.idEntryBytes)} B: ${n(entries)} fit`, "from the code: its answer (~80 B), its key, 256 B of overhead per entry"],
+    ["An id lookup's entry in the cache", `${n(A.idEntryBytes)} B: ${n(entries)} fit`, "from the code: its answer (~85 B), its key, 256 B of overhead per entry"],
     ["Id shards of the read cache", n(A.idShards), "from the code"],
     ["WAL flush of a commit", `${n(A.flushMs, 1)} ms: at most ${n(1000 / A.flushMs)} notifying commits/s`, "assumed (network-attached storage, or local flash with a synchronous standby); measured here: 2–4 ms, about 400 notifying inserts/s"],
     ["Requests per write statement", c.batching ? `as measured (creates ${n(c.createBatch, 1)}, renames and deletes ${n(c.renameDeleteBatch, 1)}), at most ${n(A.maxBatch)}` : `1 (no batching measured), at most ${n(A.maxBatch)} once batched`, "measured here (`author_write_batch_size`); the bound assumed"],

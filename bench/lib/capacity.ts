@@ -22,8 +22,8 @@ export interface WorkloadFigures extends Cpu {
   readonly misses: number
   readonly statements: number
   readonly selects: number
-  /** Mean requests per write statement by operation; undefined when the service had no batch metric. */
-  readonly batches: Readonly<Record<string, number>> | undefined
+  /** Write statements (`count`) and the requests they carried (`sum`) by operation; undefined when the service had no batch metric. */
+  readonly batches: Readonly<Record<string, { readonly count: number; readonly sum: number }>> | undefined
 }
 
 export interface Figures {
@@ -95,13 +95,13 @@ export const readFigures = (result: unknown, file: string, pgFigure: PgFigure = 
       if ((NEEDED as ReadonlyArray<string>).includes(id)) throw new Error(`${source}: ${id} has no complete service figures (status ${String(s["status"])}; CPU of the server, PostgreSQL and Redis, and the service's counters are needed)`)
       continue
     }
-    let batches: Record<string, number> | undefined
+    let batches: Record<string, { count: number; sum: number }> | undefined
     if (counters["batch_metric"] === true) {
       batches = {}
       for (const [op, b] of Object.entries(isObject(counters["batches"]) ? counters["batches"] : {})) {
         const count = isObject(b) ? num(b["count"]) : undefined
         const sum = isObject(b) ? num(b["sum"]) : undefined
-        if (count !== undefined && sum !== undefined && count > 0) batches[op] = sum / count
+        if (count !== undefined && sum !== undefined && count > 0) batches[op] = { count, sum }
       }
     }
     workloads.set(id, { id, rps: num(s["median_rps"]) ?? 0, server, pg, redis, hits, misses, statements, selects, batches })
@@ -173,14 +173,16 @@ export const deriveCosts = (f: Figures): Costs => {
   const perSelect = cpu((k) => Math.max(0, (readsOf9[k] - w1[k]) / (selectsOf9 - w1.selects)))
   const hit = cpu((k) => Math.max(0, w1[k] - w1.selects * perSelect[k]))
   const idSelect = w6 === undefined || w6.selects - w1.selects < 0.05 ? undefined : cpu((k) => Math.max(0, (w6[k] - w1[k]) / (w6.selects - w1.selects)))
-  const mean = (values: ReadonlyArray<number | undefined>) => {
-    const known = values.filter((v): v is number => v !== undefined)
-    return known.length === 0 ? 1 : known.reduce((a, b) => a + b, 0) / known.length
+  /** Requests per statement over the operations' batches; 1 when none were measured. */
+  const perStatement = (w: WorkloadFigures, operations: ReadonlyArray<string>) => {
+    const seen = operations.flatMap((op) => (w.batches?.[op] === undefined ? [] : [w.batches[op]]))
+    const count = seen.reduce((t, b) => t + b.count, 0)
+    return count === 0 ? 1 : seen.reduce((t, b) => t + b.sum, 0) / count
   }
   return {
     hit, perSelect, create: cpu((k) => w2[k]), renameDelete: cpu((k) => w10[k]), idSelect,
-    createBatch: mean([w2.batches?.["create"]]),
-    renameDeleteBatch: mean([w10.batches?.["rename"], w10.batches?.["delete"]]),
+    createBatch: perStatement(w2, ["create"]),
+    renameDeleteBatch: perStatement(w10, ["rename", "delete"]),
     batching: w2.batches !== undefined || w10.batches !== undefined
   }
 }
@@ -197,7 +199,7 @@ export interface Assumptions {
   readonly pages: number
   readonly cacheBytes: number
   readonly maxAgeSeconds: number
-  /** An id lookup's entry in the read cache: its answer (~80 B), its key twice, the fixed overhead per entry. */
+  /** An id lookup's entry in the read cache: its answer (~85 B), its key (two bytes a character), the fixed overhead per entry. */
   readonly idEntryBytes: number
   readonly idShards: number
   /** One WAL flush: notifying commits go one at a time, each after the previous one's flush. */
@@ -224,7 +226,7 @@ export const DEFAULTS: Assumptions = {
   pages: 50,
   cacheBytes: 33_554_432,
   maxAgeSeconds: 60,
-  idEntryBytes: 80 + 2 * 16 + 256,
+  idEntryBytes: 85 + 2 * 14 + 256,
   idShards: 65_536,
   flushMs: 1,
   maxBatch: 100,
