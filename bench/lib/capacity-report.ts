@@ -112,7 +112,7 @@ const checkWithIdSelects = (c: Costs, A: Assumptions) => {
   const used = step(mix, rate, c, A)
   const alone = step(mix, rate, { ...c, perSelect: c.idSelect }, A)
   const than = c.perSelect.server >= c.idSelect.server ? "more" : "less"
-  return ` A select in W9's reads costs the service ${than} than an id lookup's select alone in W6; were it to cost W6's, the read-heavy mix at ${rateLabel(rate)} req/s ` +
+  return `A select in W9's reads costs the service ${than} than an id lookup's select alone in W6; were it to cost W6's, the read-heavy mix at ${rateLabel(rate)} req/s\n` +
     `would need ${n(alone.instances)} instances and ${n(alone.replicas)} replicas instead of ${n(used.instances)} and ${n(used.replicas)}.`
 }
 
@@ -126,8 +126,9 @@ export const renderCapacity = (f: Figures, A: Assumptions): string => {
   return [
     BEGIN,
     "",
-    `Computed from \`${f.source}\` (run ${f.startedAt}: ${f.options}; ${f.machine}), whose figures are kept in`,
-    "`bench/capacity-figures.json`. PostgreSQL's CPU is " +
+    `Computed from \`${f.source}\` (run ${f.startedAt}: ${f.options}; ${f.machine}),`,
+    "whose figures are kept in `bench/capacity-figures.json`.",
+    "PostgreSQL's CPU is " +
       (f.pgFigure === "cluster" ? "every process of its cluster (the WAL writer and checkpointer included)." : "its backends on the bench database only."),
     "",
     "### The measured figures",
@@ -138,7 +139,8 @@ export const renderCapacity = (f: Figures, A: Assumptions): string => {
     "",
     derived(c),
     "",
-    batching + check,
+    batching,
+    ...(check === "" ? [] : [check]),
     "",
     "### Assumptions",
     "",
