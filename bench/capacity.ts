@@ -7,7 +7,8 @@
  */
 import { readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join, relative, resolve } from "node:path"
-import { type Assumptions, DEFAULTS, type PgFigure, readFigures, trimResult } from "./lib/capacity.ts"
+import { type Assumptions, DEFAULTS } from "./lib/capacity.ts"
+import { type PgFigure, readFigures, trimResult } from "./lib/capacity-figures.ts"
 import { BEGIN, END, renderCapacity } from "./lib/capacity-report.ts"
 
 const ROOT = resolve(import.meta.dirname, "..")

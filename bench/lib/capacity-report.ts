@@ -3,7 +3,8 @@
  * measured figures, the costs derived from them, the assumptions, and per mix what each step needs
  * and which ceiling it comes closest to.
  */
-import { type Assumptions, cacheState, type Ceiling, type Costs, type Cpu, deriveCosts, type Figures, type Mix, MIXES, step, type Step, STEPS } from "./capacity.ts"
+import { type Assumptions, cacheState, type Ceiling, type Costs, deriveCosts, type Mix, MIXES, step, type Step, STEPS } from "./capacity.ts"
+import type { Cpu, Figures } from "./capacity-figures.ts"
 
 export const BEGIN = "<!-- capacity:begin — written by `node bench/capacity.ts --write`; do not edit by hand -->"
 export const END = "<!-- capacity:end -->"

@@ -9,7 +9,8 @@ import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
-import { cacheState, deriveCosts, DEFAULTS, hitRatio, type Mix, MIXES, readFigures, step, trimResult } from "../../bench/lib/capacity.ts"
+import { cacheState, deriveCosts, DEFAULTS, hitRatio, type Mix, MIXES, step } from "../../bench/lib/capacity.ts"
+import { readFigures, trimResult } from "../../bench/lib/capacity-figures.ts"
 import { BEGIN, END, renderCapacity } from "../../bench/lib/capacity-report.ts"
 import { listKey } from "../../src/Authors/ReadAnswers.ts"
 import { ENTRY_OVERHEAD_BYTES, ID_SHARDS } from "../../src/Authors/ReadCache.ts"
@@ -169,7 +170,7 @@ describe("bench/capacity.ts, the script", () => {
     const block = /```sh example=capacity\n([\s\S]*?)```/.exec(page)![1]!
     const lines = block.split("\n").filter((l) => l.trim() !== "")
     const copy = join(scratch, "repo")
-    for (const file of ["bench/capacity.ts", "bench/lib/capacity.ts", "bench/lib/capacity-report.ts", "bench/capacity-figures.json", "docs/scaling.md"]) {
+    for (const file of ["bench/capacity.ts", "bench/lib/capacity.ts", "bench/lib/capacity-figures.ts", "bench/lib/capacity-report.ts", "bench/capacity-figures.json", "docs/scaling.md"]) {
       mkdirSync(join(copy, file, ".."), { recursive: true })
       copyFileSync(join(ROOT, file), join(copy, file))
     }
