@@ -5,14 +5,14 @@
  * keeps the figures they came from in bench/capacity-figures.json (the result file itself is not
  * committed); the page shows the default assumptions, so `--write` takes no other option.
  */
-import { readdirSync, readFileSync, writeFileSync } from "node:fs"
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join, relative, resolve } from "node:path"
 import { type Assumptions, DEFAULTS } from "./lib/capacity.ts"
 import { type PgFigure, readFigures, trimResult } from "./lib/capacity-figures.ts"
 import { BEGIN, END, renderCapacity } from "./lib/capacity-report.ts"
 
 const ROOT = resolve(import.meta.dirname, "..")
-export const FIGURES_FILE = "bench/capacity-figures.json"
+const FIGURES_FILE = "bench/capacity-figures.json"
 const PAGE = "docs/scaling.md"
 
 const usage = "usage: node bench/capacity.ts [bench/results/<file>.json] [--write] [--authors N] [--utilisation 0.65] [--instance-cores 1]\n" +
@@ -54,7 +54,7 @@ if (write && (Object.keys(overrides).length > 0 || pgFigure !== "cluster")) fail
 
 if (file === undefined) {
   const results = join(ROOT, "bench", "results")
-  const newest = readdirSync(results, { withFileTypes: true }).filter((e) => e.isFile() && e.name.endsWith(".json")).map((e) => e.name).sort().at(-1)
+  const newest = !existsSync(results) ? undefined : readdirSync(results, { withFileTypes: true }).filter((e) => e.isFile() && e.name.endsWith(".json")).map((e) => e.name).sort().at(-1)
   if (newest === undefined) fail(`no result file in bench/results/: run \`npm run bench\` first\n${usage}`)
   file = join(results, newest!)
   process.stderr.write(`reading ${relative(ROOT, file)}\n`)

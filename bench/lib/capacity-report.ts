@@ -47,7 +47,7 @@ const assumptions = (A: Assumptions, c: Costs) => {
   return table(["Assumption", "Value", "Measured here, or assumed"], [
     ["Cores per instance", n(A.instanceCores), "assumed: the pod's CPU limit (`deploy/kubernetes/base/deployment.yaml`); the service's CPU per request counts all its threads"],
     ["Planned utilisation of every ceiling", pct(A.utilisation), "assumed: room for bursts, for an instance lost, for garbage collection pauses"],
-    ["Authors", n(A.authors), "assumed; id lookups uniform over them, pages over the first 50 (as the bench's)"],
+    ["Authors", n(A.authors), `assumed; id lookups uniform over them, pages over the first ${n(A.pages)} (as the bench's)`],
     ["Read cache per instance", `${n(A.cacheBytes / 2 ** 20)} MiB, answers at most ${n(A.maxAgeSeconds)} s old`, "the defaults (`READ_CACHE_MAX_BYTES`, `READ_CACHE_MAX_AGE_SECONDS`)"],
     ["An id lookup's entry in the cache", `${n(A.idEntryBytes)} B: ${n(entries)} fit`, "from the code: its answer (~85 B), its key, 256 B of overhead per entry"],
     ["Id shards of the read cache", n(A.idShards), "from the code"],

@@ -183,9 +183,8 @@ export interface Step {
   readonly cache: CacheState
   readonly perRequest: Cpu
   readonly redisPrimaries: number
-  /** Cores the primary needs, and the selects' cores (on the primary while it has room, else on replicas). */
+  /** Cores the primary needs: the selects' too while one server holds them, else they go to replicas. */
   readonly primaryCores: number
-  readonly selectCores: number
   readonly replicas: number
   readonly writes: number
   readonly commits: number
@@ -237,7 +236,7 @@ export const step = (mix: Mix, rate: number, c: Costs, A: Assumptions): Step => 
   const first = (Object.keys(loads) as Array<Ceiling>).reduce((x, y) => (loads[y] > loads[x] ? y : x))
   const bytes = rate * (mix.reads * (mix.idShare * A.bytes.id + (1 - mix.idShare) * A.bytes.page) + (mix.creates + mix.renamesDeletes) * A.bytes.write)
   return {
-    rate, instances, cache, perRequest, redisPrimaries, primaryCores, selectCores, replicas, writes, commits,
+    rate, instances, cache, perRequest, redisPrimaries, primaryCores, replicas, writes, commits,
     batchNeeded: writes / commitCeiling, connections, gbits: (bytes * 8) / 1e9, loads, first
   }
 }
