@@ -116,6 +116,8 @@ const COVERAGE: Record<string, string> = {
   "token-claims": "run in bash with TOKEN set to a token the service issued; its output asserted (issuer, audience, kind, seconds left)",
   // docs/performance.md
   bench: "not run (a full run takes tens of minutes): every command is checked to be `npm run bench` with options bench/README.md documents",
+  // docs/scaling.md
+  capacity: "run line by line by test/unit/bench.capacity.test.ts in a copy of the files it reads and writes (the committed figures, a fixture result file as the newest): the first line's output must be the page's tables, `--write` must replace them and nothing else; its options are checked here to be documented in bench/README.md",
   // docs/architecture.md
   layout: "every path it names is checked to exist and every module of src/ to be listed",
   "swapped-layer": "run by test/examples/swapped-layer.test.ts; each of its lines is checked to be that test's"
@@ -794,6 +796,16 @@ describe("README and docs true to the code", () => {
       expect(command).toMatch(/(^|\s)npm run bench( -- |$)/)
       for (const m of command.matchAll(/\s(--[a-z-]+)/g)) expect(documented, m[1]).toContain(`\`${m[1]}`)
       for (const m of command.matchAll(/\b(BENCH_[A-Z_]+)=/g)) expect(documented, m[1]).toContain(m[1])
+    }
+  })
+
+  it("capacity: every command is bench/capacity.ts with options bench/README.md documents", () => {
+    const documented = readFileSync(join(ROOT, "bench/README.md"), "utf8")
+    const commands = example("capacity").split("\n").filter((l) => l.trim() !== "")
+    expect(commands.length).toBeGreaterThan(0)
+    for (const command of commands) {
+      expect(command).toMatch(/^node bench\/capacity\.ts( |$)/)
+      for (const m of command.replace(/#.*$/, "").matchAll(/\s(--[a-z-]+)/g)) expect(documented, m[1]).toContain(`\`${m[1]}`)
     }
   })
 
