@@ -40,7 +40,7 @@ interface Waiter {
 /** A record on its way to the stream, and the request that waits for it. */
 type PendingAppend = { readonly stored: StoredEntry; readonly waiter: Waiter }
 
-/** Queued by the committer when entries await deletion: every shard's go with the next append, or on their own when none comes. */
+/** Queued by the committer when entries await deletion: taken up by the next round with nothing to append, if they still wait (appendBatch). */
 const DELETE = "delete" as const
 
 /** An append Redis has not answered by then goes to the in-process buffer. */
@@ -173,7 +173,6 @@ export const makeAppender = ({ journal, offer, options, state, store }: Appender
       appending = []
       yield* toBuffer(left)
     })
-
 
     const record = (entry: AuditEntry): Effect.Effect<void> => {
       // Not connected, or closing: straight to the buffer, so a Redis outage never slows requests,

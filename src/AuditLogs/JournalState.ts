@@ -48,7 +48,7 @@ export class JournalState {
   private inFlight: Array<Held> = []
   private deletable: Array<Deletion<ShardStream>> = []
   private deletionAsked = false
-  /** Each shard's record count, as Redis last answered it. */
+  /** Each stream's record count (the shards', and v2's as scans delete from it), as Redis last answered it. */
   private readonly counts = new Map<CountedStream, number>()
   /** Open while records wait (the committer waits on it otherwise). */
   private readonly arrived = Latch.makeUnsafe(false)

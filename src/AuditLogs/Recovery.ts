@@ -15,12 +15,11 @@
 import { Duration, Effect, Option } from "effect"
 import { countDropped } from "./Dropped.ts"
 import type { StoredEntry } from "./Entry.ts"
-import { type JournalEntry, parseJournal } from "./Journal.ts"
-import type { JournalStream } from "./Journal.ts"
+import { type JournalEntry, type JournalStream, parseJournal } from "./Journal.ts"
 import type { Deletion, JournalStore } from "./JournalStore.ts"
 import type { WriterOptions } from "./WriterOptions.ts"
 
-/** About how many batches a scan reads at once (a v2 entry holds up to a batch). */
+/** About how many batches a scan reads at once (a v3 or v2 entry holds up to a batch). */
 const SCAN_PAGE_BATCHES = 10
 
 export interface RecoveryDeps {
