@@ -94,12 +94,12 @@ export class World {
   /** Entries named by a log line counting them dropped. */
   private readonly logged = new Set<string>()
   /**
-   * The entries other writers appended: where, and what they hold (the request ids of their
-   * readable records, or how many records could not be read). `lost`: a failover lost it before
-   * any scan read it (their writer, not modelled, held its records).
+   * The entries other writers appended (the stream's own entry, not another one given its id), and
+   * what they hold (the request ids of their readable records, or how many records could not be
+   * read). `lost`: a failover lost it before any scan read it (their writer, not modelled, held its
+   * records).
    */
   private readonly others: Array<{
-    readonly stream: JournalStream
     readonly entry: { readonly id: string; readonly fields: ReadonlyArray<string> }
     readonly requests: ReadonlyArray<string>
     readonly unreadable: number
@@ -229,17 +229,11 @@ export class World {
       id = this.journal.xadd("v1", ["id", entryId, "e", readable ? JSON.stringify({ ...e, timestamp: e.timestamp.toISOString() }) : "{"])
     }
     this.others.push({
-      stream,
       entry: this.journal.entries(stream).find((e) => e.id === id)!,
       requests: readable ? stored.map((s) => s.entry.request_id) : [],
       unreadable: readable ? 0 : n,
       lost: false
     })
-  }
-
-  /** Whether another writer's entry is in its stream (the same entry, not another one with its id). */
-  private present(other: (typeof this.others)[number]) {
-    return this.journal.entries(other.stream).includes(other.entry)
   }
 
   /**
