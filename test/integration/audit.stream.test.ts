@@ -9,13 +9,15 @@
  * - the records of concurrent requests go to the stream as one entry: fewer entries than records,
  *   and a new instance's recovery stores every record of them once;
  * - appended records are written from memory and deleted from the stream after their commit; an
- *   entry whose records were inserted in two batches is deleted only after the second;
+ *   entry whose records were inserted in two batches is deleted only after the second; at a
+ *   shutdown with PostgreSQL away, the held records of an entry Redis no longer has are appended
+ *   again;
  * - entries nobody writes (a killed instance's) are written by the recovery scan: at start all of
  *   them, later those older than `claimIdle` — each stored once; in every shard, and (not in a
  *   cluster) in the v2 and v1 streams (written during a rolling update);
  * - past streamHeldMax, entries wait in the stream only, counted (audit_records_deferred_total);
- * - committed entries are deleted with the next append (or on their own when none comes), never
- *   before their records committed;
+ * - committed entries are deleted with the next append to their shard (or on their own when there
+ *   is nothing to append), never before their records committed;
  * - (one server, behind a TCP proxy) a Redis that accepts and never answers does not hold requests:
  *   the concurrent records of a batch share one deadline, go on without their append, and are
  *   stored from the in-process buffer;
@@ -243,6 +245,25 @@ const suite = (mode: RedisMode) => describe(`audit Redis Stream journal (${mode.
       // Each shard's record count goes with its last entry.
       expect(yield* Effect.promise(() => Promise.all(SHARDS.map((shard) => client.exists(countKey(p, shard)))))).toEqual(SHARDS.map(() => 0))
     }).pipe(withRepo(repo, p, mode.target))
+  })
+
+  it.live("a shutdown with PostgreSQL away appends again the held records of an entry Redis no longer has (a failover lost it), and only those", () => {
+    const p = `test:${randomUUID()}:`
+    return Effect.gen(function*() {
+      const { client } = yield* RedisClient
+      yield* Effect.gen(function*() {
+        const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "400 millis" })
+        // One at a time: an entry each, in s0…s4.
+        for (let i = 0; i < 5; i++) yield* audit.record(entry(700 + i))
+        // The entry of s2 gone, as after a failover to a replica that never had it.
+        yield* Effect.promise(() => client.del(streamKey(p, "s2")))
+      }).pipe(Effect.scoped)
+      // Closed: every record is in the journal once, r702 in a new entry in its shard.
+      const records = yield* Effect.promise(() => journalRecords(client, p))
+      expect(records.map((r) => r.entry.request_id).sort()).toEqual(requestIds(700, 5))
+      expect(yield* Effect.promise(() => client.xlen(streamKey(p, "s2")))).toBe(1)
+      yield* dropJournal(client, p)
+    }).pipe(withRepo(fakeRepo({ down: true }), p, mode.target))
   })
 
   it.live("a burst of concurrent records is fewer entries than records; after a restart the new instance stores every record once", () => {
