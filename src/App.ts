@@ -77,10 +77,9 @@ const layerStores = Layer.unwrap(Effect.gen(function*() {
 }))
 
 /**
- * The Redis the read cache's generations and the audit journal can use: one keyspace (one server,
- * a Sentinel group's primary). Their scripts name keys of several slots, which a Redis Cluster
- * refuses: there the read cache is off and audit records wait in this process's buffer
- * (docs/deployment.md#redis-cluster).
+ * The Redis the read cache's generations can use: one keyspace (one server, a Sentinel group's
+ * primary). Its scripts name keys of several slots, which a Redis Cluster refuses: there the read
+ * cache is off (docs/deployment.md#redis-cluster).
  */
 const oneKeyspace = Effect.map(Effect.serviceOption(RedisClient), Option.filter((redis) => redis.mode !== "cluster"))
 
@@ -124,14 +123,14 @@ const layerReadCache = Layer.unwrap(Effect.gen(function*() {
 }))
 
 /**
- * The audit writer (docs/audit.md#guarantees): none when AUDIT_LOG_ENABLED=false, through a Redis Stream when
- * Redis is configured, else buffered in this process. It sits here because it needs `SqlClient`
- * (and Redis, when configured) from below.
+ * The audit writer (docs/audit.md#guarantees): none when AUDIT_LOG_ENABLED=false, through the Redis
+ * journal when Redis is configured (in every mode: its keys are sharded by hash tag), else buffered
+ * in this process. It sits here because it needs `SqlClient` (and Redis, when configured) from below.
  */
 const layerAuditLog = Layer.unwrap(Effect.gen(function*() {
   const config = yield* AppConfig
   if (!config.auditLogEnabled) return AuditLog.layerNone
-  const redis = yield* oneKeyspace
+  const redis = yield* Effect.serviceOption(RedisClient)
   return Option.isSome(redis)
     ? AuditLog.layerRedis.pipe(Layer.provide(Layer.succeed(RedisClient, redis.value)))
     : AuditLog.layer
@@ -166,7 +165,7 @@ const describeRedis = (target: RedisTarget): string => {
       return `Redis: the primary of Sentinel group "${topology.master}" (Sentinels ${nodes(topology.sentinels)})${target.tls ? ", TLS" : ""}`
     case "Cluster":
       return `Redis: a Redis Cluster (seeds ${nodes(topology.nodes)})${target.tls ? ", TLS" : ""}; ` +
-        "the read cache is off and audit records are buffered in this process, not in a Redis stream (docs/deployment.md#redis-cluster)"
+        "the read cache is off (docs/deployment.md#redis-cluster)"
   }
 }
 

@@ -1,18 +1,21 @@
 /**
  * The journal's appender (docs/audit.md#guarantees): `record` queues a record and its request
  * waits for the record's append, at most 100 ms; one fiber appends what was queued meanwhile as ONE
- * v2 entry (one script call, which also deletes the entries waiting for deletion), so a burst of
- * concurrent requests costs one command and later one deleted id. What Redis took is held for the
- * committer (or, past the memory bound, left in the stream for a scan); what it refused, or did not
- * answer in time, goes to the in-process buffer. (One XADD per request, each raced against its own
- * timeout, would cost a short request a large share of its CPU.)
+ * v3 entry, to the next shard in turn (one script call, which also deletes that shard's entries
+ * waiting for deletion), so a burst of concurrent requests costs one command and later one deleted
+ * id, and the appends spread over every shard. What Redis took is held for the committer (or, past
+ * the memory bound, left in the stream for a scan); what it refused, or did not answer in time,
+ * goes to the in-process buffer. (One XADD per request, each raced against its own timeout, would
+ * cost a short request a large share of its CPU.)
  */
 import { Effect, Queue } from "effect"
+import { randomUUID } from "node:crypto"
 import { auditRecordsDeferredTotal } from "../Observability/Metrics.ts"
 import type { RedisError } from "../Store/Redis.ts"
 import { countDropped } from "./Dropped.ts"
 import { type AuditEntry, newEntry, type StoredEntry } from "./Entry.ts"
-import type { Deletion, JournalStore } from "./JournalStore.ts"
+import { type CountedStream, SHARDS, type ShardStream } from "./Journal.ts"
+import type { Append, Deletion, JournalStore } from "./JournalStore.ts"
 import type { JournalState } from "./JournalState.ts"
 import type { WriterOptions } from "./WriterOptions.ts"
 
@@ -37,7 +40,7 @@ interface Waiter {
 /** A record on its way to the stream, and the request that waits for it. */
 type PendingAppend = { readonly stored: StoredEntry; readonly waiter: Waiter }
 
-/** Queued by the committer when entries await deletion and no append may come to carry it. */
+/** Queued by the committer when entries await deletion: taken up by the next round with nothing to append, if they still wait (appendBatch). */
 const DELETE = "delete" as const
 
 /** An append Redis has not answered by then goes to the in-process buffer. */
@@ -62,7 +65,12 @@ export interface AppenderDeps {
   readonly state: JournalState
   readonly store: JournalStore
   /** One script call (JournalStore `journal`), the stream's count observed: the new entry's id. */
-  readonly journal: (records: ReadonlyArray<StoredEntry>, deletions: ReadonlyArray<Deletion>, timeoutMs?: number) => Effect.Effect<string | undefined, RedisError>
+  readonly journal: (
+    stream: CountedStream,
+    append: Append | undefined,
+    deletions: ReadonlyArray<Deletion>,
+    timeoutMs?: number
+  ) => Effect.Effect<string | undefined, RedisError>
   /** The in-process buffer: where records go that the stream did not take. */
   readonly offer: (stored: StoredEntry) => Effect.Effect<void>
   readonly options: WriterOptions
@@ -82,27 +90,68 @@ export const makeAppender = ({ journal, offer, options, state, store }: Appender
         Effect.ensuring(Effect.sync(() => batch.forEach(({ waiter }) => release(waiter))))
       )
 
-    /** Appends a batch as one entry with the deletions waiting; what Redis did not take goes to the buffer. */
-    const appendBatch = (batch: ReadonlyArray<PendingAppend>) => {
-      const deletions = state.takeDeletions()
-      if (batch.length === 0 && deletions.length === 0) return Effect.void
+    /** Asks for the deletable entries' deletion: with the next appends to their shards, or on its own when none comes. */
+    const askDeletion = () => void Queue.offerUnsafe(appends, DELETE)
+
+    /** The shard the next append goes to: each in turn. */
+    let shard = 0
+
+    /**
+     * One script call on `stream`: appends `batch` as one entry (none when empty) and deletes
+     * `deletions`, which are given back when the call does not reach Redis. Answers the records
+     * Redis did not take, and whether it took the call.
+     */
+    const call = (stream: ShardStream, batch: ReadonlyArray<PendingAppend>, deletions: ReadonlyArray<Deletion<ShardStream>>) => {
       const giveBack = Effect.sync(() => state.giveBack(deletions))
-      // Not connected: straight to the buffer (a command would only wait for the connection).
-      const refused = store.isDown() ? Effect.as(giveBack, batch) : journal(batch.map((p) => p.stored), deletions, APPEND_TIMEOUT_MS).pipe(
+      const records = batch.map((p) => p.stored)
+      const append = batch.length === 0 ? undefined : { records, batch: randomUUID() }
+      return journal(stream, append, deletions, APPEND_TIMEOUT_MS).pipe(
         Effect.map((id) => {
-          if (batch.length === 0 || id === undefined) return batch
-          const records = batch.map((p) => p.stored)
+          if (append === undefined || id === undefined) return { refused: batch, took: true }
           // Past the memory bound the entry waits in the stream for a scan (docs/audit.md#guarantees), counted.
-          if (!state.admit(id, records)) auditRecordsDeferredTotal.inc(records.length)
-          return []
+          if (!state.admit(stream, id, append.batch, records)) auditRecordsDeferredTotal.inc(records.length)
+          return { refused: [], took: true }
         }),
         Effect.onInterrupt(() => giveBack),
         Effect.catch((error) =>
-          Effect.logWarning("Audit stream unavailable; records buffered in process", error).pipe(Effect.andThen(giveBack), Effect.as(batch))
+          (batch.length === 0 ? Effect.void : Effect.logWarning("Audit stream unavailable; records buffered in process", error)).pipe(
+            Effect.andThen(giveBack),
+            Effect.as({ refused: batch, took: false })
+          )
         )
       )
-      return refused.pipe(Effect.flatMap(toBuffer), Effect.ensuring(Effect.sync(() => batch.forEach(({ waiter }) => release(waiter)))))
     }
+
+    /**
+     * Appends a batch as one entry to the next shard, carrying the entries of that shard waiting
+     * for deletion. The other shards' wait for an append of their own, or, when the deletion was
+     * asked for (`asked`) and nothing is to be appended, go now, a call per shard at the same time:
+     * under load deletions cost no call of their own, and when it is quiet they do not wait. What
+     * Redis did not take goes to the buffer.
+     */
+    const appendBatch = (batch: ReadonlyArray<PendingAppend>, asked: boolean) =>
+      Effect.suspend(() => {
+        if (asked) state.deletionTaken()
+        const stream = SHARDS[shard]!
+        if (batch.length > 0) shard = (shard + 1) % Math.min(SHARDS.length, options.appendShards)
+        const deletions = batch.length > 0 ? state.takeDeletions(stream) : asked ? state.takeDeletions() : []
+        // Not connected: straight to the buffer (a command would only wait for the connection).
+        if (store.isDown()) {
+          state.giveBack(deletions)
+          return toBuffer(batch)
+        }
+        const groups = Map.groupBy(deletions, (d) => d.stream)
+        if (batch.length > 0 && !groups.has(stream)) groups.set(stream, [])
+        const calls = [...groups].map(([to, group]) => call(to, to === stream ? batch : [], group))
+        // Usually one call (no fiber forked for it).
+        const done = calls.length === 1 ? Effect.map(calls[0]!, (one) => [one]) : Effect.all(calls, { concurrency: "unbounded" })
+        return Effect.flatMap(done, (answers) => {
+          // The entries left for other shards: asked for again, unless Redis refused (no busy loop
+          // while it is away; they go with the next append to their shard, or the next request).
+          if (batch.length > 0 && answers.every((a) => a.took) && state.askDeletion()) askDeletion()
+          return toBuffer(answers.flatMap((a) => a.refused))
+        })
+      }).pipe(Effect.ensuring(Effect.sync(() => batch.forEach(({ waiter }) => release(waiter)))))
 
     const append = Effect.gen(function*() {
       // A run started again after the last one stopped mid-batch: that batch (in the stream or
@@ -113,7 +162,7 @@ export const makeAppender = ({ journal, offer, options, state, store }: Appender
       // Records offered from now on wait under a deadline of their own.
       open = undefined
       appending = taken.filter((item): item is PendingAppend => item !== DELETE)
-      yield* appendBatch(appending)
+      yield* appendBatch(appending, appending.length < taken.length)
       appending = []
     })
 
@@ -124,9 +173,6 @@ export const makeAppender = ({ journal, offer, options, state, store }: Appender
       appending = []
       yield* toBuffer(left)
     })
-
-    /** Asks for the deletable entries' deletion: with the next append, or on its own when none comes. */
-    const askDeletion = () => void Queue.offerUnsafe(appends, DELETE)
 
     const record = (entry: AuditEntry): Effect.Effect<void> => {
       // Not connected, or closing: straight to the buffer, so a Redis outage never slows requests,

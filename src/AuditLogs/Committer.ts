@@ -41,9 +41,8 @@ export const makeCommitter = ({ askDeletion, deleteNow, insert, options, state }
 
   /**
    * At shutdown (the loop stopped): every held record not settled yet, the batch in flight first
-   * (it may be written twice: stored once), each batch's complete entries deleted after it. What
-   * the deadline cuts stays in the stream, for the next instance's scan. Answers how many records
-   * it did not write.
+   * (it may be written twice: stored once), each batch's complete entries deleted after it.
+   * Answers how many records it did not write (the deadline cut them).
    */
   const drain = (timeoutMs: number) =>
     Effect.gen(function*() {

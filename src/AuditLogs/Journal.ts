@@ -1,16 +1,22 @@
 /**
  * The audit journal's layout in Redis (docs/audit.md#the-redis-journal), for the writer
- * (StreamWriter.ts, through JournalStore.ts). Two layouts:
+ * (StreamWriter.ts, through JournalStore.ts). Three layouts:
  *
- * - v2, `<prefix>audit:stream:v2`, the one written: one entry per batch of records appended
- *   together, fields `n` (how many records) and `r` (a JSON array of them, each with its
- *   `entry_id`). A burst of concurrent requests costs one XADD and later one XDEL id.
- * - `<prefix>audit:stream:v2:records`: how many records its entries hold, so that the stream's cap
- *   (`streamMax`) counts records, as it did when an entry was a record. Kept by the one script
- *   that appends to and deletes from the stream (JOURNAL_LUA), in the same step.
+ * - v3, the one written: JOURNAL_SHARDS streams `<prefix>audit:{s<i>}:stream`, each with its record
+ *   count `<prefix>audit:{s<i>}:records`. The two keys of a shard share a hash tag, so the one
+ *   script that appends to and deletes from a shard (JOURNAL_LUA) names keys of one slot, which a
+ *   Redis Cluster requires; a writer appends to the shards in turn, so its appends spread over 16
+ *   slots (over every primary of a cluster) instead of loading one. The number is fixed, whatever
+ *   the topology: one server, a Sentinel group and a cluster hold the same keys. An entry holds the
+ *   records appended together: fields `n` (how many), `b` (the batch: an id its writer made, unique)
+ *   and `r` (a JSON array of the records, each with its `entry_id`). A burst of concurrent requests
+ *   costs one XADD and later one deleted id.
+ * - v2, `<prefix>audit:stream:v2` and its count `<prefix>audit:stream:v2:records`: entries like
+ *   v3's without `b`, in one stream. Written by instances that write v2, during a rolling update
+ *   from them (never in a cluster, where those buffered in the process); read back (the recovery
+ *   scan) and deleted, never written.
  * - v1, `<prefix>audit:stream`: one entry per record, fields `id` (its `entry_id`) and `e` (the
- *   record). Written by instances that write v1, during a rolling update from them; read back
- *   (the recovery scan) and deleted, never written.
+ *   record). Likewise read and deleted, never written.
  *
  * A record's JSON carries `request_data` as the object it is, spliced in as the text it was
  * captured as (RequestData.ts): nothing is serialized twice.
@@ -18,34 +24,67 @@
 import type { AuditEntry, StoredEntry } from "./Entry.ts"
 import { requestDataJson } from "./RequestData.ts"
 
-/** The stream keys under a prefix. */
-export const journalKeys = (prefix: string) => ({
-  /** v1: single-record entries, read and deleted, never written. */
-  v1: `${prefix}audit:stream`,
-  /** v2: entries of many records. */
-  v2: `${prefix}audit:stream:v2`,
-  /** The number of records in v2's entries. */
-  records: `${prefix}audit:stream:v2:records`
-})
+/** How many v3 shards there are: at least the primaries of any cluster the service is likely to meet, and fixed. */
+export const JOURNAL_SHARDS = 16
+
+/** A v3 shard, by its hash tag. */
+export type ShardStream = `s${number}`
+/** A stream with a record count: a v3 shard, or v2. */
+export type CountedStream = ShardStream | "v2"
+/** A journal stream, by its layout (v3: its shard). */
+export type JournalStream = CountedStream | "v1"
+
+/** The v3 shards, in the order a writer appends to them. */
+export const SHARDS: ReadonlyArray<ShardStream> = Array.from({ length: JOURNAL_SHARDS }, (_, i): ShardStream => `s${i}`)
+
+/** A stream's key under a prefix. */
+export const streamKey = (prefix: string, stream: JournalStream): string =>
+  stream === "v1" ? `${prefix}audit:stream` : stream === "v2" ? `${prefix}audit:stream:v2` : `${prefix}audit:{${stream}}:stream`
+
+/** The key of a stream's record count (in its stream's slot for a v3 shard). */
+export const countKey = (prefix: string, stream: CountedStream): string =>
+  stream === "v2" ? `${prefix}audit:stream:v2:records` : `${prefix}audit:{${stream}}:records`
 
 /**
- * KEYS: the stream, its record count. ARGV: the new entry's record count (`0`: no entry) and its
- * records (a JSON array), then pairs (entry id, its record count) to delete. Returns the new
- * entry's id (`""`: none) and the records the stream then holds. An id deleted already (by a scan,
- * or sent twice) deletes nothing and counts nothing. The count is forgotten when the stream is
- * empty, so a count that went wrong (the stream deleted by hand) is right again once it drains;
- * a count lost while entries remain (the key evicted) only makes the cap looser until then.
+ * KEYS: a stream, its record count. ARGV: the new entry's record count (`0`: no entry), its records
+ * (a JSON array) and its batch id, then pairs (entry id, batch id) to delete. Returns the new
+ * entry's id (`""`: none) and the records the stream then holds.
+ *
+ * An entry is deleted only when it is still the one its deleter appended or read: its `b` is the
+ * batch id given (`""` for an entry without one, v2's). After a failover to a replica that lagged,
+ * the new primary may issue again the ids of entries it never received, to other entries: deleting
+ * by id alone would delete those, whose records only their writer holds. An id whose entry is gone
+ * (deleted already, by a scan or twice, or lost in a failover) deletes nothing and counts nothing.
+ * The count subtracts what the deleted entry says it held (`n`; 0 when that is not a plain count
+ * under 10⁹). It is forgotten when the stream is empty, so a count that went wrong (the stream
+ * deleted by hand, a failover) is right again once it drains; a count lost while entries remain (the
+ * key evicted) only makes the cap looser until then.
  */
 export const JOURNAL_LUA = `local id = ''
 local change = 0
 if ARGV[1] ~= '0' then
-  id = redis.call('XADD', KEYS[1], '*', 'n', ARGV[1], 'r', ARGV[2])
+  id = redis.call('XADD', KEYS[1], '*', 'n', ARGV[1], 'b', ARGV[3], 'r', ARGV[2])
   change = tonumber(ARGV[1])
 end
-for i = 3, #ARGV, 2 do
-  change = change - redis.call('XDEL', KEYS[1], ARGV[i]) * tonumber(ARGV[i + 1])
+for i = 4, #ARGV, 2 do
+  local found = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]
+  if found then
+    local batch, n = '', 0
+    local fields = found[2]
+    for j = 1, #fields, 2 do
+      if fields[j] == 'b' then
+        batch = fields[j + 1]
+      elseif fields[j] == 'n' then
+        n = tonumber(fields[j + 1]) or 0
+      end
+    end
+    if batch == ARGV[i + 1] then
+      redis.call('XDEL', KEYS[1], ARGV[i])
+      if n >= 0 and n < 1e9 and n == math.floor(n) then change = change - n end
+    end
+  end
 end
-if #ARGV > 2 and redis.call('XLEN', KEYS[1]) == 0 then
+if #ARGV > 3 and redis.call('XLEN', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[2])
   return {id, 0}
 end
@@ -109,12 +148,14 @@ const decodeRecord = (entryId: unknown, raw: unknown): StoredEntry | undefined =
 }
 
 /**
- * A stream entry read back: its id, the records it holds, the record count it was counted with in
- * the stream's total (`n`), and how many records it held that could not be read (at least 1 when
- * none could: an entry is never deleted unread without being counted).
+ * A stream entry read back: its id, its batch id (`b`; `""` when it has none, as v2 and v1 entries),
+ * the records it holds, the record count it was counted with in the stream's total (`n`), and how
+ * many records it held that could not be read (at least 1 when none could: an entry is never
+ * deleted unread without being counted).
  */
 export interface JournalEntry {
   readonly id: string
+  readonly batch: string
   readonly records: ReadonlyArray<StoredEntry>
   readonly counted: number
   readonly unreadable: number
@@ -135,7 +176,7 @@ const parseJson = (json: string | undefined): unknown => {
   }
 }
 
-/** An entry of either layout (`r`: v2, many records; `id` and `e`: v1, one), or of neither (none readable). */
+/** An entry of any layout (`r`: v3 and v2, many records; `id` and `e`: v1, one), or of none (none readable). */
 const decodeEntry = (id: string, fields: Map<string, string>): JournalEntry => {
   const n = Number(fields.get("n") ?? 0)
   const counted = Number.isSafeInteger(n) && n > 0 ? n : 0
@@ -145,7 +186,7 @@ const decodeEntry = (id: string, fields: Map<string, string>): JournalEntry => {
     ? items.flatMap((raw: unknown) => decodeRecord((raw as { entry_id?: unknown } | null)?.entry_id, raw) ?? [])
     : [decodeRecord(fields.get("id"), parseJson(fields.get("e")))].flatMap((r) => r ?? [])
   const unreadable = Math.max(counted, items.length, fields.has("e") ? 1 : 0) - records.length
-  return { id, records, counted, unreadable: records.length === 0 ? Math.max(1, unreadable) : unreadable }
+  return { id, batch: fields.get("b") ?? "", records, counted, unreadable: records.length === 0 ? Math.max(1, unreadable) : unreadable }
 }
 
 /** `[[id, [field, value, …]], …]` as XRANGE returns them. */

@@ -1,10 +1,12 @@
 /**
  * The journal's recovery scan (docs/audit.md#the-redis-journal): the entries nobody else will
  * write — a killed instance's, also a restarted one's own, those the memory bound left out — are
- * read back, written and deleted. At start, everything already in both streams; then, every
- * `claimIdle / 2`, the entries older than `claimIdle`. Both layouts are read: v2, and v1, which
- * instances that write v1 still write during a rolling update from them. A record written twice
- * (by its writer and by a scan) is stored once: the insert is idempotent by `entry_id`.
+ * read back, written and deleted. At start, everything already in the streams; then, every
+ * `claimIdle / 2`, the entries older than `claimIdle`. Every stream is read: the 16 v3 shards, and
+ * v2 and v1, which instances that write them still write during a rolling update from them (not in
+ * a Redis Cluster: JournalStore `streams`). A record written twice (by its writer and by a scan)
+ * is stored once: the insert is idempotent by `entry_id`. An entry is deleted only if it is still
+ * the one the scan read (its batch id: Journal.ts JOURNAL_LUA).
  *
  * An entry that cannot be read is counted (`audit_records_dropped_total{reason="unreadable"}`,
  * the records it says it held) and logged with its id before it is deleted: it never stops the
@@ -13,17 +15,17 @@
 import { Duration, Effect, Option } from "effect"
 import { countDropped } from "./Dropped.ts"
 import type { StoredEntry } from "./Entry.ts"
-import { type JournalEntry, parseJournal } from "./Journal.ts"
-import type { Deletion, JournalStore, JournalStream } from "./JournalStore.ts"
+import { type JournalEntry, type JournalStream, parseJournal } from "./Journal.ts"
+import type { Deletion, JournalStore } from "./JournalStore.ts"
 import type { WriterOptions } from "./WriterOptions.ts"
 
-/** About how many batches a scan reads at once (a v2 entry holds up to a batch). */
+/** About how many batches a scan reads at once (a v3 or v2 entry holds up to a batch). */
 const SCAN_PAGE_BATCHES = 10
 
 export interface RecoveryDeps {
   readonly store: JournalStore
   readonly insert: (batch: ReadonlyArray<StoredEntry>) => Effect.Effect<void>
-  /** Deletes v2 entries (true: Redis took it). */
+  /** Deletes v3 and v2 entries (true: Redis took it). */
   readonly deleteNow: (deletions: ReadonlyArray<Deletion>) => Effect.Effect<boolean>
   /** Deletes v1 entries (true: Redis took it). */
   readonly deleteV1: (ids: ReadonlyArray<string>) => Effect.Effect<boolean>
@@ -47,7 +49,7 @@ export const makeRecovery = ({ deleteNow, deleteV1, insert, options, store }: Re
       }, { discard: true })
 
     const deletePage = (stream: JournalStream, page: ReadonlyArray<JournalEntry>) =>
-      (stream === "v2" ? deleteNow(page.map(({ counted, id }) => ({ id, records: counted }))) : deleteV1(page.map((e) => e.id))).pipe(
+      (stream === "v1" ? deleteV1(page.map((e) => e.id)) : deleteNow(page.map(({ batch, id }) => ({ stream, id, batch })))).pipe(
         Effect.tap((deleted) => Effect.sync(() => deleted && page.forEach((e) => counted.delete(`${stream} ${e.id}`))))
       )
 
@@ -78,32 +80,32 @@ export const makeRecovery = ({ deleteNow, deleteV1, insert, options, store }: Re
         }
       })
 
-    /** Both streams up to their ends: v1 (an entry a record), then v2. */
-    const scanBoth = (v1End: string | null, v2End: string | null) =>
-      Effect.gen(function*() {
-        if (v1End !== null) yield* scan("v1", v1End, 1)
-        if (v2End !== null) yield* scan("v2", v2End, max)
-      })
+    /** Every stream up to its end (null: nothing to read). */
+    const scanAll = (ends: ReadonlyArray<string | null>) =>
+      Effect.forEach(store.streams, (stream, i) => {
+        const end = ends[i] ?? null
+        return end === null ? Effect.void : scan(stream, end, stream === "v1" ? 1 : max)
+      }, { discard: true })
 
     // At start everything already in the streams (a previous run's entries), up to each one's last
     // entry before this writer appends anything, so that the scan does not write this writer's own
     // records again while their batch lingers (null: the stream was empty; unknown when Redis did
     // not answer, and then up to Redis's clock when the scan runs).
-    const startEnds = yield* Effect.all([store.lastId("v1"), store.lastId("v2")], { concurrency: 2 }).pipe(Effect.option)
+    const startEnds = yield* Effect.all(store.streams.map((stream) => store.lastId(stream)), { concurrency: "unbounded" }).pipe(Effect.option)
     let started = false
     const recover = Effect.gen(function*() {
       if (!started) {
-        if (Option.isSome(startEnds)) yield* scanBoth(...startEnds.value)
+        if (Option.isSome(startEnds)) yield* scanAll(startEnds.value)
         else {
           const end = String(yield* store.now)
-          yield* scanBoth(end, end)
+          yield* scanAll(store.streams.map(() => end))
         }
         started = true
       }
       while (true) {
         yield* Effect.sleep(claimIdleMs / 2)
         const end = String((yield* store.now) - claimIdleMs)
-        yield* scanBoth(end, end)
+        yield* scanAll(store.streams.map(() => end))
       }
     })
 

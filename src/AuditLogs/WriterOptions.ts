@@ -1,5 +1,6 @@
 /** The audit writers' bounds and deadlines (Writer.ts, StreamWriter.ts). */
 import { Duration } from "effect"
+import { JOURNAL_SHARDS } from "./Journal.ts"
 import { INSERT_BATCH_MAX } from "./Repo.ts"
 
 export interface WriterOptions {
@@ -22,6 +23,12 @@ export interface WriterOptions {
    * their visibility in the database): fewer, larger INSERTs and XDELs under load.
    */
   readonly commitLinger: Duration.Input
+  /**
+   * How many of the journal's shards the Redis writer appends to, in turn: all of them (the model
+   * tests use fewer, so that a failover's reissued ids meet the writer's own entries within a few
+   * appends). Every shard is read back whatever this says.
+   */
+  readonly appendShards: number
   /** How long a pending stream entry of another consumer waits before it is claimed. */
   readonly claimIdle: Duration.Input
   /** How long closing the scope may spend flushing. */
@@ -35,6 +42,7 @@ export const defaultWriterOptions: WriterOptions = {
   streamMax: 1_000_000,
   streamHeldMax: 5_000,
   commitLinger: "10 millis",
+  appendShards: JOURNAL_SHARDS,
   claimIdle: "30 seconds",
   // docs/operations.md#shutdown: exit within 10 s of SIGTERM, flush included: main.ts drains HTTP for 5 s first.
   flushTimeout: "3500 millis"

@@ -34,6 +34,9 @@ const SOCKET_TIMEOUT_MS = 2000
 /** Clients that were ready once: their reconnections count as down (`isDisconnected`). */
 const everReady = new WeakSet<RedisConnection>()
 
+/** Connections the service closes (closeRedis): their end is final. */
+const closing = new WeakSet<RedisConnection>()
+
 /** Reconnection backoff: 100 ms more per attempt, at most 2 s. */
 const backoff = (attempt: number) => Math.min(attempt * 100, 2000)
 
@@ -106,7 +109,26 @@ export const makeRedis = (target: RedisTarget | string): RedisConnection => {
 
 const trackReady = <C extends RedisConnection>(client: C): C => {
   client.once("ready", () => everReady.add(client))
+  if (client instanceof Redis && client.options.sentinels !== undefined && client.options.sentinels !== null) connectAgainAfterAbort(client)
   return client
+}
+
+/**
+ * ioredis ends a Sentinel connection for good when the Sentinels announce a failover
+ * (+switch-master) while it is asking them for the primary — a Sentinel that does not answer
+ * (frozen with its host) holds it there for `sentinelCommandTimeout`: its failover detector closes
+ * the connector under the connect in progress, the connect fails ("Connection is closed.") and the
+ * client ends instead of retrying. An end straight from connecting (not after a close), which the
+ * service did not ask for, is followed by a new connect, after the usual backoff
+ * (docs/operations.md#redis-failover).
+ */
+const connectAgainAfterAbort = (client: Redis) => {
+  let last = client.status
+  for (const status of ["connecting", "connect", "close"] as const) client.on(status, () => (last = status))
+  client.on("end", () => {
+    if (last !== "connecting" || closing.has(client)) return
+    setTimeout(() => void client.connect().catch(() => {}), backoff(1))
+  })
 }
 
 /** The database number a connection uses (a cluster has only 0). */
@@ -122,6 +144,7 @@ const QUIT_TIMEOUT_MS = 300
 /** QUIT (Redis closes the connection after what was sent), or a plain disconnect when Redis does not answer in time. */
 const closeRedis = (redis: RedisConnection) =>
   Effect.callback<void>((resume) => {
+    closing.add(redis)
     const timer = setTimeout(() => {
       redis.disconnect()
       resume(Effect.void)

@@ -9,94 +9,19 @@
  *   new primary), WebSocket sessions still expire, and connection counts heal (leases the new
  *   primary lost — a replica that lagged — are written back, and the limit still holds).
  *
- * The replacement is held back until the outage has been seen (the killed primary's replica is
- * paused with SIGSTOP and resumed; the Sentinels are told to wait an hour before they call the
- * primary down, then 1 s): the test waits for events, never for time.
- * Private topologies (test/support/RedisTopology.ts), started from `redis-server`.
+ * The replacement is held back until the outage has been seen (test/support/RedisFailover.ts): the
+ * test waits for events, never for time. Private topologies (test/support/RedisTopology.ts),
+ * started from `redis-server`.
  */
 import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import { afterAll, describe, expect, it } from "vitest"
 import { onPath } from "../support/Binaries.ts"
 import { eventually } from "../support/Eventually.ts"
-import { clusterMode, connectTo, type RedisMode, sentinelMode } from "../support/RedisModes.ts"
-import { redisCall, type RedisProcess, startRedisCluster, startRedisSentinelGroup } from "../support/RedisTopology.ts"
+import { clusterFailover, type Failover, sentinelFailover } from "../support/RedisFailover.ts"
+import { connectTo } from "../support/RedisModes.ts"
 import { request, signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
-
-/** What the test needs of a topology: the keys it must find on the primary it kills, and the kill. */
-interface Failover {
-  readonly mode: RedisMode
-  /** Whether `keys` are on one primary (always, but in a cluster). */
-  readonly together: (keys: ReadonlyArray<string>) => Promise<boolean>
-  /** Pauses what would replace the primary holding `keys`, kills that primary. */
-  readonly kill: (keys: ReadonlyArray<string>) => Promise<void>
-  /** Lets the replacement happen; resolves with the new primary once it serves. */
-  readonly release: () => Promise<RedisProcess>
-  /** How many of this run's connections subscribe `channel` on `server` (sharded in a cluster). */
-  readonly subscribers: (server: RedisProcess, channel: string) => Promise<number>
-  readonly stop: () => Promise<void>
-}
-
-const numsub = async (server: RedisProcess, command: string, channel: string) =>
-  Number((await redisCall(server.port, "PUBSUB", command, channel)).split("\r\n").find((line) => line.startsWith(":"))?.slice(1) ?? 0)
-
-const clusterFailover = async (): Promise<Failover> => {
-  const cluster = await startRedisCluster()
-  let killed: RedisProcess | undefined
-  let key = ""
-  let paused: ReadonlyArray<RedisProcess> = []
-  const primaries = (keys: ReadonlyArray<string>) => Promise.all(keys.map((k) => cluster.primaryOf(k)))
-  return {
-    mode: clusterMode(cluster.seeds),
-    together: async (keys) => new Set(await primaries(keys)).size === 1,
-    kill: async (keys) => {
-      const owners = await primaries(keys)
-      if (new Set(owners).size !== 1) throw new Error("the keys are not on one primary")
-      killed = owners[0]!
-      key = keys[0]!
-      paused = await cluster.replicasOf(killed)
-      for (const replica of paused) replica.pause()
-      await killed.kill()
-    },
-    release: async () => {
-      for (const replica of paused) replica.resume()
-      return eventually(async () => {
-        const primary = await cluster.primaryOf(key)
-        return primary !== killed && (await redisCall(primary.port, "CLUSTER", "INFO")).includes("cluster_state:ok") && primary
-      }, "a replica to take the killed primary's slots")
-    },
-    subscribers: (server, channel) => numsub(server, "SHARDNUMSUB", channel),
-    stop: cluster.stop
-  }
-}
-
-const sentinelFailover = async (): Promise<Failover> => {
-  const group = await startRedisSentinelGroup()
-  let killed: RedisProcess | undefined
-  const downAfter = (ms: number) =>
-    Promise.all(group.sentinels.map((s) => redisCall(s.port, "SENTINEL", "SET", group.master, "down-after-milliseconds", String(ms))))
-  return {
-    mode: sentinelMode(group.addresses, group.master),
-    together: async () => true,
-    // The Sentinels are told to wait an hour before they call the primary down, then 1 s again
-    // (pausing them instead would throw them into TILT mode for 30 s).
-    kill: async () => {
-      killed = await group.primary()
-      await downAfter(3_600_000)
-      await killed.kill()
-    },
-    release: async () => {
-      await downAfter(1000)
-      return eventually(async () => {
-        const primary = await group.primary()
-        return primary !== killed && (await redisCall(primary.port, "ROLE")).includes("master") && primary
-      }, "the Sentinels to promote the replica")
-    },
-    subscribers: (server, channel) => numsub(server, "NUMSUB", channel),
-    stop: group.stop
-  }
-}
 
 const health = async (app: TestApp) => (await request(app, "GET", "/health")).body as { status: string; redis: string; websocket: { status: string } }
 

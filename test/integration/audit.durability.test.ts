@@ -1,24 +1,26 @@
 /**
- * "Nothing is lost" (docs/audit.md#guarantees), against real PostgreSQL and Redis: PostgreSQL cut for a while
- * under load (a TCP proxy in front of it), the scope closed (SIGTERM) while records wait, and a
- * `kill -9` of the real process with the Redis Stream buffer. Each counts answered requests
- * against stored records.
+ * "Nothing is lost" (docs/audit.md#guarantees), against real PostgreSQL and Redis — the Redis cases
+ * in each mode the run offers (one server, a Redis Cluster, a Sentinel group: RedisModes.ts):
+ * PostgreSQL cut for a while under load (a TCP proxy in front of it), the scope closed (SIGTERM)
+ * while records wait, and a `kill -9` of the real process with the Redis journal. Each counts
+ * answered requests against stored records.
  */
 import { Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Redis } from "ioredis"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { journalEntries, journalKeys } from "../support/AuditJournal.ts"
+import { SHARDS, streamKey } from "../../src/AuditLogs/Journal.ts"
+import type { RedisConnection } from "../../src/Store/Redis.ts"
+import { journalEntries } from "../support/AuditJournal.ts"
 import { proxiedDatabase } from "../support/DatabaseServer.ts"
 import { type Cleanups, freePort, runCleanups, startService } from "../support/Launcher.ts"
 import { eventually } from "../support/Eventually.ts"
 import { type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
-import { login, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestDatabase } from "../support/TestApp.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { connectTo, redisModes } from "../support/RedisModes.ts"
+import { login, startTestApp, TEST_DATABASE_URL, type TestDatabase } from "../support/TestApp.ts"
 
 /** Sends `count` authenticated requests, `concurrency` at a time; returns the request ids answered. */
 const load = async (url: string, token: string, agent: string, count: number, answered: Array<string> = [], concurrency = 10) => {
@@ -73,8 +75,8 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit durability with PostgreSQ
   afterAll(() => runCleanups(cleanups))
 
   const variants = [
-    { name: "in-process buffer", redis: false },
-    ...(TEST_REDIS_URL !== undefined ? [{ name: "Redis Stream", redis: true }] : [])
+    { name: "in-process buffer", redis: undefined },
+    ...redisModes.map((mode) => ({ name: `Redis journal, ${mode.name}`, redis: mode }))
   ]
 
   it.each(variants)("PostgreSQL cut under load, then back: no record lost ($name)", async ({ redis }) => {
@@ -82,7 +84,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit durability with PostgreSQ
       config: {
         databaseUrl: Option.some(Redacted.make(viaProxy(db.url!, proxy))),
         rateLimitEnabled: false,
-        ...(redis ? { redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")), redisKeyPrefix: `test:${randomUUID()}:` } : {})
+        ...(redis !== undefined ? { redis: Option.some(redis.target), redisKeyPrefix: `test:${randomUUID()}:` } : {})
       }
     })
     let cut = false
@@ -143,8 +145,8 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit flush on SIGTERM (real pr
   })
 })
 
-describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("audit durability with Redis", () => {
-  it("kill -9 under load loses no record: the restarted instance writes the pending stream entries", async () => {
+describe.runIf(TEST_DATABASE_URL !== undefined)("audit durability with Redis", () => {
+  it.each(redisModes)("kill -9 under load loses no record: the restarted instance writes the pending stream entries ($name)", async (mode) => {
     const cleanups: Cleanups = []
     const { db, proxy } = await proxiedDatabase(cleanups)
     const dataDir = mkdtempSync(join(tmpdir(), "ads-kill-"))
@@ -153,7 +155,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     const env = {
       PORT: String(servicePort),
       DATABASE_URL: viaProxy(db.url!, proxy),
-      REDIS_URL: TEST_REDIS_URL ?? "",
+      ...mode.env,
       REDIS_KEY_PREFIX: `test:${randomUUID()}:`,
       DATA_DIR: dataDir,
       RATE_LIMIT_ENABLED: "false",
@@ -188,17 +190,17 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
   })
 })
 
-describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("audit Redis Stream appends", () => {
+for (const mode of redisModes) describe.runIf(TEST_DATABASE_URL !== undefined)(`audit Redis journal appends (${mode.name})`, () => {
   let db: TestDatabase
   let proxy: TcpProxy
-  let redis: Redis
+  let redis: RedisConnection
 
   const cleanups: Cleanups = []
   beforeAll(async () => {
     const made = await proxiedDatabase(cleanups)
     db = made.db
     proxy = made.proxy
-    redis = new Redis(TEST_REDIS_URL ?? "")
+    redis = connectTo(mode)
     cleanups.push(async () => void redis.disconnect())
   })
   afterAll(() => runCleanups(cleanups))
@@ -208,7 +210,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       config: {
         databaseUrl: Option.some(Redacted.make(viaProxy(db.url!, proxy))),
         rateLimitEnabled: false,
-        redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")),
+        redis: Option.some(mode.target),
         redisKeyPrefix: prefix
       }
     })
@@ -224,7 +226,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       await proxy.cut()
       cut = true
       const answered = await load(app.url, token, agent, 120, [], 40)
-      const { v2: current } = await journalEntries(redis, prefix)
+      const { v3: current } = await journalEntries(redis, prefix)
       const inStream = current.flatMap((e) => e.records).map((r) => r.entry.request_id)
       expect(answered).toHaveLength(120)
       expect(inStream).toEqual(expect.arrayContaining(answered))
@@ -241,9 +243,9 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
 
   it("an XADD Redis refuses falls back to the in-process buffer: the record is still stored", async () => {
     const prefix = `test:${randomUUID()}:`
-    const stream = journalKeys(prefix).v2
-    // A string where the stream should be: every XADD fails with WRONGTYPE.
-    await redis.set(stream, "not a stream")
+    const streams = SHARDS.map((shard) => streamKey(prefix, shard))
+    // A string where each shard's stream should be: every XADD fails with WRONGTYPE.
+    await Promise.all(streams.map((stream) => redis.set(stream, "not a stream")))
     const app = await startWithRedis(prefix)
     try {
       const token = (await login(app, "admin")).access_token
@@ -251,10 +253,10 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
       const answered = await load(app.url, token, agent, 30)
       expect(answered).toHaveLength(30)
       await expectAllStoredOnce(db.url!, agent, answered)
-      expect(await redis.type(stream)).toBe("string")
+      expect(await Promise.all(streams.map((stream) => redis.type(stream)))).toEqual(streams.map(() => "string"))
     } finally {
       await app.close()
-      await redis.del(stream)
+      await Promise.all(streams.map((stream) => redis.del(stream)))
     }
   })
 })

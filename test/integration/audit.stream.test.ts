@@ -1,20 +1,26 @@
 /**
- * The Redis Stream audit journal (AuditLogs/StreamWriter.ts, AuditLogs/Journal.ts):
+ * The Redis Stream audit journal (AuditLogs/StreamWriter.ts, AuditLogs/Journal.ts), in each mode the
+ * run offers (one server, a Redis Cluster, a Sentinel group: RedisModes.ts):
  * - it keeps its cap while PostgreSQL is down (docs/audit.md#guarantees: the Redis Stream buffer keeps its cap
- *   during a database outage): with nothing committed, the stream's record count still comes back
- *   with every append, and records past the cap are counted, not appended;
+ *   during a database outage): with nothing committed, each shard's record count still comes back
+ *   with every append, and records past the cap (all shards together) are counted, not appended;
+ * - the appends go to the shards in turn; an entry is deleted only when it carries the batch id
+ *   its deleter names;
  * - the records of concurrent requests go to the stream as one entry: fewer entries than records,
  *   and a new instance's recovery stores every record of them once;
  * - appended records are written from memory and deleted from the stream after their commit; an
- *   entry whose records were inserted in two batches is deleted only after the second;
+ *   entry whose records were inserted in two batches is deleted only after the second; at a
+ *   shutdown with PostgreSQL away, the held records of an entry Redis no longer has are appended
+ *   again;
  * - entries nobody writes (a killed instance's) are written by the recovery scan: at start all of
- *   them, later those older than `claimIdle` — each stored once; in the v2 stream and in the v1
- *   one (single-record entries, written during a rolling update);
+ *   them, later those older than `claimIdle` — each stored once; in every shard, and (not in a
+ *   cluster) in the v2 and v1 streams (written during a rolling update);
  * - past streamHeldMax, entries wait in the stream only, counted (audit_records_deferred_total);
- * - committed entries are deleted with the next append (or on their own when none comes), never
- *   before their records committed;
- * - a Redis that accepts and never answers does not hold requests: the concurrent records of a
- *   batch share one deadline, go on without their append, and are stored from the in-process buffer;
+ * - committed entries are deleted with the next append to their shard (or on their own when there
+ *   is nothing to append), never before their records committed;
+ * - (one server, behind a TCP proxy) a Redis that accepts and never answers does not hold requests:
+ *   the concurrent records of a batch share one deadline, go on without their append, and are
+ *   stored from the in-process buffer;
  * - a record in an entry carries `request_data` as an object, as v1 entries do.
  */
 import { describe, expect, it } from "@effect/vitest"
@@ -23,16 +29,18 @@ import { SqlError } from "effect/sql"
 import type { Command } from "ioredis"
 import { randomUUID } from "node:crypto"
 import type { AuditEntry, StoredEntry } from "../../src/AuditLogs/Entry.ts"
-import { JOURNAL_LUA } from "../../src/AuditLogs/Journal.ts"
+import { countKey, JOURNAL_LUA, SHARDS, type ShardStream, streamKey } from "../../src/AuditLogs/Journal.ts"
 import { AuditRepo, INSERT_BATCH_MAX } from "../../src/AuditLogs/Repo.ts"
 import { captureRequestData } from "../../src/AuditLogs/RequestData.ts"
 import { makeStreamAuditLog } from "../../src/AuditLogs/StreamWriter.ts"
 import { defaultWriterOptions } from "../../src/AuditLogs/WriterOptions.ts"
 import { auditRecordsDeferredTotal, auditRecordsDroppedTotal } from "../../src/Observability/Metrics.ts"
 import { defineScript, RedisClient, type RedisConnection } from "../../src/Store/Redis.ts"
-import { journalEntries, journalKeys, journalRecords } from "../support/AuditJournal.ts"
+import type { RedisTarget } from "../../src/Config.ts"
+import { journalEntries, journalRecords } from "../support/AuditJournal.ts"
 import { readMetric } from "../support/Metrics.ts"
 import { eventually } from "../support/Eventually.ts"
+import { type RedisMode, redisModes } from "../support/RedisModes.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { TEST_REDIS_URL } from "../support/TestApp.ts"
 
@@ -91,31 +99,51 @@ const watchEarlyDeletes = (repo: ReturnType<typeof fakeRepo>, client: RedisConne
 }
 
 /** A v1 entry, as an instance that writes v1 appends it: one record, fields `id` and `e`. */
-const legacyEntry = (client: RedisConnection, prefix: string, entryId: string, n: number) =>
-  client.xadd(journalKeys(prefix).v1, "*", "id", entryId, "e", JSON.stringify({ ...entry(n), timestamp: new Date().toISOString() }))
+const v1Entry = (client: RedisConnection, prefix: string, entryId: string, n: number) =>
+  client.xadd(streamKey(prefix, "v1"), "*", "id", entryId, "e", JSON.stringify({ ...entry(n), timestamp: new Date().toISOString() }))
 
-/** A v2 entry, as another instance appends it: `n` records, as a JSON array in `r`. */
-const currentEntry = (client: RedisConnection, prefix: string, records: ReadonlyArray<{ entryId: string; n: number }>) =>
+/**
+ * An entry of many records, as another instance appends it: to a v3 shard (with a batch id), or
+ * to v2 as an instance that writes v2 does (without one).
+ */
+const entryOf = (client: RedisConnection, prefix: string, stream: ShardStream | "v2", records: ReadonlyArray<{ entryId: string; n: number }>) =>
   client.xadd(
-    journalKeys(prefix).v2, "*", "n", records.length,
+    streamKey(prefix, stream), "*", "n", records.length, ...(stream === "v2" ? [] : ["b", randomUUID()]),
     "r", JSON.stringify(records.map(({ entryId, n }) => ({ entry_id: entryId, ...entry(n), timestamp: new Date().toISOString() })))
+  )
+
+/** The records the shards hold, by their count keys (0 for a key that is not there). */
+const counted = async (client: RedisConnection, prefix: string) =>
+  (await Promise.all(SHARDS.map((shard) => client.get(countKey(prefix, shard))))).reduce((n, v) => n + Number(v ?? 0), 0)
+
+/** Deletes every key of the journal under `prefix`, one command each (they are in many slots of a cluster). */
+const dropJournal = (client: RedisConnection, prefix: string) =>
+  Effect.promise(() =>
+    Promise.all([
+      ...(["v1", "v2", ...SHARDS] as const).map((stream) => client.del(streamKey(prefix, stream))),
+      ...(["v2", ...SHARDS] as const).map((stream) => client.del(countKey(prefix, stream)))
+    ])
   )
 
 /**
  * Watches the writer's journal calls (the commands its client sends, auto-pipelined): for each
- * append/delete call on `prefix`'s stream, the records it appends and the entries it deletes.
+ * append/delete call on one of `prefix`'s shards, the shard, the records it appends and the
+ * entries it deletes.
  */
 const watchJournal = (client: RedisConnection, prefix: string) => {
-  const key = journalKeys(prefix).v2
-  const calls: Array<{ records: number; deletions: number }> = []
+  const shards = new Map(SHARDS.map((shard) => [streamKey(prefix, shard), shard]))
+  const calls: Array<{ shard: ShardStream; records: number; deletions: number }> = []
   const original = client.pipeline.bind(client)
   client.pipeline = ((...args: Parameters<typeof original>) => {
     const pipeline = original(...args) as ReturnType<typeof original> & { sendCommand: (command: Command) => unknown }
     const send = pipeline.sendCommand.bind(pipeline)
     pipeline.sendCommand = (command: Command) => {
-      // EVALSHA sha numkeys stream count records n [id count]…
+      // EVALSHA sha numkeys stream count n records batch [id batch]…
       const a = command.args.map(String)
-      if ((command.name === "evalsha" || command.name === "eval") && a[2] === key) calls.push({ records: Number(a[4]), deletions: (a.length - 6) / 2 })
+      const shard = shards.get(a[2] ?? "")
+      if ((command.name === "evalsha" || command.name === "eval") && shard !== undefined) {
+        calls.push({ shard, records: Number(a[4]), deletions: (a.length - 7) / 2 })
+      }
       return send(command)
     }
     return pipeline
@@ -131,76 +159,111 @@ const deferred = async () => (await readMetric(auditRecordsDeferredTotal)).first
 
 const streamFull = async () => (await readMetric(auditRecordsDroppedTotal)).firstOrZero("audit_records_dropped_total", { reason: "stream_full" })
 
-/** Runs a test's effect with `repo` as the database and Redis under `keyPrefix`. */
-const withRepo = (repo: ReturnType<typeof fakeRepo>, keyPrefix: string, redisUrl = TEST_REDIS_URL ?? "") =>
+/** Runs a test's effect with `repo` as the database and the Redis of `target` (a URL: one server) under `keyPrefix`. */
+const withRepo = (repo: ReturnType<typeof fakeRepo>, keyPrefix: string, target: RedisTarget | string) =>
   <A, E>(self: Effect.Effect<A, E, RedisClient | AuditRepo | Scope.Scope>) =>
-    self.pipe(Effect.scoped, Effect.provide(repo.layer), Effect.provide(RedisClient.layer(Redacted.make(redisUrl), keyPrefix)))
+    self.pipe(
+      Effect.scoped,
+      Effect.provide(repo.layer),
+      Effect.provide(RedisClient.layer(typeof target === "string" ? Redacted.make(target) : target, keyPrefix))
+    )
 
 /** `count` requests at once, each awaiting its record. */
 const burst = (audit: { record: (e: AuditEntry) => Effect.Effect<void> }, from: number, count: number) =>
   Effect.forEach(range(from, count), (n) => audit.record(entry(n)), { concurrency: "unbounded", discard: true })
 
-describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () => {
-  it.live("during a PostgreSQL outage, holds its cap in records: records past streamMax are counted stream_full, the stream stops growing", () => {
+const suite = (mode: RedisMode) => describe(`audit Redis Stream journal (${mode.name})`, () => {
+  const cluster = mode.name === "Redis Cluster"
+
+  it.live("during a PostgreSQL outage, holds its cap in records over all shards: records past streamMax are counted stream_full, the journal stops growing", () => {
     const p = `test:${randomUUID()}:`
     return Effect.gen(function*() {
       const before = yield* Effect.promise(streamFull)
       const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, streamMax: 5, flushTimeout: "100 millis" })
-      // One at a time, each awaited as a request awaits its record.
+      // One at a time, each awaited as a request awaits its record: each to the next shard.
       for (let i = 0; i < 12; i++) yield* audit.record(entry(i))
       const { client } = yield* RedisClient
-      expect(yield* Effect.promise(() => client.xlen(journalKeys(p).v2))).toBe(5)
-      expect(yield* Effect.promise(() => client.get(journalKeys(p).records))).toBe("5")
+      const { v3 } = yield* Effect.promise(() => journalEntries(client, p))
+      expect(v3).toHaveLength(5)
+      expect(yield* Effect.promise(() => Promise.all(SHARDS.map((shard) => client.xlen(streamKey(p, shard)))))).toEqual([1, 1, 1, 1, 1, ...Array(11).fill(0)])
+      expect(yield* Effect.promise(() => counted(client, p))).toBe(5)
       expect((yield* Effect.promise(streamFull)) - before).toBe(7)
-      yield* Effect.promise(() => client.del(journalKeys(p).v2, journalKeys(p).records))
-    }).pipe(withRepo(fakeRepo({ down: true }), p))
+      yield* dropJournal(client, p)
+    }).pipe(withRepo(fakeRepo({ down: true }), p, mode.target))
   })
 
-  it.live("the stream's record count follows every append and deletion: an id deleted twice counts once, the count goes with the last entry", () => {
+  it.live("a shard's record count follows every append and deletion: an id deleted twice counts once, an entry of another batch is not deleted, the count goes with the last entry", () => {
     const p = `test:${randomUUID()}:`
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
-      const keys = journalKeys(p)
+      const [stream, count] = [streamKey(p, "s5"), countKey(p, "s5")]
       const journal = defineScript<[string, number]>(client, "auditJournal", 2, JOURNAL_LUA)
-      const call = (...args: ReadonlyArray<string | number>) => Effect.promise(() => journal(keys.v2, keys.records, ...args))
-      const [a, afterA] = yield* call(3, "[]")
-      const [b, afterB] = yield* call(2, "[]")
+      const call = (...args: ReadonlyArray<string | number>) => Effect.promise(() => journal(stream, count, ...args))
+      const [a, afterA] = yield* call(3, "[]", "A")
+      const [b, afterB] = yield* call(2, "[]", "B")
       expect([afterA, afterB]).toEqual([3, 5])
       // A (3 records) deleted with C appended; then A again (a scan came first) and nothing changes.
-      const [c, afterC] = yield* call(4, "[]", a, 3)
+      const [c, afterC] = yield* call(4, "[]", "C", a, "A")
       expect(afterC).toBe(6)
-      expect(yield* call(0, "", a, 3)).toEqual(["", 6])
+      expect(yield* call(0, "", "", a, "A")).toEqual(["", 6])
+      // B's id named with another batch (an id a failover issued again to another entry): B stays.
+      expect(yield* call(0, "", "", b, "A")).toEqual(["", 6])
+      expect(yield* Effect.promise(() => client.xlen(stream))).toBe(2)
       // Deletions alone; the last one takes the count with it.
-      expect(yield* call(0, "", b, 2)).toEqual(["", 4])
-      expect(yield* Effect.promise(() => client.get(keys.records))).toBe("4")
-      expect(yield* call(0, "", c, 4)).toEqual(["", 0])
-      expect(yield* Effect.promise(() => client.exists(keys.records))).toBe(0)
+      expect(yield* call(0, "", "", b, "B")).toEqual(["", 4])
+      expect(yield* Effect.promise(() => client.get(count))).toBe("4")
+      expect(yield* call(0, "", "", c, "C")).toEqual(["", 0])
+      expect(yield* Effect.promise(() => client.exists(count))).toBe(0)
       // A count lost while entries remain (an evicted key) never goes below 0.
-      const [d] = yield* call(2, "[]")
-      const [e] = yield* call(1, "[]")
-      yield* Effect.promise(() => client.del(keys.records))
-      expect(yield* call(0, "", d, 2)).toEqual(["", 0])
-      expect(yield* call(0, "", e, 1)).toEqual(["", 0])
-      expect(yield* Effect.promise(() => client.exists(keys.v2, keys.records))).toBe(1) // the empty stream stays
-      yield* Effect.promise(() => client.del(keys.v2))
-    }).pipe(withRepo(fakeRepo({ down: false }), p))
+      const [d] = yield* call(2, "[]", "D")
+      const [e] = yield* call(1, "[]", "E")
+      yield* Effect.promise(() => client.del(count))
+      expect(yield* call(0, "", "", d, "D")).toEqual(["", 0])
+      expect(yield* call(0, "", "", e, "E")).toEqual(["", 0])
+      expect(yield* Effect.promise(() => Promise.all([client.exists(stream), client.exists(count)]))).toEqual([1, 0]) // the empty stream stays
+      yield* dropJournal(client, p)
+    }).pipe(withRepo(fakeRepo({ down: false }), p, mode.target))
   })
 
-  it.live("writes appended records from memory and deletes their entries once committed", () => {
+  it.live("writes appended records from memory, appended to the shards in turn, and deletes their entries once committed", () => {
     const p = `test:${randomUUID()}:`
     const repo = fakeRepo({ down: false })
     return Effect.gen(function*() {
+      const { client } = yield* RedisClient
+      const calls = watchJournal(client, p)
       const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
       for (let i = 0; i < 20; i++) yield* audit.record(entry(i))
-      const { client } = yield* RedisClient
       // Committed batches leave the stream: wait for the inserter, then for the XDEL.
       yield* Effect.promise(() => eventually(() => repo.inserted.length >= 20, "20 record(s) stored"))
       yield* untilEmpty(client, p)
       expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(requestIds(0, 20))
       expect(new Set(repo.inserted.map((s) => s.entryId)).size).toBe(20)
-      // The record count goes with the last entry.
-      expect(yield* Effect.promise(() => client.exists(journalKeys(p).records))).toBe(0)
-    }).pipe(withRepo(repo, p))
+      // One at a time: an entry each, to the shards in turn; each entry deleted once.
+      const appends = calls.filter((c) => c.records > 0)
+      expect(appends.map((c) => c.shard)).toEqual(range(0, 20).map((i) => SHARDS[i % SHARDS.length]))
+      expect(calls.reduce((n, c) => n + c.deletions, 0)).toBe(20)
+      // Each shard's record count goes with its last entry.
+      expect(yield* Effect.promise(() => Promise.all(SHARDS.map((shard) => client.exists(countKey(p, shard)))))).toEqual(SHARDS.map(() => 0))
+    }).pipe(withRepo(repo, p, mode.target))
+  })
+
+  it.live("a shutdown with PostgreSQL away appends again the held records of an entry Redis no longer has (a failover lost it), and only those", () => {
+    const p = `test:${randomUUID()}:`
+    return Effect.gen(function*() {
+      const { client } = yield* RedisClient
+      yield* Effect.gen(function*() {
+        const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "400 millis" })
+        // One at a time: an entry each, in s0…s4.
+        for (let i = 0; i < 5; i++) yield* audit.record(entry(700 + i))
+        // The entry of s2 gone, as after a failover to a replica that never had it.
+        yield* Effect.promise(() => client.del(streamKey(p, "s2")))
+      }).pipe(Effect.scoped)
+      // Closed: every record is in the journal once, r702 in a new entry in its shard.
+      const records = yield* Effect.promise(() => journalRecords(client, p))
+      expect(records.map((r) => r.entry.request_id).sort()).toEqual(requestIds(700, 5))
+      expect(yield* Effect.promise(() => client.xlen(streamKey(p, "s2")))).toBe(1)
+      yield* dropJournal(client, p)
+    }).pipe(withRepo(fakeRepo({ down: true }), p, mode.target))
   })
 
   it.live("a burst of concurrent records is fewer entries than records; after a restart the new instance stores every record once", () => {
@@ -214,13 +277,13 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
         const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "100 millis" })
         yield* burst(audit, 500, 100)
         const { client } = yield* RedisClient
-        const { v2: current } = yield* Effect.promise(() => journalEntries(client, p))
-        console.log(`[audit stream] 100 concurrent records: ${current.length} stream entries`)
+        const { v3: current } = yield* Effect.promise(() => journalEntries(client, p))
+        console.log(`[audit stream] ${mode.name}: 100 concurrent records: ${current.length} stream entries`)
         expect(current.length).toBeLessThan(100)
         expect(current.flatMap((e) => e.records).map((r) => r.entry.request_id).sort()).toEqual(requestIds(500, 100))
         expect(current.reduce((n, e) => n + e.counted, 0)).toBe(100)
-        expect(yield* Effect.promise(() => client.get(journalKeys(p).records))).toBe("100")
-      }).pipe(withRepo(down, p))
+        expect(yield* Effect.promise(() => counted(client, p))).toBe(100)
+      }).pipe(withRepo(down, p, mode.target))
       expect(down.inserted).toEqual([])
       // The next instance, PostgreSQL back: its start scan writes every record of those entries.
       yield* Effect.gen(function*() {
@@ -229,7 +292,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
         yield* untilEmpty(client, p)
         expect(up.inserted.map((s) => s.entry.request_id).sort()).toEqual(requestIds(500, 100))
         expect(new Set(up.inserted.map((s) => s.entryId)).size).toBe(100)
-      }).pipe(withRepo(up, p))
+      }).pipe(withRepo(up, p, mode.target))
     })
   })
 
@@ -247,8 +310,9 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       yield* audit.record(entry(0))
       yield* burst(audit, 1, 300)
       yield* burst(audit, 301, 300)
-      const { v2: current } = yield* Effect.promise(() => journalEntries(client, p))
-      const entryOf = new Map(current.flatMap((e) => e.records.map((r) => [r.entryId, e.id] as const)))
+      const { v3: current } = yield* Effect.promise(() => journalEntries(client, p))
+      // Keyed by batch: two shards may hold entries with one id.
+      const entryOf = new Map(current.flatMap((e) => e.records.map((r) => [r.entryId, e.batch] as const)))
       expect(entryOf.size).toBe(601)
       database.held = undefined
       release()
@@ -261,18 +325,19 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       expect([...batchesOf.values()].some((batches) => batches.size > 1)).toBe(true)
       // …and every record was still in the stream when its batch committed.
       expect(early).toEqual([])
-    }).pipe(withRepo(repo, p))
+    }).pipe(withRepo(repo, p, mode.target))
   })
 
-  it.live("deletes committed entries with the next appends or on their own, never before their records committed", () => {
+  it.live("deletes committed entries with the next appends to their shard or on their own, never before their records committed", () => {
     const p = `test:${randomUUID()}:`
     const repo = fakeRepo({ down: false })
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
       const calls = watchJournal(client, p)
       const early = watchEarlyDeletes(repo, client, p)
-      // Batches committed as soon as they are taken, so that some commit while these records still come.
-      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, commitLinger: 0, flushTimeout: "1 second" })
+      // Batches committed as soon as they are taken, so that some commit while these records still
+      // come; one shard, so that every append may carry deletions.
+      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, commitLinger: 0, appendShards: 1, flushTimeout: "1 second" })
       // 20 requests at a time, 10 each, each awaiting its record.
       yield* Effect.forEach(range(0, 20), (w) => Effect.forEach(range(1000 + w * 10, 10), (n) => audit.record(entry(n)), { discard: true }), {
         concurrency: "unbounded",
@@ -283,52 +348,60 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       const appends = calls.filter((c) => c.records > 0)
       const both = appends.filter((c) => c.deletions > 0).length
       const alone = calls.filter((c) => c.records === 0).length
-      console.log(`[audit stream] 200 records: ${appends.length} entries, ${both} appends carrying deletions, ${alone} deletions alone`)
+      console.log(`[audit stream] ${mode.name}: 200 records: ${appends.length} entries, ${both} appends carrying deletions, ${alone} deletions alone`)
       expect(early).toEqual([])
       expect(appends.reduce((n, c) => n + c.records, 0)).toBe(200)
       // Records keep coming while batches commit: their deletions ride the appends.
       expect(both).toBeGreaterThan(0)
       // Every entry deleted once.
       expect(calls.reduce((n, c) => n + c.deletions, 0)).toBe(appends.length)
-    }).pipe(withRepo(repo, p))
+    }).pipe(withRepo(repo, p, mode.target))
   })
 
-  it.live("at start, writes the entries already in both streams (a killed instance's, v2 and v1) and deletes them", () => {
+  it.live("at start, writes the entries already in the streams (a killed instance's: v3 shards, and v2 and v1 but in a cluster) and deletes them", () => {
     const p = `test:${randomUUID()}:`
     const repo = fakeRepo({ down: false })
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
-      const legacy = range(0, 3).map(() => randomUUID())
-      for (const [i, id] of legacy.entries()) yield* Effect.promise(() => legacyEntry(client, p, id, 100 + i))
-      const current = range(0, 2).map(() => randomUUID())
-      yield* Effect.promise(() => currentEntry(client, p, current.map((entryId, i) => ({ entryId, n: 103 + i }))))
+      const v1 = cluster ? [] : range(0, 3).map(() => randomUUID())
+      for (const [i, id] of v1.entries()) yield* Effect.promise(() => v1Entry(client, p, id, 100 + i))
+      const v2 = cluster ? [] : range(0, 2).map(() => randomUUID())
+      if (!cluster) yield* Effect.promise(() => entryOf(client, p, "v2", v2.map((entryId, i) => ({ entryId, n: 103 + i }))))
+      const v3 = range(0, 4).map(() => randomUUID())
+      for (const [i, shard] of (["s0", "s15"] as const).entries()) {
+        yield* Effect.promise(() => entryOf(client, p, shard, v3.slice(i * 2, i * 2 + 2).map((entryId, j) => ({ entryId, n: 105 + i * 2 + j }))))
+      }
       yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "1 second" })
       yield* untilEmpty(client, p)
-      expect(repo.inserted.map((s) => s.entryId).sort()).toEqual([...legacy, ...current].sort())
-      expect(repo.inserted.map((s) => s.entry.resource).sort()).toEqual(range(100, 5).map((n) => `/authors/${n}`))
-    }).pipe(withRepo(repo, p))
+      expect(repo.inserted.map((s) => s.entryId).sort()).toEqual([...v1, ...v2, ...v3].sort())
+      expect(repo.inserted.map((s) => s.entry.resource).sort()).toEqual(
+        [...(cluster ? [] : range(100, 5)), ...range(105, 4)].map((n) => `/authors/${n}`).sort()
+      )
+    }).pipe(withRepo(repo, p, mode.target))
   })
 
-  it.live("while running, writes entries older than claimIdle that nobody wrote, in both streams", () => {
+  it.live("while running, writes entries older than claimIdle that nobody wrote, in every stream", () => {
     const p = `test:${randomUUID()}:`
     const repo = fakeRepo({ down: false })
     return Effect.gen(function*() {
       const { client } = yield* RedisClient
       // The start scan is over once this entry is written and gone.
       const early = randomUUID()
-      yield* Effect.promise(() => legacyEntry(client, p, early, 6))
+      yield* Effect.promise(() => entryOf(client, p, "s9", [{ entryId: early, n: 6 }]))
       yield* makeStreamAuditLog({ ...defaultWriterOptions, claimIdle: "300 millis", flushTimeout: "1 second" })
       yield* untilEmpty(client, p)
       expect(repo.inserted.map((s) => s.entryId)).toEqual([early])
-      // Appended after the start scan, by other (since killed) instances, one of each release:
-      // only the periodic scan writes them.
-      const legacyOrphan = randomUUID()
-      const currentOrphans = [randomUUID(), randomUUID()]
-      yield* Effect.promise(() => legacyEntry(client, p, legacyOrphan, 7))
-      yield* Effect.promise(() => currentEntry(client, p, currentOrphans.map((entryId, i) => ({ entryId, n: 8 + i }))))
+      // Appended after the start scan, by other (since killed) instances, one of each layout (v3
+      // only in a cluster): only the periodic scan writes them.
+      const v1Orphan = cluster ? [] : [randomUUID()]
+      const v2Orphans = cluster ? [] : [randomUUID(), randomUUID()]
+      const v3Orphans = [randomUUID(), randomUUID()]
+      for (const id of v1Orphan) yield* Effect.promise(() => v1Entry(client, p, id, 7))
+      if (!cluster) yield* Effect.promise(() => entryOf(client, p, "v2", v2Orphans.map((entryId, i) => ({ entryId, n: 8 + i }))))
+      yield* Effect.promise(() => entryOf(client, p, "s2", v3Orphans.map((entryId, i) => ({ entryId, n: 10 + i }))))
       yield* untilEmpty(client, p)
-      expect(repo.inserted.map((s) => s.entryId).sort()).toEqual([early, legacyOrphan, ...currentOrphans].sort())
-    }).pipe(withRepo(repo, p))
+      expect(repo.inserted.map((s) => s.entryId).sort()).toEqual([early, ...v1Orphan, ...v2Orphans, ...v3Orphans].sort())
+    }).pipe(withRepo(repo, p, mode.target))
   })
 
   it.live("past streamHeldMax during an outage, records wait in the stream only; once PostgreSQL is back every one is stored", () => {
@@ -351,9 +424,35 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       database.down = false
       yield* untilEmpty(client, p)
       expect([...new Set(repo.inserted.map((s) => s.entry.request_id))].sort()).toEqual(requestIds(200, 20))
-    }).pipe(withRepo(repo, p))
+    }).pipe(withRepo(repo, p, mode.target))
   })
 
+  it.live("an entry's records hold request_data as an object (as v1 entries do), captured text spliced in", () => {
+    const p = `test:${randomUUID()}:`
+    const repo = fakeRepo({ down: true })
+    return Effect.gen(function*() {
+      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "100 millis" })
+      const data = captureRequestData({ page: "2" }, { name: "x\u0000", password: "secret" })
+      yield* audit.record({ ...entry(300), request_data: data, error_message: "bad \"quote\"" })
+      const { client } = yield* RedisClient
+      // The writer's first append goes to the first shard.
+      const entries = yield* Effect.promise(() => client.xrange(streamKey(p, "s0"), "-", "+"))
+      expect(entries).toHaveLength(1)
+      const fields = entries[0]![1]
+      expect([fields[0], fields[1], fields[2], fields[4]]).toEqual(["n", "1", "b", "r"])
+      expect(fields[3]).toMatch(/^[0-9a-f-]{36}$/)
+      expect(JSON.parse(fields[5]!)).toEqual([{
+        entry_id: expect.any(String), ...entry(300), timestamp: expect.any(String),
+        request_data: { query: { page: "2" }, body: { name: "x\u0000", password: "[REDACTED]" } }, error_message: "bad \"quote\""
+      }])
+      yield* dropJournal(client, p)
+    }).pipe(withRepo(repo, p, mode.target))
+  })
+})
+
+for (const mode of redisModes) suite(mode)
+
+describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal behind a proxy (one server)", () => {
   it.live("Redis accepting and never answering: 50 concurrent requests go on at their batch's deadline, before the append gives up; each record is then stored from the in-process buffer", () => {
     const p = `test:${randomUUID()}:`
     const repo = fakeRepo({ down: false })
@@ -381,24 +480,5 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal", () =>
       (proxy) => Effect.promise(() => proxy.close())
     )
   })
-
-  it.live("an entry's records hold request_data as an object (as v1 entries do), captured text spliced in", () => {
-    const p = `test:${randomUUID()}:`
-    const repo = fakeRepo({ down: true })
-    return Effect.gen(function*() {
-      const audit = yield* makeStreamAuditLog({ ...defaultWriterOptions, flushTimeout: "100 millis" })
-      const data = captureRequestData({ page: "2" }, { name: "x\u0000", password: "secret" })
-      yield* audit.record({ ...entry(300), request_data: data, error_message: "bad \"quote\"" })
-      const { client } = yield* RedisClient
-      const entries = yield* Effect.promise(() => client.xrange(journalKeys(p).v2, "-", "+"))
-      expect(entries).toHaveLength(1)
-      const fields = entries[0]![1]
-      expect([fields[0], fields[1], fields[2]]).toEqual(["n", "1", "r"])
-      expect(JSON.parse(fields[3]!)).toEqual([{
-        entry_id: expect.any(String), ...entry(300), timestamp: expect.any(String),
-        request_data: { query: { page: "2" }, body: { name: "x\u0000", password: "[REDACTED]" } }, error_message: "bad \"quote\""
-      }])
-      yield* Effect.promise(() => client.del(journalKeys(p).v2, journalKeys(p).records))
-    }).pipe(withRepo(repo, p))
-  })
 })
+

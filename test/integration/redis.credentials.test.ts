@@ -27,7 +27,7 @@ const nodesOf = async (admin: RedisConnection): Promise<ReadonlyArray<Redis | Re
 /** What the startup log says of each mode. */
 const STARTUP_LINE: Record<RedisModeName, RegExp> = {
   "one server": /^Redis: one server$/,
-  "Redis Cluster": /^Redis: a Redis Cluster \(seeds 127\.0\.0\.1:\d+.*\); the read cache is off and audit records are buffered in this process/,
+  "Redis Cluster": /^Redis: a Redis Cluster \(seeds 127\.0\.0\.1:\d+.*\)/,
   Sentinel: /^Redis: the primary of Sentinel group "[^"]+" \(Sentinels 127\.0\.0\.1:\d+/
 }
 

@@ -194,7 +194,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("REDIS_KEY_PREFIX on every key and 
       expect(named.length).toBeGreaterThan(0)
       expect(named.filter((key) => !key.startsWith(prefix))).toEqual([])
       const prefixed = await scanAll(probe, `${prefix}*`)
-      expect(prefixed).toContain(`${prefix}audit:stream:v2`)
+      expect(prefixed).toContain(`${prefix}audit:{s0}:stream`) // the journal's first shard: its first append
       expect(prefixed.some((key) => key.startsWith(`${prefix}ratelimit:`))).toBe(true)
       expect(prefixed.some((key) => key.startsWith(`${prefix}ws:`))).toBe(true)
 
@@ -250,7 +250,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("REDIS_KEY_PREFIX on every key and 
       expect([...keys].filter((key) => !key.startsWith(prefix))).toEqual([])
       expect([...usedChannels].filter((channel) => !channel.startsWith(prefix) && channel !== expiredEvents)).toEqual([])
       // What the feed covered: the rate limits, the connection registry, the audit stream, the broadcast.
-      expect(keys).toContain(`${prefix}audit:stream:v2`)
+      expect(keys).toContain(`${prefix}audit:{s0}:stream`)
       expect([...keys].some((key) => key.startsWith(`${prefix}ratelimit:`))).toBe(true)
       expect([...keys].some((key) => key.startsWith(`${prefix}ws:slots:`))).toBe(true)
       expect([...keys].some((key) => key.startsWith(`${prefix}ws:session:`))).toBe(true)

@@ -1,22 +1,23 @@
 /**
  * What a service left in its audit journal in Redis (src/AuditLogs/Journal.ts,
- * docs/audit.md#the-redis-journal): the entries of both streams, read back as the next instance's
+ * docs/audit.md#the-redis-journal): the entries of every stream, read back as the next instance's
  * recovery scan reads them.
  */
 import type { RedisConnection } from "../../src/Store/Redis.ts"
-import { type JournalEntry, journalKeys, parseJournal } from "../../src/AuditLogs/Journal.ts"
+import { type JournalEntry, type JournalStream, parseJournal, SHARDS, streamKey } from "../../src/AuditLogs/Journal.ts"
 
-export { journalKeys }
-
-/** The entries of the v1 and v2 streams. */
-export const journalEntries = async (redis: RedisConnection, prefix: string): Promise<{ v1: Array<JournalEntry>; v2: Array<JournalEntry> }> => {
-  const keys = journalKeys(prefix)
-  const [v1, v2] = await Promise.all([redis.xrange(keys.v1, "-", "+"), redis.xrange(keys.v2, "-", "+")])
-  return { v1: parseJournal(v1), v2: parseJournal(v2) }
+/** The entries of v1, v2 (not in a Redis Cluster, where they never are) and the v3 shards (all together). */
+export const journalEntries = async (
+  redis: RedisConnection,
+  prefix: string
+): Promise<{ v1: Array<JournalEntry>; v2: Array<JournalEntry>; v3: Array<JournalEntry> }> => {
+  const read = async (stream: JournalStream) => parseJournal(await redis.xrange(streamKey(prefix, stream), "-", "+"))
+  const [v1, v2, ...shards] = await Promise.all([read("v1"), read("v2"), ...SHARDS.map(read)])
+  return { v1: v1!, v2: v2!, v3: shards.flat() }
 }
 
-/** Every record still in the journal, both streams. */
+/** Every record still in the journal, every stream. */
 export const journalRecords = async (redis: RedisConnection, prefix: string) => {
-  const { v1, v2 } = await journalEntries(redis, prefix)
-  return [...v1, ...v2].flatMap((e) => e.records)
+  const { v1, v2, v3 } = await journalEntries(redis, prefix)
+  return [...v1, ...v2, ...v3].flatMap((e) => e.records)
 }

@@ -1,18 +1,19 @@
 /**
  * In-memory stand-ins for what the audit journal's writer talks to (src/AuditLogs/JournalStore.ts,
- * docs/audit.md#the-redis-journal), with faults a test switches on: the two streams with
- * JOURNAL_LUA's semantics (test/integration/audit.journal.redis.test.ts holds them to a real Redis),
- * and PostgreSQL's `audit_logs` (stored once by entry id, as ON CONFLICT DO NOTHING does). Every
- * call takes virtual time (`Effect.sleep`), so a test on fake timers decides the interleavings.
- * A process's calls go through its own handle: once it is killed (`alive = false`) they never
- * complete and change nothing, as a dead process's calls.
+ * docs/audit.md#the-redis-journal), with faults a test switches on: the streams of every layout
+ * (the 16 v3 shards, v2, v1) with JOURNAL_LUA's semantics (test/integration/audit.journal.redis.test.ts
+ * holds them to a real Redis), a failover to a replica that lagged (`rollback`), and PostgreSQL's
+ * `audit_logs` (stored once by entry id, as ON CONFLICT DO NOTHING does). Every call takes virtual
+ * time (`Effect.sleep`), so a test on fake timers decides the interleavings. A process's calls go
+ * through its own handle: once it is killed (`alive = false`) they never complete and change
+ * nothing, as a dead process's calls.
  */
 import { Effect, Layer } from "effect"
 import { SqlError } from "effect/sql"
-import type { StoredEntry } from "../../src/AuditLogs/Entry.ts"
-import { encodeRecords } from "../../src/AuditLogs/Journal.ts"
-import type { Deletion, JournalStore, JournalStream } from "../../src/AuditLogs/JournalStore.ts"
+import { type CountedStream, encodeRecords, type JournalStream } from "../../src/AuditLogs/Journal.ts"
+import { type Deletion, type JournalStore, journalStreams } from "../../src/AuditLogs/JournalStore.ts"
 import { AuditRepo } from "../../src/AuditLogs/Repo.ts"
+import type { StoredEntry } from "../../src/AuditLogs/Entry.ts"
 import { COMMAND_TIMEOUT_MS, RedisError, RedisTimeout } from "../../src/Store/Redis.ts"
 
 /** One process's view: its calls stop (never complete, change nothing) once it is killed. */
@@ -29,15 +30,16 @@ export type RedisMode = "up" | "slow" | "silent" | "refusing"
 
 export type Fields = ReadonlyArray<string>
 type Entry = { readonly id: string; readonly fields: Fields }
+type Id = readonly [number, number]
 
 const parseId = (id: string): [number, number] => {
   const [ms = "0", seq] = id.split("-")
   return [Number(ms), seq === undefined ? Number.NaN : Number(seq)]
 }
-const compare = ([a, b]: [number, number], [c, d]: [number, number]) => a !== c ? a - c : b - d
+const compare = ([a, b]: Id, [c, d]: Id) => a !== c ? a - c : b - d
 
 /** Whether `id` is at or after `start` (XRANGE's `-`, `id`, `ms` or `(id`). */
-const afterStart = (id: [number, number], start: string) => {
+const afterStart = (id: Id, start: string) => {
   if (start === "-") return true
   const exclusive = start.startsWith("(")
   const [ms, seq] = parseId(exclusive ? start.slice(1) : start)
@@ -45,64 +47,150 @@ const afterStart = (id: [number, number], start: string) => {
   return exclusive ? c > 0 : c >= 0
 }
 /** Whether `id` is at or before `end` (`+`, `id`, or `ms`: every id of that millisecond). */
-const beforeEnd = (id: [number, number], end: string) => {
+const beforeEnd = (id: Id, end: string) => {
   if (end === "+") return true
   const [ms, seq] = parseId(end)
   return compare(id, [ms, Number.isNaN(seq) ? Number.MAX_SAFE_INTEGER : seq]) <= 0
 }
 
-/** The journal's Redis keys in memory: the `v1` and `v2` streams and `v2`'s record count. */
+/** A stream as Redis holds it: its entries, its last id (XADD's `*` issues ids after it), and its record count (v3, v2). */
+interface StreamState {
+  readonly entries: ReadonlyArray<Entry>
+  readonly last: Id
+  /** Its count key (undefined: no such key). */
+  readonly count: number | undefined
+}
+
+const EMPTY: StreamState = { entries: [], last: [0, 0], count: undefined }
+
+/** How many past states of each stream a rollback can go back to. */
+const HISTORY = 8
+
+/** The journal's Redis keys in memory: every stream of every layout, with its record count. */
 export class MemoryJournal {
-  readonly streams: Record<JournalStream, Array<Entry>> = { v1: [], v2: [] }
-  /** `audit:stream:v2:records` (undefined: no such key). */
-  count: number | undefined = undefined
+  private readonly state = new Map<JournalStream, StreamState>()
+  /** Each stream's states before its latest changes, oldest first (a replica that lagged holds one of them). */
+  private readonly history = new Map<JournalStream, Array<StreamState>>()
+  /** Per stream, the ids its next XADDs issue again (a promoted replica whose clock is behind). */
+  private readonly reissue = new Map<JournalStream, Array<string>>()
   mode: RedisMode = "up"
-  private last: [number, number] = [0, 0]
   private silentCalls = 0
   /** Sees every entry as it is deleted, before it goes. */
   onDelete: (stream: JournalStream, entry: Entry) => void = () => {}
 
+  private get(stream: JournalStream): StreamState {
+    return this.state.get(stream) ?? EMPTY
+  }
+
+  /** Inside a script: its changes are one (a replica receives a script's effects whole, or none of them). */
+  private atomic = false
+
+  private set(stream: JournalStream, next: StreamState) {
+    if (!this.atomic) this.remember(stream, this.get(stream))
+    this.state.set(stream, next)
+  }
+
+  private remember(stream: JournalStream, past: StreamState) {
+    const states = this.history.get(stream) ?? []
+    states.push(past)
+    if (states.length > HISTORY) states.shift()
+    this.history.set(stream, states)
+  }
+
+  /** The entries of a stream now. */
+  entries(stream: JournalStream): ReadonlyArray<Entry> {
+    return this.get(stream).entries
+  }
+
+  /** A stream's count key (undefined: no such key). */
+  count(stream: CountedStream): number | undefined {
+    return this.get(stream).count
+  }
+
+  /** Loses a count key (evicted). */
+  loseCount(stream: CountedStream) {
+    this.set(stream, { ...this.get(stream), count: undefined })
+  }
+
   xadd(stream: JournalStream, fields: Fields): string {
+    const current = this.get(stream)
+    const again = this.reissue.get(stream)?.shift()
     const now = Date.now()
-    this.last = now > this.last[0] ? [now, 0] : [this.last[0], this.last[1] + 1]
-    const id = `${this.last[0]}-${this.last[1]}`
-    this.streams[stream].push({ id, fields })
+    const [ms, seq] = current.last
+    const id = again ?? (now > ms ? `${now}-0` : `${ms}-${seq + 1}`)
+    this.set(stream, { ...current, entries: [...current.entries, { id, fields }], last: parseId(id) })
     return id
   }
 
   xdel(stream: JournalStream, id: string): number {
-    const entries = this.streams[stream]
-    const at = entries.findIndex((e) => e.id === id)
-    if (at < 0) return 0
-    this.onDelete(stream, entries[at]!)
-    entries.splice(at, 1)
+    const current = this.get(stream)
+    const found = current.entries.find((e) => e.id === id)
+    if (found === undefined) return 0
+    this.onDelete(stream, found)
+    this.set(stream, { ...current, entries: current.entries.filter((e) => e !== found) })
     return 1
   }
 
   xrange(stream: JournalStream, start: string, end: string, count: number): Array<[string, Array<string>]> {
-    return this.streams[stream]
+    return this.get(stream).entries
       .filter((e) => afterStart(parseId(e.id), start) && beforeEnd(parseId(e.id), end))
       .slice(0, count)
       .map((e) => [e.id, [...e.fields]])
   }
 
   /** JOURNAL_LUA (src/AuditLogs/Journal.ts), step by step. */
-  script(n: number, records: string, deletions: ReadonlyArray<Deletion>): [string, number] {
+  script(stream: CountedStream, n: number, records: string, batch: string, deletions: ReadonlyArray<Pick<Deletion, "id" | "batch">>): [string, number] {
+    const before = this.get(stream)
+    this.atomic = true
+    try {
+      return this.steps(stream, n, records, batch, deletions)
+    } finally {
+      this.atomic = false
+      if (this.get(stream) !== before) this.remember(stream, before)
+    }
+  }
+
+  private steps(stream: CountedStream, n: number, records: string, batch: string, deletions: ReadonlyArray<Pick<Deletion, "id" | "batch">>): [string, number] {
     let id = ""
     let change = 0
     if (n !== 0) {
-      id = this.xadd("v2", ["n", String(n), "r", records])
+      id = this.xadd(stream, ["n", String(n), "b", batch, "r", records])
       change = n
     }
-    for (const d of deletions) change -= this.xdel("v2", d.id) * d.records
-    if (deletions.length > 0 && this.streams.v2.length === 0) {
-      this.count = undefined
+    for (const d of deletions) {
+      const found = this.get(stream).entries.find((e) => e.id === d.id)
+      if (found === undefined) continue
+      const field = (name: string) => {
+        const at = found.fields.findIndex((f, i) => i % 2 === 0 && f === name)
+        return at < 0 ? undefined : found.fields[at + 1]
+      }
+      if ((field("b") ?? "") !== d.batch) continue
+      this.xdel(stream, d.id)
+      const counted = Number(field("n") ?? 0)
+      if (counted >= 0 && counted < 1e9 && Number.isInteger(counted)) change -= counted
+    }
+    const current = this.get(stream)
+    if (deletions.length > 0 && current.entries.length === 0) {
+      this.set(stream, { ...current, count: undefined })
       return [id, 0]
     }
-    let held = (this.count ?? 0) + change
-    if (held < 0) held = 0
-    this.count = held
+    const held = Math.max(0, (current.count ?? 0) + change)
+    this.set(stream, { ...current, count: held })
     return [id, held]
+  }
+
+  /**
+   * A failover to a replica that lagged `steps` changes behind on `stream`: the stream is as it was
+   * then (the entries appended since are gone, those deleted since are back, its count with them),
+   * and the promoted replica's clock is behind, so its next appends get the lost entries' ids again.
+   */
+  rollback(stream: JournalStream, steps: number) {
+    const past = this.history.get(stream) ?? []
+    const back = past.length >= steps ? past[past.length - steps]! : EMPTY
+    const lost = this.get(stream).entries.filter((e) => compare(parseId(e.id), back.last) > 0).map((e) => e.id)
+    this.history.set(stream, past.slice(0, Math.max(0, past.length - steps)))
+    this.state.set(stream, back)
+    this.reissue.set(stream, lost)
   }
 
   /**
@@ -138,18 +226,21 @@ export class MemoryJournal {
     })
   }
 
-  /** The writer's Redis, for the process of `handle`. */
+  /** The writer's Redis, for the process of `handle`: every layout's streams (as on one server or a Sentinel group). */
   store(handle: Handle): JournalStore {
     return {
       isDown: () => this.mode === "refusing",
-      journal: (records: ReadonlyArray<StoredEntry>, deletions: ReadonlyArray<Deletion>, timeoutMs?: number) =>
-        this.command(handle, records.length === 0 ? "XDEL" : "XADD", () => {
-          const [id, held] = this.script(records.length, records.length === 0 ? "" : encodeRecords(records), deletions)
+      streams: journalStreams(false),
+      journal: (stream, append, deletions, timeoutMs) =>
+        this.command(handle, append === undefined ? "XDEL" : "XADD", () => {
+          const [id, held] = append === undefined
+            ? this.script(stream, 0, "", "", deletions)
+            : this.script(stream, append.records.length, encodeRecords(append.records), append.batch, deletions)
           return { id: id === "" ? undefined : id, held }
         }, timeoutMs),
-      range: (stream, start, end, count) => this.command(handle, "XRANGE", () => this.xrange(stream, start, end, count)),
+      range: (stream, start, end, count, timeoutMs) => this.command(handle, "XRANGE", () => this.xrange(stream, start, end, count), timeoutMs),
       deleteV1: (ids) => this.command(handle, "XDEL", () => void ids.forEach((id) => this.xdel("v1", id))),
-      lastId: (stream) => this.command(handle, "XREVRANGE", () => this.streams[stream].at(-1)?.id ?? null),
+      lastId: (stream) => this.command(handle, "XREVRANGE", () => this.get(stream).entries.at(-1)?.id ?? null),
       now: this.command(handle, "TIME", () => Date.now())
     }
   }

@@ -9,8 +9,8 @@
 import { Effect, Exit, Logger, References, Scope } from "effect"
 import { vi } from "vitest"
 import type { AuditEntry } from "../../src/AuditLogs/Entry.ts"
-import { encodeRecords, parseJournal } from "../../src/AuditLogs/Journal.ts"
-import type { JournalStream } from "../../src/AuditLogs/JournalStore.ts"
+import { encodeRecords, type JournalStream, parseJournal } from "../../src/AuditLogs/Journal.ts"
+import { journalStreams } from "../../src/AuditLogs/JournalStore.ts"
 import { makeJournalWriter } from "../../src/AuditLogs/StreamWriter.ts"
 import type { WriterOptions } from "../../src/AuditLogs/WriterOptions.ts"
 import { type DatabaseMode, type Handle, MemoryDatabase, MemoryJournal, type RedisMode } from "./JournalModel.ts"
@@ -29,6 +29,8 @@ export type Action =
   | { readonly kind: "redis"; readonly mode: RedisMode }
   | { readonly kind: "database"; readonly mode: DatabaseMode }
   | { readonly kind: "foreign"; readonly stream: JournalStream; readonly records: number; readonly readable: boolean }
+  /** A failover to a replica `steps` changes behind on `stream` (every stream: a Sentinel group's primary), its clock behind. */
+  | { readonly kind: "rollback"; readonly stream: JournalStream | "all"; readonly steps: number }
   | { readonly kind: "shutdown"; readonly when: When }
   | { readonly kind: "kill"; readonly when: When }
 
@@ -37,6 +39,9 @@ const entry = (requestId: string): AuditEntry => ({
   outcome: "success", ip_address: "127.0.0.1", user_agent: "model", request_id: requestId, correlation_id: "c",
   response_status: 200, duration_ms: 1, request_data: {}, error_message: null
 })
+
+/** Every stream the writer reads (the model's Redis holds every layout). */
+const STREAMS = journalStreams(false)
 
 /** Lets the fake clock run `ms` (0: what is due now), every promise settled in between. */
 const pass = (ms: number) => vi.advanceTimersByTimeAsync(ms)
@@ -61,6 +66,8 @@ interface Process {
   readonly handle: Handle
   readonly scope: Scope.Closeable
   readonly record: (entry: AuditEntry) => Effect.Effect<void>
+  /** Whether the writer holds a record (by entry id) in memory. */
+  readonly holds: (entryId: string) => boolean
   closing: boolean
 }
 
@@ -86,12 +93,26 @@ export class World {
   private readonly dropped = new Map<string, number>()
   /** Entries named by a log line counting them dropped. */
   private readonly logged = new Set<string>()
-  /** Records of readable entries other writers appended. */
-  private readonly foreign: Array<string> = []
-  private unreadable = 0
-  /** Answered requests whose record was in neither the stream nor the database when their process was killed. */
-  private readonly lostInCrash = new Set<string>()
+  /**
+   * The entries other writers appended (the stream's own entry, not another one given its id), and
+   * what they hold (the request ids of their readable records, or how many records could not be
+   * read). `lost`: a failover lost it before any scan read it (their writer, not modelled, held its
+   * records).
+   */
+  private readonly others: Array<{
+    readonly entry: { readonly id: string; readonly fields: ReadonlyArray<string> }
+    readonly requests: ReadonlyArray<string>
+    readonly unreadable: number
+    lost: boolean
+  }> = []
+  /**
+   * Requests whose record a crash or a failover may lose (docs/audit.md#guarantees): in neither
+   * the streams nor the database when their process was killed (only in its memory), or in an
+   * entry a failover lost that the running writer did not hold.
+   */
+  private readonly lost = new Set<string>()
   private kills = 0
+  private rollbacks = 0
   /** Since when Redis has answered promptly (undefined: it does not now). */
   private upSince: number | undefined = Number.NEGATIVE_INFINITY
   private process!: Process
@@ -122,7 +143,7 @@ export class World {
   /** Every request id in the streams, read as a recovery scan reads them. */
   private journaled(): Set<string> {
     const ids = new Set<string>()
-    for (const stream of ["v1", "v2"] as const) {
+    for (const stream of STREAMS) {
       for (const e of parseJournal(this.journal.xrange(stream, "-", "+", Number.MAX_SAFE_INTEGER))) {
         for (const r of e.records) ids.add(r.entry.request_id)
       }
@@ -163,7 +184,7 @@ export class World {
     )
     if (Exit.isFailure(started)) throw new Error(`the writer did not start: ${String(started.cause)}`)
     const writer = started.value
-    this.process = { handle, scope, closing: false, record: (e) => writer.record(e).pipe(Effect.provide(logger)) }
+    this.process = { handle, scope, closing: false, record: (e) => writer.record(e).pipe(Effect.provide(logger)), holds: writer.holds }
   }
 
   private request(poison: Poison | undefined) {
@@ -195,16 +216,43 @@ export class World {
     this.journal.mode = mode
   }
 
-  /** Another writer's entry, v1 (one record) or v2, readable or not. */
+  /** Another writer's entry, v1 (one record), v2 or v3 (a batch id of its own), readable or not. */
   private foreignEntry(stream: JournalStream, records: number, readable: boolean) {
     const n = stream === "v1" ? 1 : records
     const stored = Array.from({ length: n }, () => ({ entryId: crypto.randomUUID(), entry: entry(`f${this.next++}`) }))
-    if (readable) this.foreign.push(...stored.map((s) => s.entry.request_id))
-    else this.unreadable += n
-    if (stream === "v2") this.journal.script(n, readable ? encodeRecords(stored) : "[{\"entry_id\":", [])
-    else {
+    let id: string
+    if (stream !== "v1") {
+      const batch = stream === "v2" ? "" : `foreign-${this.next++}`
+      ;[id] = this.journal.script(stream, n, readable ? encodeRecords(stored) : "[{\"entry_id\":", batch, [])
+    } else {
       const { entry: e, entryId } = stored[0]!
-      this.journal.xadd("v1", ["id", entryId, "e", readable ? JSON.stringify({ ...e, timestamp: e.timestamp.toISOString() }) : "{"])
+      id = this.journal.xadd("v1", ["id", entryId, "e", readable ? JSON.stringify({ ...e, timestamp: e.timestamp.toISOString() }) : "{"])
+    }
+    this.others.push({
+      entry: this.journal.entries(stream).find((e) => e.id === id)!,
+      requests: readable ? stored.map((s) => s.entry.request_id) : [],
+      unreadable: readable ? 0 : n,
+      lost: false
+    })
+  }
+
+  /**
+   * A failover to a replica that lagged, on `streams`. Of the entries it loses, the records the
+   * running writer holds in memory must still be stored; the others are lost (their writer gone —
+   * killed, or stopped leaving them for the next instance — or past its memory bound), and other
+   * writers' entries are theirs to write.
+   */
+  private rollback(streams: ReadonlyArray<JournalStream>, steps: number) {
+    this.rollbacks++
+    const entries = () => new Set(STREAMS.flatMap((stream) => this.journal.entries(stream)))
+    const before = entries()
+    for (const stream of streams) this.journal.rollback(stream, steps)
+    const after = entries()
+    for (const other of this.others) if (before.has(other.entry) && !after.has(other.entry)) other.lost = true
+    for (const { fields, id } of [...before].filter((e) => !after.has(e))) {
+      for (const { entry: e, entryId } of parseJournal([[id, [...fields]]])[0]?.records ?? []) {
+        if (!this.process.holds(entryId) && this.database.rowsOf(e.request_id) === 0) this.lost.add(e.request_id)
+      }
     }
   }
 
@@ -246,7 +294,7 @@ export class World {
       this.kills++
       const journaled = this.journaled()
       for (const r of this.requests) {
-        if (r.process.handle === handle && r.answered && !this.durable(r.id, journaled)) this.lostInCrash.add(r.id)
+        if (r.process.handle === handle && r.answered && !this.durable(r.id, journaled)) this.lost.add(r.id)
       }
       handle.alive = false
     })
@@ -265,6 +313,7 @@ export class World {
       else if (a.kind === "redis") this.setRedis(a.mode)
       else if (a.kind === "database") this.database.mode = a.mode
       else if (a.kind === "foreign") this.foreignEntry(a.stream, a.records, a.readable)
+      else if (a.kind === "rollback") this.rollback(a.stream === "all" ? STREAMS : [a.stream], a.steps)
       else {
         await (a.kind === "shutdown" ? this.stop(a.when) : this.kill(a.when))
         await this.start()
@@ -287,20 +336,23 @@ export class World {
       if (!r.answered) continue
       const rows = this.database.rowsOf(r.id)
       if (rows > 1) problems.push(`${r.id} stored ${rows} times`)
-      if (rows === 0 && !this.lostInCrash.has(r.id)) missing++
+      if (rows === 0 && !this.lost.has(r.id)) missing++
     }
     const counted = ["buffer_full", "stream_full", "shutdown", "refused"].reduce((n, reason) => n + (this.dropped.get(reason) ?? 0), 0)
     if (missing > counted) problems.push(`${missing} answered request(s) without a record, ${counted} counted as dropped`)
-    for (const id of this.foreign) {
+    const others = this.others.filter((o) => !o.lost)
+    for (const id of others.flatMap((o) => o.requests)) {
       if (this.database.rowsOf(id) !== 1) problems.push(`another writer's record ${id} stored ${this.database.rowsOf(id)} times`)
     }
-    // Counted before deletion, so a kill in between may count an entry twice; never fewer.
+    // Counted before deletion, so a kill in between may count an entry twice, and so may a rollback
+    // that brings back an entry deleted already; never fewer.
     const unreadable = this.dropped.get("unreadable") ?? 0
-    if (unreadable < this.unreadable || (this.kills === 0 && unreadable !== this.unreadable)) {
-      problems.push(`${this.unreadable} unreadable record(s) appended, ${unreadable} counted`)
+    const appended = others.reduce((n, o) => n + o.unreadable, 0)
+    if (unreadable < appended || (this.kills + this.rollbacks === 0 && unreadable !== appended)) {
+      problems.push(`${appended} unreadable record(s) appended, ${unreadable} counted`)
     }
-    const left = this.journal.streams.v1.length + this.journal.streams.v2.length
-    if (left > 0) problems.push(`${left} entries left in the stream`)
+    const left = STREAMS.reduce((n, stream) => n + this.journal.entries(stream).length, 0)
+    if (left > 0) problems.push(`${left} entries left in the streams`)
     return problems
   }
 }

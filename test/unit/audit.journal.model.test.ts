@@ -1,29 +1,37 @@
 /**
  * The audit journal's invariants (docs/architecture.md#the-audit-journal), checked over random
- * interleavings: the real writer (src/AuditLogs/StreamWriter.ts) over an in-memory Redis with
- * JOURNAL_LUA's semantics and an in-memory PostgreSQL, on fake timers (test/support/JournalWorld.ts),
- * so each run is a reproducible sequence of requests, faults (Redis slow, silent or refusing;
+ * interleavings: the real writer (src/AuditLogs/StreamWriter.ts) over an in-memory Redis holding
+ * every layout's streams (the 16 v3 shards, v2, v1) with JOURNAL_LUA's semantics and an in-memory
+ * PostgreSQL, on fake timers (test/support/JournalWorld.ts), so each run is a reproducible sequence
+ * of requests, faults (Redis slow, silent or refusing; a failover to a replica that lagged, on one
+ * shard or all of them, whose clock is behind, so that it issues the lost entries' ids again;
  * PostgreSQL slow, down, losing its answers, dying or refusing on a record; entries nobody can
  * read), time passing, shutdowns and kills at any step — also right after a commit, before the
  * writer's next step. After each run:
  * - every answered request's record is stored exactly once, or counted as dropped with a reason,
  *   or was only in memory when its process was killed (what docs/audit.md#guarantees says a crash
- *   can lose); with Redis answering, an answered request's record is in the stream or stored;
- * - an entry leaves the stream only once each of its records is stored or counted, and one that
- *   cannot be read is counted (`unreadable`) and logged with its id first;
+ *   can lose — with a failover, also an entry the replica never received); with Redis answering,
+ *   an answered request's record is in the stream or stored;
+ * - an entry leaves the stream only once each of its records is stored or counted (also when its
+ *   id was issued before to an entry that a failover lost), and one that cannot be read is counted
+ *   (`unreadable`) and logged with its id first;
  * - no record is counted `stream_full` while Redis is unreachable;
  * - a request waits at most 100 ms for its record;
  * - once everything is back, the streams are empty.
  */
 import fc from "fast-check"
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest"
-import type { JournalStream } from "../../src/AuditLogs/JournalStore.ts"
+import type { JournalStream } from "../../src/AuditLogs/Journal.ts"
 import { defaultWriterOptions, type WriterOptions } from "../../src/AuditLogs/WriterOptions.ts"
 import type { DatabaseMode, RedisMode } from "../support/JournalModel.ts"
 import { type Action, type When, World } from "../support/JournalWorld.ts"
 
-/** Small bounds, so that runs of a few dozen records reach them: entries split across batches, a full stream, a full buffer. */
-const options: WriterOptions = { ...defaultWriterOptions, batchMax: 3, streamMax: 12, streamHeldMax: 6, bufferMax: 8 }
+/**
+ * Small bounds, so that runs of a few dozen records reach them: entries split across batches, a
+ * full stream, a full buffer; appends to two shards, so that a failover's reissued ids meet the
+ * writer's own entries.
+ */
+const options: WriterOptions = { ...defaultWriterOptions, batchMax: 3, streamMax: 12, streamHeldMax: 6, bufferMax: 8, appendShards: 2 }
 
 const when: fc.Arbitrary<When> = fc.record({ after: fc.constantFrom(0, 1, 10, 150, 500), commits: fc.constantFrom(0, 0, 1, 2, 3) })
 
@@ -45,9 +53,17 @@ const action: fc.Arbitrary<Action> = fc.oneof(
     weight: 1,
     arbitrary: fc.record({
       kind: fc.constant("foreign" as const),
-      stream: fc.constantFrom<JournalStream>("v1", "v2"),
+      stream: fc.constantFrom<JournalStream>("v1", "v2", "s0", "s9"),
       records: fc.integer({ min: 1, max: 3 }),
       readable: fc.boolean()
+    })
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      kind: fc.constant("rollback" as const),
+      stream: fc.constantFrom<JournalStream | "all">("all", "s0", "s1", "v2"),
+      steps: fc.integer({ min: 1, max: 4 })
     })
   },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("shutdown" as const), when }) },
@@ -89,6 +105,18 @@ describe("audit journal model", () => {
           { kind: "time", ms: 5 },
           { kind: "kill", when: { after: 0, commits: 0 } },
           { kind: "database", mode: "up" }
+        ]],
+        // A failover loses an entry whose records the writer holds, and issues its id again to the
+        // writer's next entry: deleting the lost one must not delete the new one.
+        [[request, { kind: "time", ms: 2 }, { kind: "requests", n: 4, poison: undefined }, { kind: "rollback", stream: "all", steps: 1 }]],
+        // …and when the writer then stops with PostgreSQL away, what it holds is not left to an entry that is gone.
+        [[
+          { kind: "database", mode: "down" },
+          request,
+          { kind: "time", ms: 2100 },
+          { kind: "rollback", stream: "all", steps: 1 },
+          { kind: "shutdown", when: { after: 0, commits: 0 } },
+          request
         ]]
       ]
     })
