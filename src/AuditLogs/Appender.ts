@@ -95,6 +95,8 @@ export const makeAppender = ({ journal, offer, options, state, store }: Appender
 
     /** The shard the next append goes to: each in turn. */
     let shard = 0
+    /** An append failed and none succeeded since: the failure was said. */
+    let failing = false
 
     /**
      * One script call on `stream`: appends `batch` as one entry (none when empty) and deletes
@@ -107,6 +109,7 @@ export const makeAppender = ({ journal, offer, options, state, store }: Appender
       const append = batch.length === 0 ? undefined : { records, batch: randomUUID() }
       return journal(stream, append, deletions, APPEND_TIMEOUT_MS).pipe(
         Effect.map((id) => {
+          failing = false
           if (append === undefined || id === undefined) return { refused: batch, took: true }
           // Past the memory bound the entry waits in the stream for a scan (docs/audit.md#guarantees), counted.
           if (!state.admit(stream, id, append.batch, records)) auditRecordsDeferredTotal.inc(records.length)
@@ -114,7 +117,12 @@ export const makeAppender = ({ journal, offer, options, state, store }: Appender
         }),
         Effect.onInterrupt(() => giveBack),
         Effect.catch((error) =>
-          (batch.length === 0 ? Effect.void : Effect.logWarning("Audit stream unavailable; records buffered in process", error)).pipe(
+          // Said once until an append succeeds again: the Redis outage itself is the outage tracker's
+          // one line (docs/operations.md#outages), not a line per batch.
+          (batch.length === 0 || failing ? Effect.void : Effect.logWarning("Audit stream unavailable; records buffered in process", error)).pipe(
+            Effect.andThen(Effect.sync(() => {
+              failing ||= batch.length > 0
+            })),
             Effect.andThen(giveBack),
             Effect.as({ refused: batch, took: false })
           )

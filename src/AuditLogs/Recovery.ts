@@ -93,6 +93,8 @@ export const makeRecovery = ({ deleteNow, deleteV1, insert, options, store }: Re
     // not answer, and then up to Redis's clock when the scan runs).
     const startEnds = yield* Effect.all(store.streams.map((stream) => store.lastId(stream)), { concurrency: "unbounded" }).pipe(Effect.option)
     let started = false
+    /** A scan failed and none got through since: the failure was said. */
+    let failing = false
     const recover = Effect.gen(function*() {
       if (!started) {
         if (Option.isSome(startEnds)) yield* scanAll(startEnds.value)
@@ -101,18 +103,28 @@ export const makeRecovery = ({ deleteNow, deleteV1, insert, options, store }: Re
           yield* scanAll(store.streams.map(() => end))
         }
         started = true
+        failing = false
       }
       while (true) {
         yield* Effect.sleep(claimIdleMs / 2)
         const end = String((yield* store.now) - claimIdleMs)
         yield* scanAll(store.streams.map(() => end))
+        failing = false
       }
     })
 
-    /** Runs for good: a scan that fails (Redis away) is retried a second later. */
+    /**
+     * Runs for good: a scan that fails (Redis away) is retried a second later, said once until a
+     * scan gets through again (the outage itself is the outage tracker's line, docs/operations.md#outages).
+     */
     const run = recover.pipe(
       Effect.catch((error) =>
-        Effect.logWarning("Audit stream recovery scan failed; retrying", error).pipe(Effect.andThen(Effect.sleep("1 second")))
+        (failing ? Effect.void : Effect.logWarning("Audit stream recovery scan failed; retrying", error)).pipe(
+          Effect.andThen(Effect.sync(() => {
+            failing = true
+          })),
+          Effect.andThen(Effect.sleep("1 second"))
+        )
       ),
       Effect.forever
     )

@@ -475,6 +475,10 @@ describe.runIf(TEST_REDIS_URL !== undefined)("audit Redis Stream journal behind 
           yield* Effect.promise(() => eventually(() => repo.inserted.length >= 51, "51 record(s) stored"))
           expect(logged.filter((m) => m.startsWith("Audit stream unavailable"))).toHaveLength(1)
           expect(repo.inserted.map((s) => s.entry.request_id).sort()).toEqual(requestIds(400, 51))
+          // Still failing: not said again (docs/operations.md#outages).
+          yield* burst(audit, 451, 20)
+          yield* Effect.promise(() => eventually(() => repo.inserted.length >= 71, "71 record(s) stored"))
+          expect(logged.filter((m) => m.startsWith("Audit stream unavailable"))).toHaveLength(1)
           yield* Effect.promise(() => proxy.restore())
         }).pipe(withRepo(repo, p, viaProxy(TEST_REDIS_URL ?? "", proxy)), Effect.provide(logger)),
       (proxy) => Effect.promise(() => proxy.close())
