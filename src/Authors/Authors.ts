@@ -55,7 +55,7 @@ const make = Effect.gen(function*() {
    * still reaches no one before the bump. The response waits for the bump only.
    */
   const announce = (event: AuthorEvent["event"], kind: WriteKind, author: AuthorRow) =>
-    Effect.flatMap(Effect.forkChild(cache.written(author.id, kind, "committed"), { startImmediately: true }), (bump) =>
+    Effect.flatMap(Effect.forkChild(cache.written([author.id], kind, "committed"), { startImmediately: true }), (bump) =>
       Effect.andThen(
         Effect.forkDetach(events.publish({ event, author }), { startImmediately: true }),
         Fiber.join(bump)
@@ -81,7 +81,7 @@ const make = Effect.gen(function*() {
         ? announce(event, kind, exit.value)
         : exit.cause.reasons.every((reason) => reason._tag === "Fail")
         ? Effect.void
-        : cache.written(id, kind, "unknown")))
+        : cache.written(id === undefined ? undefined : [id], kind, "unknown")))
 
   /** `load`'s result as an answer stamped with the time the read began: its age counts from there. */
   const answerOf = <A, B>(load: Effect.Effect<A>, answer: (a: A, readAt: number) => B): Effect.Effect<B> =>

@@ -319,18 +319,25 @@ const runModel = async (commands: ReadonlyArray<Command>, options: { readonly em
     return { key: "authors:gen:all", value: `${init("rows")}.${init("count")}.${generations.get("high") ?? 0}` }
   }
   const sharedFor = (at: number): SharedGenerations => ({
-    bump: (id, kind) =>
+    bump: (ids, kind) =>
       Effect.flatMap(Effect.service(CurrentOp), (op) =>
         Effect.suspend(() => {
           if (failNextBump[at]) {
             failNextBump[at] = false
             return Effect.fail(new RedisError({ command: "EVAL bump_generations", cause: new Error("down") }))
           }
-          if (kind === "create" && id !== undefined && id >= (generations.get("high") ?? 0)) generations.set("high", id)
-          else generations.set("rows", nextGeneration(generations.get("rows")))
+          // BUMP_LUA: each id in ascending order, one new `rows` (unless every one appends) and `count` for all.
+          let high = generations.get("high") ?? 0
+          let rows = ids === undefined
+          for (const id of [...(ids ?? [])].sort((a, b) => a - b)) {
+            if (kind === "create" && id >= high) high = id
+            else rows = true
+          }
+          generations.set("high", high)
+          if (rows) generations.set("rows", nextGeneration(generations.get("rows")))
           generations.set("count", nextGeneration(generations.get("count")))
-          if (id !== undefined) generations.set(`id:${id}`, nextGeneration(generations.get(`id:${id}`)))
-          const scopes = id === undefined ? [LIST_SCOPE] : [id, LIST_SCOPE]
+          for (const id of new Set(ids)) generations.set(`id:${id}`, nextGeneration(generations.get(`id:${id}`)))
+          const scopes = [...(ids ?? []), LIST_SCOPE]
           const seq = ++bumpSeq
           // A bump after the commit makes the write visible to a reader on any instance.
           if (op?.committed !== undefined) bumpsEffective.push({ seq, version: op.committed, scopes })
