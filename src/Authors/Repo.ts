@@ -45,9 +45,21 @@ const pageResult = (rows: Array<AuthorRow>, total: number, perPage: number): Aut
   return { items: rows, total, hasMore: true, lastId }
 }
 
+/** The columns of an answer, as every statement returns them. */
+const COLUMNS = `id::int AS id, name, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at`
+
+/**
+ * The creates of a batch (docs/architecture.md#writes-in-batches): one text for any number of names,
+ * so it is prepared once. The names are inserted in the order given (`ORDER BY i`), so their ids
+ * follow it; a name taken already, by a committed row or by a transaction that then commits, is
+ * skipped (ON CONFLICT waits for that transaction, as a lone INSERT's unique check does).
+ */
+const CREATE_MANY = `INSERT INTO authors (name) SELECT n FROM unnest($1::text[]) WITH ORDINALITY AS t(n, i) ORDER BY i ` +
+  `ON CONFLICT (name) DO NOTHING RETURNING ${COLUMNS}`
+
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const columns = sql`id::int AS id, name, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at`
+  const columns = sql.literal(COLUMNS)
 
   const where = (filters: AuthorFilters, afterId: Option.Option<number> = Option.none()) => {
     const clauses: Array<Statement.Fragment> = []
@@ -116,6 +128,13 @@ const make = Effect.gen(function*() {
       Effect.flatMap((rows) => Effect.succeed(rows[0]!))
     )
 
+  /**
+   * Creates the `names` (distinct, in the order received) in one statement: the rows it inserted,
+   * in that order. A failure is the caller's to classify (committed or not: Db/Failures.ts).
+   */
+  const createMany = (names: ReadonlyArray<string>): Effect.Effect<ReadonlyArray<AuthorRow>, SqlError.SqlError> =>
+    sql.unsafe<AuthorRow>(CREATE_MANY, [names])
+
   const update = (id: number, name: string) =>
     sql<AuthorRow>`UPDATE authors SET name = ${name} WHERE id = ${id} RETURNING ${columns}`.pipe(
       Effect.catchTag("SqlError", (e) => isUniqueViolation(e) ? Effect.fail(AuthorNameTaken.of(name)) : Effect.die(e)),
@@ -148,7 +167,7 @@ const make = Effect.gen(function*() {
     return { counted, kept } as const
   })).pipe(Effect.orDie)
 
-  return { listBatch, page, total, findById, create, update, remove, repairTotal } as const
+  return { listBatch, page, total, findById, create, createMany, update, remove, repairTotal } as const
 })
 
 /** `created_at` as the SQL repository formats it: UTC, microseconds, no zone. */
@@ -172,6 +191,11 @@ const makeMemory = Effect.sync((): AuthorRepo["Service"] => {
     )
   }
   const nameTaken = (name: string, except?: number) => [...rows.values()].some((row) => row.name === name && row.id !== except)
+  const insert = (name: string) => {
+    const row: AuthorRow = { id: ++lastId, name, created_at: formatCreatedAt(new Date()) }
+    rows.set(row.id, row)
+    return row
+  }
   const found = (id: number) => {
     const row = rows.get(id)
     return row === undefined ? Effect.fail(AuthorNotFound.of(id)) : Effect.succeed(row)
@@ -191,10 +215,9 @@ const makeMemory = Effect.sync((): AuthorRepo["Service"] => {
     create: (name) =>
       Effect.suspend(() => {
         if (nameTaken(name)) return Effect.fail(AuthorNameTaken.of(name))
-        const row: AuthorRow = { id: ++lastId, name, created_at: formatCreatedAt(new Date()) }
-        rows.set(row.id, row)
-        return Effect.succeed(row)
+        return Effect.succeed(insert(name))
       }),
+    createMany: (names) => Effect.sync(() => names.flatMap((name) => (nameTaken(name) ? [] : [insert(name)]))),
     update: (id, name) =>
       Effect.flatMap(Effect.suspend(() => found(id)), (row) => {
         if (nameTaken(name, id)) return Effect.fail(AuthorNameTaken.of(name))

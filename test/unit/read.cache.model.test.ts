@@ -87,6 +87,12 @@ const ROLLBACKS: Profile = {
   writers: [0],
   ids: 1
 }
+/** Creates arriving while one is written: they go together as the next batch (Authors.ts `createBatch`). */
+const BATCHES: Profile = {
+  ...BALANCED,
+  weights: { ...BALANCED.weights, write: 12, run: 6 },
+  writes: ["create", "create", "create", "update"]
+}
 /** Time passing while notifications wait: what the maximum age bounds. */
 const SLOW_FEED: Profile = { ...BALANCED, weights: { ...BALANCED.weights, deliver: 1, rollback: 0, tick: 4 } }
 
@@ -239,13 +245,13 @@ const runModel = async (commands: ReadonlyArray<Command>, options: { readonly em
   const ops: Array<Op> = []
   let failures: Array<string> = []
 
-  const commit = (op: Op | undefined, kind: WriteKind, id: number, notify: boolean) => {
+  const commit = (op: Op | undefined, kind: WriteKind, ids: ReadonlyArray<number>, notify: boolean) => {
     history.push(rowsNow())
     commitTimes.push(clock.ms)
     const version = history.length - 1
     if (op !== undefined) op.committed = version
     if (!notify || options.embedded) return
-    const notification = { payload: `${kind[0]}:${id}`, version, scopes: [id, LIST_SCOPE] }
+    const notification = { payload: `${kind[0]}:${ids.join(",")}`, version, scopes: [...ids, LIST_SCOPE] }
     for (let at = 0; at < instances; at++) if (feedUp[at]) queues[at]!.push(notification)
   }
 
@@ -288,13 +294,29 @@ const runModel = async (commands: ReadonlyArray<Command>, options: { readonly em
     return Deferred.await(done)
   })
   const read = <A>(effect: Effect.Effect<A>) => statement(() => Effect.runSyncExit(effect))
-  const writeOf = (kind: WriteKind) => (row: AuthorRow, op: Op | undefined) => commit(op, kind, row.id, true)
+  const writeOf = (kind: WriteKind) => (row: AuthorRow, op: Op | undefined) => commit(op, kind, [row.id], true)
+  /**
+   * A batch's statement runs in the context of the request that opened the batch (`op`); its other
+   * creates, the pending ones of the same instance whose names it inserted, committed with it.
+   */
+  const createdMany = (rows: ReadonlyArray<AuthorRow>, op: Op | undefined) => {
+    if (rows.length === 0) return
+    commit(op, "create", rows.map((row) => row.id), true)
+    for (const row of rows) {
+      const member = ops.find((o) =>
+        !o.done && o !== op && o.at === op?.at && o.committed === undefined && o.command.t === "write" && o.command.kind === "create" &&
+        NAMES[o.command.name] === row.name
+      )
+      if (member !== undefined && op?.committed !== undefined) member.committed = op.committed
+    }
+  }
   const repo: AuthorRepo["Service"] = {
     listBatch: (filters, after) => read(inner.listBatch(filters, after)),
     page: (filters, request) => read(inner.page(filters, request)),
     total: read(inner.total),
     findById: (id) => read(inner.findById(id)),
     create: (name) => statement(() => Effect.runSyncExit(inner.create(name)), writeOf("create")),
+    createMany: (names) => statement(() => Effect.runSyncExit(inner.createMany(names)), createdMany),
     update: (id, name) => statement(() => Effect.runSyncExit(inner.update(id, name)), writeOf("update")),
     remove: (id) => statement(() => Effect.runSyncExit(inner.remove(id)), writeOf("delete")),
     repairTotal: Effect.succeed(undefined)
@@ -485,7 +507,7 @@ const runModel = async (commands: ReadonlyArray<Command>, options: { readonly em
         const exit = Effect.runSyncExit(
           command.kind === "create" ? inner.create(`${NAMES[command.name]}`) : command.kind === "update" ? inner.update(command.arg, `${NAMES[command.name]}`) : inner.remove(command.arg)
         )
-        if (Exit.isSuccess(exit)) commit(undefined, command.kind, exit.value.id, true)
+        if (Exit.isSuccess(exit)) commit(undefined, command.kind, [exit.value.id], true)
         break
       }
       case "interrupt": {
@@ -566,6 +588,11 @@ const KNOWN = {
     write(0, "create", 1, 0), run, readOf(1, "byId", 1), run, { t: "snapshot" }, write(0, "update", 1, 1), run,
     { t: "rollback", reconnect: true }, readOf(1, "byId", 1), run
   ],
+  /** I1/I3: creates written as one batch (two waiting for the one in flight), a list read cached between the first and the batch. */
+  batchBump: [
+    write(0, "create", 1, 0), write(0, "create", 1, 1), write(0, "create", 1, 2), run, readOf(0, "all", 0),
+    { t: "run", pick: 1 }, run, readOf(0, "all", 0), run
+  ],
   /** I5: a notification that has not come, and time passing: an answer older than the maximum age. */
   olderThanMaxAge: [
     write(0, "create", 1, 0), run, { t: "deliver", at: 1 }, readOf(1, "byId", 1), run, write(0, "update", 1, 1), run,
@@ -580,6 +607,8 @@ describe("the read cache's invariants over random interleavings with faults (mod
   it("two instances on one PostgreSQL, with Redis going back to a snapshot", () =>
     check(ROLLBACKS, { embedded: false, redis: true }, [KNOWN.restartedFromSnapshot, KNOWN.repeatedGeneration], 300))
   it("two instances on one PostgreSQL, without Redis", () => check(BALANCED, { embedded: false, redis: false }, [KNOWN.otherInstance, KNOWN.interruptedAfterCommit]))
+  it("two instances on one PostgreSQL, with Redis, creates written in batches", () => check(BATCHES, { embedded: false, redis: true }, [KNOWN.batchBump]))
+  it("two instances on one PostgreSQL, without Redis, creates written in batches", () => check(BATCHES, { embedded: false, redis: false }, [KNOWN.batchBump]))
   it("two instances, notifications slow to come while time passes (maximum age)", () => check(SLOW_FEED, { embedded: false, redis: false }, [KNOWN.olderThanMaxAge]))
   it("one instance on the embedded database (no feed), with Redis", () => check(BALANCED, { embedded: true, redis: true }, [KNOWN.lateCommit]))
   it("one instance on the embedded database (no feed), without Redis", () => check(BALANCED, { embedded: true, redis: false }, [KNOWN.lateCommit]))
