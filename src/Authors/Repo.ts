@@ -7,7 +7,7 @@
  */
 import { Context, Effect, Layer, Option } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
-import type * as SqlError from "effect/sql/SqlError"
+import * as SqlError from "effect/sql/SqlError"
 import type * as Statement from "effect/sql/Statement"
 import { type AuthorFilters, type AuthorRow, isFiltered } from "../Domain/Author.ts"
 import type { PageRequest } from "../Domain/Pagination.ts"
@@ -45,8 +45,10 @@ const pageResult = (rows: Array<AuthorRow>, total: number, perPage: number): Aut
   return { items: rows, total, hasMore: true, lastId }
 }
 
-/** The columns of an answer, as every statement returns them. */
-const COLUMNS = `id::int AS id, name, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at`
+/** The columns of an answer, as every statement returns them (of the table aliased `table`). */
+const columnsOf = (table = "") =>
+  `${table}id::int AS id, ${table}name, to_char(${table}created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at`
+const COLUMNS = columnsOf()
 
 /**
  * The creates of a batch (docs/architecture.md#writes-in-batches): one text for any number of names,
@@ -56,6 +58,35 @@ const COLUMNS = `id::int AS id, name, to_char(created_at AT TIME ZONE 'UTC', 'YY
  */
 const CREATE_MANY = `INSERT INTO authors (name) SELECT n FROM unnest($1::text[]) WITH ORDINALITY AS t(n, i) ORDER BY i ` +
   `ON CONFLICT (name) DO NOTHING RETURNING ${COLUMNS}`
+
+/**
+ * The renames and deletes of a batch (docs/architecture.md#writes-in-batches), each of its own id,
+ * in one statement: `$1` the ids, `$2` the new names ('' for a delete), in the order received. A
+ * rename whose row exists and whose new name another row holds as the statement starts is not
+ * applied: its row comes back as `held` with that holder's id, for the caller to decide (whether a
+ * change received before it freed the name). Every other rename and every delete is applied; one
+ * that finds no row comes back with nothing. Two renames to one free name fail the statement
+ * (unique violation), as does a name a concurrent transaction takes meanwhile.
+ */
+const CHANGE_MANY = `WITH v AS (SELECT * FROM unnest($1::int[], $2::text[]) WITH ORDINALITY AS v(id, name, i)), ` +
+  `held AS (SELECT v.i, h.id AS holder FROM v JOIN authors h ON h.name = v.name AND h.id <> v.id ` +
+  `WHERE v.name <> '' AND EXISTS (SELECT 1 FROM authors s WHERE s.id = v.id)), ` +
+  `deleted AS (DELETE FROM authors a USING v WHERE v.name = '' AND a.id = v.id RETURNING v.i, ${columnsOf("a.")}), ` +
+  `renamed AS (UPDATE authors a SET name = v.name FROM v WHERE v.name <> '' AND a.id = v.id AND v.i NOT IN (SELECT i FROM held) ` +
+  `RETURNING v.i, ${columnsOf("a.")}) ` +
+  `SELECT i::int AS i, id, name, created_at, NULL::int AS holder FROM deleted UNION ALL ` +
+  `SELECT i::int, id, name, created_at, NULL FROM renamed UNION ALL SELECT i::int, NULL, NULL, NULL, holder::int FROM held`
+
+/** A rename (with its new name) or a delete, of a batch's (`changeMany`). */
+export interface Change {
+  readonly id: number
+  /** The new name; undefined: a delete. */
+  readonly name: string | undefined
+}
+/** What `changeMany` did to the change at `i` (1-based, as given): its row, or the id of the row holding its new name. */
+export type ChangeResult =
+  | { readonly i: number; readonly row: AuthorRow; readonly holder?: undefined }
+  | { readonly i: number; readonly row?: undefined; readonly holder: number }
 
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -135,6 +166,22 @@ const make = Effect.gen(function*() {
   const createMany = (names: ReadonlyArray<string>): Effect.Effect<ReadonlyArray<AuthorRow>, SqlError.SqlError> =>
     sql.unsafe<AuthorRow>(CREATE_MANY, [names])
 
+  /**
+   * The `changes` (distinct ids in 1…AUTHOR_ID_MAX, in the order received) in one statement
+   * (`CHANGE_MANY`): what it did to each, a change it found no row for absent.
+   */
+  const changeMany = (changes: ReadonlyArray<Change>): Effect.Effect<ReadonlyArray<ChangeResult>, SqlError.SqlError> =>
+    Effect.map(
+      sql.unsafe<{ i: number; id: number | null; name: string | null; created_at: string | null; holder: number | null }>(
+        CHANGE_MANY,
+        [changes.map((change) => change.id), changes.map((change) => change.name ?? "")]
+      ),
+      (rows) =>
+        rows.map((r): ChangeResult =>
+          r.holder !== null ? { i: r.i, holder: r.holder } : { i: r.i, row: { id: r.id!, name: r.name!, created_at: r.created_at! } }
+        )
+    )
+
   const update = (id: number, name: string) =>
     sql<AuthorRow>`UPDATE authors SET name = ${name} WHERE id = ${id} RETURNING ${columns}`.pipe(
       Effect.catchTag("SqlError", (e) => isUniqueViolation(e) ? Effect.fail(AuthorNameTaken.of(name)) : Effect.die(e)),
@@ -167,8 +214,19 @@ const make = Effect.gen(function*() {
     return { counted, kept } as const
   })).pipe(Effect.orDie)
 
-  return { listBatch, page, total, findById, create, createMany, update, remove, repairTotal } as const
+  return { listBatch, page, total, findById, create, createMany, changeMany, update, remove, repairTotal } as const
 })
+
+/** What the driver fails with on SQLSTATE 23505. */
+const uniqueViolation = () =>
+  new SqlError.SqlError({
+    reason: new SqlError.UniqueViolation({
+      cause: Object.assign(new Error("duplicate key value violates unique constraint"), { code: "23505", severityUnlocalized: "ERROR" }),
+      message: "PgConnection: Query failed",
+      operation: "query",
+      constraint: "authors_name_key"
+    })
+  })
 
 /** `created_at` as the SQL repository formats it: UTC, microseconds, no zone. */
 const formatCreatedAt = (date: Date) => `${date.toISOString().slice(0, 23)}000`
@@ -218,6 +276,31 @@ const makeMemory = Effect.sync((): AuthorRepo["Service"] => {
         return Effect.succeed(insert(name))
       }),
     createMany: (names) => Effect.sync(() => names.flatMap((name) => (nameTaken(name) ? [] : [insert(name)]))),
+    changeMany: (changes) =>
+      Effect.suspend(() => {
+        // As CHANGE_MANY: names held as the statement starts hold back their renames; the rest applied.
+        const held = changes.flatMap((change, k) => {
+          const holder = change.name === undefined || !rows.has(change.id)
+            ? undefined
+            : [...rows.values()].find((row) => row.name === change.name && row.id !== change.id)
+          return holder === undefined ? [] : [{ i: k + 1, holder: holder.id }]
+        })
+        const results: Array<ChangeResult> = [...held]
+        for (const [k, change] of changes.entries()) {
+          const row = rows.get(change.id)
+          if (row === undefined || held.some((h) => h.i === k + 1)) continue
+          if (change.name === undefined) {
+            rows.delete(change.id)
+            results.push({ i: k + 1, row })
+          } else {
+            if (nameTaken(change.name, change.id)) return Effect.fail(uniqueViolation())
+            const renamed = { ...row, name: change.name }
+            rows.set(change.id, renamed)
+            results.push({ i: k + 1, row: renamed })
+          }
+        }
+        return Effect.succeed(results)
+      }),
     update: (id, name) =>
       Effect.flatMap(Effect.suspend(() => found(id)), (row) => {
         if (nameTaken(name, id)) return Effect.fail(AuthorNameTaken.of(name))

@@ -17,6 +17,8 @@
  * - unknown, committed (its answer lost): every request 500, its rows are in the database.
  * Also checked: the rows the database holds after the round, and that every id answered 201 was
  * bumped in the read cache, and a batch of unknown outcome bumped the list as a create of unknown id.
+ * Renames and deletes the same way (`changeRound`: chains of names, swaps, a rename and a delete of
+ * one row, the same delete twice).
  */
 import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Redacted, Scope } from "effect"
 import type * as SqlClient from "effect/sql/SqlClient"
@@ -61,6 +63,24 @@ const refused = () =>
 const connectionLost = () =>
   new SqlError.SqlError({ reason: new SqlError.ConnectionError({ cause: new Error("Connection closed"), message: "PgConnection: Connection closed", operation: "query" }) })
 
+/** A rename (to one of the round's names) or a delete, of one of the round's rows (or of none: `row` past them). */
+interface ChangeOp {
+  readonly row: number
+  /** An index into the round's names; undefined: a delete. */
+  readonly name: number | undefined
+}
+interface ChangeRound {
+  readonly batch: ReadonlyArray<ChangeOp>
+  readonly fault: Fault
+}
+/** Rows per round, and names: theirs and two new ones. */
+const ROWS = 3
+const NAMES = ROWS + 2
+const changeRounds = fc.record({
+  batch: fc.array(fc.record({ row: fc.nat(ROWS), name: fc.option(fc.nat(NAMES - 1), { nil: undefined }) }), { minLength: 2, maxLength: 8 }),
+  fault: fc.constantFrom<Fault>("none", "none", "refused", "unknown", "committedUnknown")
+})
+
 /** What a request got, reduced to what the oracle decides. */
 type Got = { readonly status: 201; readonly id: number; readonly name: string } | { readonly status: 409 | 500 }
 const gotOf = (exit: Exit.Exit<AuthorRow, AuthorNameTaken>): Got => {
@@ -84,24 +104,28 @@ const world = async (database: DatabaseLayer) => {
         gate.held = undefined
         return Effect.andThen(Effect.andThen(Deferred.succeed(gate.reached, undefined), Deferred.await(wait)), statement)
       })
+    /** The batch's statement, with the round's fault. */
+    const faulty = <A>(statement: Effect.Effect<A, SqlError.SqlError>) =>
+      Effect.suspend((): Effect.Effect<A, SqlError.SqlError> => {
+        const fault = gate.fault
+        gate.fault = "none"
+        switch (fault) {
+          case "none":
+            return statement
+          case "refused":
+            return Effect.fail(refused())
+          case "unknown":
+            return Effect.fail(databaseTimeout("statement", 5_000))
+          case "committedUnknown":
+            return Effect.andThen(statement, Effect.fail(connectionLost()))
+        }
+      })
     return AuthorRepo.of({
       ...repo,
       create: (name) => held(repo.create(name)),
-      createMany: (names) =>
-        Effect.suspend(() => {
-          const fault = gate.fault
-          gate.fault = "none"
-          switch (fault) {
-            case "none":
-              return repo.createMany(names)
-            case "refused":
-              return Effect.fail(refused())
-            case "unknown":
-              return Effect.fail(databaseTimeout("statement", 5_000))
-            case "committedUnknown":
-              return Effect.andThen(repo.createMany(names), Effect.fail(connectionLost()))
-          }
-        })
+      update: (id, name) => held(repo.update(id, name)),
+      createMany: (names) => faulty(repo.createMany(names)),
+      changeMany: (changes) => faulty(repo.changeMany(changes))
     })
   })).pipe(Layer.provide(AuthorRepo.layer))
   const recording = Layer.succeed(ReadCache, ReadCache.of({
@@ -172,6 +196,85 @@ const property = (databaseOf: () => Promise<{ readonly layer: DatabaseLayer; rea
     for (const id of ids) expect(bumped.some((b) => b.ids?.includes(id)), `id ${id} bumped`).toBe(true)
     if (fault === "unknown" || committed) expect(bumped).toContainEqual({ ids: undefined, kind: "create" })
   }
+
+  /**
+   * Renames and deletes: the oracle is the same changes alone, in order, from the same rows (a
+   * rename: 404 without its row, 409 when another row holds the name, else 200; a delete: 404 or
+   * its row). Refused: the oracle's answers. Of unknown outcome: every change the database error
+   * (a rename written again would succeed whether or not the statement wrote it).
+   */
+  const changeRound = async (round: ChangeRound) => {
+    const { fault } = round
+    const unknown = fault === "unknown" || fault === "committedUnknown"
+    // A batch is written as runs of distinct rows (a run of one alone): an unknown outcome is
+    // checked on a batch of one run, whose statement the fault hits.
+    const batch = unknown ? round.batch.filter((op, k) => round.batch.findIndex((o) => o.row === op.row) === k) : round.batch
+    if (unknown && batch.length < 2) return
+    const prefix = `c${++run} `
+    const names = Array.from({ length: NAMES }, (_, k) => `${prefix}name ${k}`)
+    const ids: Array<number> = []
+    for (let k = 0; k < ROWS; k++) ids.push((await Effect.runPromise(w.authors.create(names[k]!))).id)
+    const idOf = (row: number) => ids[row] ?? 2_000_000_000 + row // past the round's rows: no author
+    const opener = (await Effect.runPromise(w.authors.create(`${prefix}opener`))).id
+    const start = w.bumps.length
+    w.gate.held = Deferred.makeUnsafe<void>()
+    w.gate.reached = Deferred.makeUnsafe<void>()
+    const release = w.gate.held
+    const opening = Effect.runFork(w.authors.update(opener, `${prefix}opened`))
+    await Effect.runPromise(Deferred.await(w.gate.reached))
+    const members = Effect.runSync(Effect.forEach(batch, (op) =>
+      Effect.forkDetach(Effect.exit(op.name === undefined ? w.authors.remove(idOf(op.row)) : w.authors.update(idOf(op.row), names[op.name]!)), { startImmediately: true })))
+    w.gate.fault = fault
+    Effect.runSync(Deferred.succeed(release, undefined))
+    await Effect.runPromise(Fiber.join(opening))
+    const got = await Promise.all(members.map((member) => Effect.runPromise(Fiber.join(member)).then((exit) => {
+      if (Exit.isSuccess(exit)) return { status: 200, name: exit.value.name }
+      const error = Cause.findErrorOption(exit.cause)
+      return Option.isSome(error) ? { status: error.value instanceof AuthorNameTaken ? 409 : 404 } : { status: 500 }
+    })))
+
+    // The oracle.
+    const rows = new Map(ids.map((id, k) => [id, names[k]!]))
+    const alone = batch.map((op) => {
+      const id = idOf(op.row)
+      const current = rows.get(id)
+      if (current === undefined) return { status: 404 }
+      if (op.name === undefined) {
+        rows.delete(id)
+        return { status: 200, name: current }
+      }
+      const name = names[op.name]!
+      if ([...rows].some(([other, held]) => other !== id && held === name)) return { status: 409 }
+      rows.set(id, name)
+      return { status: 200, name }
+    })
+    const context = JSON.stringify({ batch, fault })
+    expect(got, context).toEqual(unknown ? alone.map(() => ({ status: 500 })) : alone)
+    const bumped = w.bumps.slice(start)
+    if (unknown) {
+      for (const op of batch) if (ids[op.row] !== undefined) expect(bumped.some((b) => b.ids?.includes(idOf(op.row))), context).toBe(true)
+      return
+    }
+    const inDatabase = (await Effect.runPromise(w.repo.listBatch({ search: prefix }, Option.none()))).filter((row) => row.id !== opener)
+    expect(new Map(inDatabase.map((row) => [row.id, row.name])), context).toEqual(rows)
+    for (const [k, op] of batch.entries()) if (got[k]!.status === 200) expect(bumped.some((b) => b.ids?.includes(idOf(op.row))), context).toBe(true)
+  }
+
+  it("each rename and delete of a random batch gets what it would alone, with faults of the batch's statement", async () => {
+    await fc.assert(fc.asyncProperty(changeRounds, changeRound), {
+      numRuns: 60,
+      examples: [
+        // A chain in both orders (0 takes 1's name, 1 moves away), a swap, a rename and a delete of one row, twice the same delete.
+        [{ batch: [{ row: 0, name: 1 }, { row: 1, name: 3 }], fault: "none" }],
+        [{ batch: [{ row: 1, name: 3 }, { row: 0, name: 1 }], fault: "none" }],
+        [{ batch: [{ row: 0, name: 1 }, { row: 1, name: 0 }], fault: "none" }],
+        [{ batch: [{ row: 0, name: 3 }, { row: 0, name: undefined }, { row: 0, name: 4 }], fault: "none" }],
+        [{ batch: [{ row: 2, name: undefined }, { row: 2, name: undefined }, { row: 1, name: 2 }], fault: "none" }],
+        [{ batch: [{ row: 0, name: 3 }, { row: 1, name: 3 }, { row: 3, name: 4 }], fault: "none" }],
+        [{ batch: [{ row: 0, name: 1 }, { row: 1, name: undefined }, { row: 2, name: 1 }], fault: "refused" }]
+      ]
+    })
+  }, 120_000)
 
   it("each create of a random batch gets what it would alone, with faults of the batch's statement", async () => {
     await fc.assert(fc.asyncProperty(rounds, round), {

@@ -1,5 +1,5 @@
 /**
- * Creates written in batches, each answered exactly as if it ran alone (docs/architecture.md#writes-in-batches),
+ * Writes in batches, each answered exactly as if it ran alone (docs/architecture.md#writes-in-batches),
  * at the boundary a client sees: status and body (HTTP), frames (WebSocket package 3), the audit
  * record of each request, and reads after each answer on both instances.
  *
@@ -7,6 +7,7 @@
  * which holds its name uncommitted, so its statement is in flight; the creates sent meanwhile, one
  * after the other (each counted in `author_writes_waiting` before the next is sent: the order they
  * were received), wait for it and are written together once the test rolls its transaction back.
+ * Renames and deletes the same way, behind a rename of a row the test holds.
  * That needs a session of the test's own, so PostgreSQL (the property test of the same rules runs
  * on the embedded database too: authors.batch.property.test.ts).
  */
@@ -67,17 +68,17 @@ const holding = async (url: string, name: string) => {
   return { commit: () => end("COMMIT"), rollback: () => end("ROLLBACK") }
 }
 
-/** The service's statements waiting on a lock. */
-const waitingOnLock = async (probe: pg.Client) =>
+/** The service's statements waiting on a lock, whose text starts with `prefix`. */
+const waitingOnLock = async (probe: pg.Client, prefix = "INSERT INTO authors") =>
   Number((await probe.query<{ n: string }>(
-    "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND application_name = $1 AND query LIKE 'INSERT INTO authors%'",
-    [APPLICATION_NAME]
+    "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND application_name = $1 AND query LIKE $2",
+    [APPLICATION_NAME, `${prefix}%`]
   )).rows[0]!.n)
 
 const metrics = async (app: Pick<TestApp, "url">) => {
   const m = await scrapeMetrics(app.url)
   return {
-    waiting: m.firstOrZero("author_writes_waiting", { operation: "create" }),
+    waiting: m.sum("author_writes_waiting"),
     batches: m.firstOrZero("author_write_batch_size_count", { operation: "create" }),
     requests: m.firstOrZero("author_write_batch_size_sum", { operation: "create" })
   }
@@ -130,6 +131,33 @@ const batchOf = async (app: Pick<TestApp, "url">, url: string, probe: pg.Client,
     return await Promise.all(answers)
   } finally {
     await hold.rollback()
+  }
+}
+
+/**
+ * Renames and deletes as one batch, the same way: the opener renames a row the test holds
+ * (`SELECT … FOR UPDATE`), and `starts` are sent one by one while it waits.
+ */
+const changeBatchOf = async (app: Pick<TestApp, "url">, url: string, probe: pg.Client, token: string, starts: ReadonlyArray<() => Promise<Answer>>) => {
+  const row = (await httpSend(app, token)(unique("Held row"))).body as Author
+  const holder = await connect(url)
+  holder.on("error", () => {})
+  try {
+    await holder.query("BEGIN")
+    await holder.query("SELECT id FROM authors WHERE id = $1 FOR UPDATE", [row.id])
+    const before = (await metrics(app)).waiting
+    const opened = request(app, "PUT", `/authors/${row.id}`, { token, body: { name: unique("Opened") } })
+    await eventually(async () => (await waitingOnLock(probe, "UPDATE authors")) === 1, "the opener's statement to wait on the test's row lock")
+    const answers: Array<Promise<Answer>> = []
+    for (const [i, start] of starts.entries()) {
+      answers.push(start())
+      await eventually(async () => (await metrics(app)).waiting === before + 2 + i, `change ${i + 1} of the batch to wait for the opener`)
+    }
+    await holder.query("COMMIT")
+    expect((await opened).status, "the opener, once its row was released").toBe(200)
+    return await Promise.all(answers)
+  } finally {
+    await holder.end()
   }
 }
 
@@ -260,6 +288,40 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("creates in batches on one insta
     } finally {
       await probe.query("ALTER TABLE authors DROP CONSTRAINT test_refused")
     }
+  })
+
+  it("renames and deletes in one batch, each answered as alone in the order received: names freed and taken, the same row twice, an unknown id", async () => {
+    const names = { a: unique("A"), b: unique("B"), c: unique("C"), d: unique("D"), b2: unique("B moved") }
+    const ids: Record<string, number> = {}
+    for (const key of ["a", "b", "c", "d"] as const) ids[key] = expectCreated(await send()(names[key]), names[key], 201)
+    const put = (id: number, name: string) => async (): Promise<Answer> => {
+      const res = await request(app, "PUT", `/authors/${id}`, { token, body: { name } })
+      return { status: res.status, body: res.body, requestId: res.headers.get("x-request-id")! }
+    }
+    const del = (id: number) => async (): Promise<Answer> => {
+      const res = await request(app, "DELETE", `/authors/${id}`, { token })
+      return { status: res.status, body: res.body, requestId: res.headers.get("x-request-id")! }
+    }
+    const answers = await changeBatchOf(app, app.databaseUrl!, probe, token, [
+      put(ids["a"]!, names.b), // B still holds it: 409
+      put(ids["b"]!, names.b2), // B moves away: 200
+      put(ids["c"]!, names.b), // now free: 200
+      del(ids["d"]!), // 204
+      del(ids["d"]!), // gone: 404
+      put(ids["d"]!, unique("Never")), // gone: 404
+      put(1_999_999_999, unique("Nobody")), // no such author: 404
+      put(ids["c"]!, names.a) // A still holds it: 409
+    ])
+    expect(answers.map((a) => a.status)).toEqual([409, 200, 200, 204, 404, 404, 404, 409])
+    expect(answers[0]!.body).toEqual(taken(names.b))
+    expect(answers[1]!.body).toMatchObject({ id: ids["b"], name: names.b2 })
+    expect(answers[2]!.body).toMatchObject({ id: ids["c"], name: names.b })
+    expect(answers[4]!.body).toEqual({ detail: `Author with ID ${ids["d"]} not found` })
+    expect(answers[7]!.body).toEqual(taken(names.a))
+    const read = async (id: number) => (await request(app, "GET", `/authors/${id}`, { token })).body as Author
+    expect([(await read(ids["a"]!)).name, (await read(ids["b"]!)).name, (await read(ids["c"]!)).name]).toEqual([names.a, names.b2, names.b])
+    expect((await request(app, "GET", `/authors/${ids["d"]}`, { token })).status).toBe(404)
+    for (const answer of answers) expect((await awaitAuditRecord(app, token, answer.requestId)).response_status).toBe(answer.status)
   })
 
   it("a create whose client went away while it waited for its batch is still written, and read back", async () => {
