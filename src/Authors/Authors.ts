@@ -7,7 +7,7 @@
  * answer a create outdated (its total changed) is made again from its rows kept apart and the
  * total alone (`readListPage`).
  */
-import { Context, Effect, Layer, Option, Stream } from "effect"
+import { Context, Effect, Exit, Layer, Option, Request, RequestResolver, Stream } from "effect"
 import { type AuthorFilters, type AuthorPage, type AuthorRow, isFiltered } from "../Domain/Author.ts"
 import { authorTotalRepairsTotal } from "../Observability/Metrics.ts"
 import { encodeCursor, pageCount, type PageQuery } from "../Domain/Pagination.ts"
@@ -25,10 +25,18 @@ import {
   withTotal
 } from "./ReadAnswers.ts"
 import { type ListTags, listTagsOf, ReadCache } from "./ReadCache.ts"
-import { type AuthorPageResult, AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
+import { AUTHOR_ID_MAX, type AuthorPageResult, AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
 import { AuthorEvents, makeWrites } from "./Writes.ts"
 
 export { AuthorEvents }
+
+/** One author by id, found with the lookups that missed the read cache with it (`lookup`). */
+interface FindAuthor extends Request.Request<AuthorRow | undefined> {
+  readonly id: number
+}
+const FindAuthor = Request.of<FindAuthor>()
+/** The most ids in one lookup statement. */
+const LOOKUP_BATCH_MAX = 1000
 
 /** How often the exact total is checked against `count(*)` (and once at start). */
 const TOTAL_CHECK_EVERY = "10 minutes"
@@ -44,6 +52,21 @@ const make = Effect.gen(function*() {
   const events = yield* AuthorEvents
   const cache = yield* ReadCache
   const { create, update, remove } = makeWrites(repo, events, cache)
+
+  /**
+   * Id lookups that missed the read cache in the same tick are one statement (`WHERE id =
+   * ANY(…)`). It starts after every one of them observed its tag, so its answer is exact for each
+   * (docs/architecture.md#the-read-cache). An id beyond the 32-bit range names an author that cannot
+   * exist: answered without a statement.
+   */
+  const byId = RequestResolver.make<FindAuthor>((entries) =>
+    Effect.map(repo.findManyById([...new Set(entries.map((entry) => entry.request.id))]), (rows) => {
+      const found = new Map(rows.map((row) => [row.id, row]))
+      for (const entry of entries) entry.completeUnsafe(Exit.succeed(found.get(entry.request.id)))
+    })
+  ).pipe(RequestResolver.batchN(LOOKUP_BATCH_MAX))
+  const lookup = (id: number): Effect.Effect<AuthorRow | undefined> =>
+    id < 1 || id > AUTHOR_ID_MAX ? Effect.succeed(undefined) : Effect.request(FindAuthor({ id }), byId)
 
   /** `load`'s result as an answer stamped with the time the read began: its age counts from there. */
   const answerOf = <A, B>(load: Effect.Effect<A>, answer: (a: A, readAt: number) => B): Effect.Effect<B> =>
@@ -89,9 +112,12 @@ const make = Effect.gen(function*() {
     repo.page(filters, { page: query.page, perPage: query.perPage, afterId: query.cursor })
   const paginate = (filters: AuthorFilters, query: PageQuery) => Effect.map(readRows(filters, query), (result) => pageOf(query, result))
 
-  // Reads as answers, through the cache; `tag` from `ReadCache.tag` (undefined: not cached).
+  // Reads as answers, through the cache; `tag` from `ReadCache.tag` (undefined: not cached). A
+  // list filtered by id alone is that author, or none: an id lookup.
   const readList = (filters: AuthorFilters, tag: string | undefined): Effect.Effect<ReadAnswer | ListBatches> =>
-    cache.read(listKey(filters), tag, answerOf(listBatches(filters), ({ first, more, rest }, readAt) => (more ? { first, rest } : listAnswer(first, readAt))))
+    filters.id !== undefined && filters.name === undefined && filters.search === undefined
+      ? cache.read(listKey(filters), tag, answerOf(lookup(filters.id), (row, readAt) => listAnswer(row === undefined ? [] : [row], readAt)))
+      : cache.read(listKey(filters), tag, answerOf(listBatches(filters), ({ first, more, rest }, readAt) => (more ? { first, rest } : listAnswer(first, readAt))))
   const readPage = (filters: AuthorFilters, query: PageQuery, tag: string | undefined): Effect.Effect<ReadAnswer> => {
     const parts = tag === undefined || isFiltered(filters) ? undefined : listTagsOf(tag)
     return tag === undefined || parts === undefined
@@ -130,7 +156,7 @@ const make = Effect.gen(function*() {
     )
   }
   const readAuthor = (id: number, tag: string | undefined): Effect.Effect<ReadAnswer> =>
-    cache.read(authorKey(id), tag, answerOf(repo.findById(id), (row, readAt) => authorAnswer(Option.getOrUndefined(row), readAt)))
+    cache.read(authorKey(id), tag, answerOf(lookup(id), authorAnswer))
 
   /**
    * The exact total (migrations/0004's shard rows) is kept by triggers; rows written with them off

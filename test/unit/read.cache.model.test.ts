@@ -324,6 +324,7 @@ const runModel = async (commands: ReadonlyArray<Command>, options: { readonly em
     page: (filters, request) => read(inner.page(filters, request)),
     total: read(inner.total),
     findById: (id) => read(inner.findById(id)),
+    findManyById: (ids) => read(inner.findManyById(ids)),
     create: (name) => statement(() => Effect.runSyncExit(inner.create(name)), writeOf("create")),
     createMany: (names) => statement(() => Effect.runSyncExit(inner.createMany(names)), createdMany),
     changeMany: (changes) => statement(() => Effect.runSyncExit(inner.changeMany(changes)), (results, op) => changedMany(results, op, changes)),

@@ -554,3 +554,27 @@ describe("READ_CACHE_MAX_AGE_SECONDS", () => {
     })).pipe(Effect.provideService(Clock.Clock, clock)))
   })
 })
+
+describe("id lookups that miss together are one statement (Authors.ts `lookup`)", () => {
+  it("lookups by id and lists filtered by id alone, started together: one statement for their distinct ids, each answered its own row", () =>
+    Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+      const statements: Array<ReadonlyArray<number>> = []
+      const Counting = Layer.effect(AuthorRepo, Effect.map(AuthorRepo, (repo) =>
+        AuthorRepo.of({ ...repo, findManyById: (ids) => Effect.andThen(Effect.sync(() => void statements.push(ids)), repo.findManyById(ids)) }))
+      ).pipe(Layer.provide(AuthorRepo.layerMemory))
+      const context = yield* Layer.build(Authors.layer.pipe(Layer.provideMerge(Counting), Layer.provide([AuthorEvents.layerNone, ReadCache.layerNone])))
+      const authors = Context.get(context, Authors)
+      const rows = yield* Effect.forEach(["Ann", "Bob"], (name) => authors.create(name))
+      const reads = yield* Effect.forEach([rows[0]!.id, rows[1]!.id, rows[0]!.id, 99, 3_000_000_000], (id, k) =>
+        Effect.forkChild(k % 2 === 0 ? authors.readAuthor(id, undefined) : authors.readList({ id }, undefined), { startImmediately: true }))
+      const answers = yield* Effect.forEach(reads, Fiber.join)
+      expect(statements).toEqual([[rows[0]!.id, rows[1]!.id, 99]]) // 3,000,000,000: beyond 32 bits, no statement
+      expect(answers.map((a) => (a as ReadAnswer).body)).toEqual([
+        authorAnswer(rows[0], 0).body,
+        listAnswer([rows[1]!], 0).body,
+        authorAnswer(rows[0], 0).body,
+        listAnswer([], 0).body,
+        authorAnswer(undefined, 0).body
+      ])
+    }))))
+})
