@@ -4,7 +4,7 @@
  * (ReadCache.ts) and the roles it needs — from the values the endpoints' own schemas decode
  * (Api.ts: `ListParams`, `PageParams`, `AuthorIdParams`, the packages' data), so every default,
  * clamp and bound comes from one place. Every path that looks for a read asks here: the front
- * door's cached-read stage and the generation its rate check reads (Http.ts `cachedRead`), the
+ * door's early answers and the generation its rate check reads (Http.ts `early`), the
  * handlers (Http.ts), and WebSocket packages 1 and 2 with the generation their rate check reads
  * (Ws/Packages.ts).
  */

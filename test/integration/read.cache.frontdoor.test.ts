@@ -182,6 +182,48 @@ const pair = (backend: Backend) => () => {
     }
   })
 
+  /**
+   * A create to both instances (the front door's and the app's), a body each: status, headers and
+   * body must be equal, the new row's id, name and time aside.
+   */
+  const bothCreate = async (bodies: readonly [string, string], who: "admin" | "roleless" | "none", contentType = "application/json") => {
+    const answers: Array<Answer> = []
+    for (const [k, app] of [cached, traced].entries()) {
+      const token = who === "none" ? undefined : tokens.get(app)![who]
+      const res = await fetch(`${app.url}/authors`, {
+        method: "POST",
+        headers: { "x-correlation-id": "corr-create", "content-type": contentType, ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
+        body: bodies[k]!
+      })
+      const kept: Record<string, string> = {}
+      for (const [name, value] of res.headers) if (!PER_REQUEST.has(name) && name !== "content-length") kept[name] = value
+      const text = await res.text()
+      answers.push({
+        status: res.status,
+        headers: kept,
+        body: res.status === 201 ? text.replace(/^\{"id":\d+,"name":"[^"]*","created_at":"[^"]*"\}$/, "{row}") : text
+      })
+    }
+    expect(answers[0], `${who} ${bodies[0]}`).toEqual(answers[1])
+    return answers[0]!
+  }
+  const same = (body: string) => [body, body] as const
+
+  it("creates are answered as the app answers them: 201, 409, 422, 401, 403", async () => {
+    const created = await bothCreate([JSON.stringify({ name: `  Front door ${randomUUID()}  ` }), JSON.stringify({ name: `Front door ${randomUUID()}` })], "admin")
+    expect(created).toMatchObject({ status: 201, body: "{row}" })
+    // A name that exists on both (the instances may share one database: the second create is then its 409).
+    const name = `Front door taken ${randomUUID()}`
+    for (const app of [cached, traced]) await request(app, "POST", "/authors", { token: tokens.get(app)!.admin, body: { name } })
+    expect((await bothCreate(same(JSON.stringify({ name: `  ${name}` })), "admin")).status).toBe(409)
+    for (const body of ["{", "", "null", "[]", JSON.stringify({}), JSON.stringify({ name: "" }), JSON.stringify({ name: "x".repeat(256) }), JSON.stringify({ name: 7 }), JSON.stringify({ name: "a\u0000b" })]) {
+      expect((await bothCreate(same(body), "admin")).status, body).toBe(422)
+    }
+    expect((await bothCreate(same(JSON.stringify({ name: "x" })), "admin", "text/plain")).status).toBe(422)
+    expect((await bothCreate(same(JSON.stringify({ name: "x" })), "none")).status).toBe(401)
+    expect((await bothCreate(same(JSON.stringify({ name: "x" })), "roleless")).status).toBe(403)
+  })
+
   // Without Redis there is one instance (the other would not hear of this one's writes): the read after a write is pinned in read.cache.test.ts.
   if (backend !== "redis") return
   it("a write on one is seen by the next read on both", async () => {
