@@ -24,11 +24,11 @@ import { getRequestContext, type RequestContext } from "../Domain/RequestContext
 import { OperationRoles, type Role } from "../Domain/User.ts"
 import { AuthorNotFound } from "../Errors.ts"
 import { parseJson } from "../Http/ErrorResponse.ts"
-import type { EarlyAnswer, EarlyStage } from "../Http/FrontDoor.ts"
+import type { EarlyAnswer, EarlyClaim, EarlyStage } from "../Http/FrontDoor.ts"
 import { Authors, type ListBatches } from "./Authors.ts"
 import { answered, ifNoneMatch, notModified, ReadAnswer } from "./ReadAnswers.ts"
 import { ReadCache } from "./ReadCache.ts"
-import { type AuthorRead, authorRead, listRead, type ListRead, makeHttpReads, pageQueryRead } from "./Reads.ts"
+import { type AuthorRead, authorRead, canonicalAuthorId, listRead, type ListRead, makeHttpReads, pageQueryRead } from "./Reads.ts"
 
 const encoder = new TextEncoder()
 const JSON_TYPE = "application/json"
@@ -106,6 +106,8 @@ export const layer = HttpApiBuilder.group(
 )
 
 const decodePayload = SchemaParser.decodeUnknownResult(AuthorPayload)
+/** `DELETE /authors/{author_id}`'s answer, as HttpApi gives `NoContent`. */
+const NO_CONTENT = HttpServerResponse.empty({ status: 204 })
 
 /**
  * The authors' early answers (docs/architecture.md#the-request-path), the front door's stage
@@ -116,8 +118,10 @@ const decodePayload = SchemaParser.decodeUnknownResult(AuthorPayload)
  *   key, scope and roles are the handler's): the answer the read cache holds under the request's
  *   tag, at once; else the service's read — except an unpaginated list that is not an id lookup
  *   (it may be streamed) and a conditional `GET /authors` (its weak ETags are the handler's).
- * - `POST /authors` with a JSON body that decodes with the endpoint's own payload schema: the
- *   service's create (201, or 409 when the name exists).
+ * - `POST /authors` and `PUT /authors/{id}` with a JSON body that decodes with the endpoint's own
+ *   payload schema, and `DELETE /authors/{id}` (the id written canonically, as the read model reads
+ *   it): the service's create (201, or 409 when the name exists), rename (200, 404 or 409) and
+ *   delete (204 or 404).
  * Anything this stage does not decide exactly goes on to the app, which decides as always: a
  * caller without the role (the app's 401 or 403), a request or a body that does not decode (422),
  * another content type. A read's generation rides on the request's rate check whether or not the
@@ -155,21 +159,36 @@ export const early: Effect.Effect<EarlyStage, never, ReadCache | Authors> = Effe
     }
   }
 
-  const create = (request: HttpServerRequest.HttpServerRequest, ctx: RequestContext): EarlyAnswer | undefined => {
-    if (!allowed(ctx, OperationRoles.createAuthor) || request.headers["content-type"]?.toLowerCase() !== JSON_TYPE) return undefined
+  /** A write whose JSON body names an author: the body decoded with the endpoint's schema, else the app's 422. */
+  const named = (
+    roles: ReadonlyArray<Role>,
+    write: (name: string) => Effect.Effect<HttpServerResponse.HttpServerResponse, unknown>
+  ) =>
+  (request: HttpServerRequest.HttpServerRequest, ctx: RequestContext): EarlyAnswer | undefined => {
+    if (!allowed(ctx, roles) || request.headers["content-type"]?.toLowerCase() !== JSON_TYPE) return undefined
     return Effect.flatMap(Effect.orElseSucceed(request.text, () => undefined), (text) => {
       const parsed = text === undefined ? undefined : parseJson(text)
       const payload = parsed?.ok === true ? decodePayload(parsed.value) : undefined
-      return payload === undefined || Result.isFailure(payload)
-        ? Effect.succeed(undefined)
-        : Effect.map(authors.create(payload.success.name), (row) => written(row, 201))
+      return payload === undefined || Result.isFailure(payload) ? Effect.succeed(undefined) : write(payload.success.name)
     })
   }
-  const creates = { generation: undefined, answer: create }
+  const creates = { generation: undefined, answer: named(OperationRoles.createAuthor, (name) => Effect.map(authors.create(name), (row) => written(row, 201))) }
+  const changes = (method: string, url: string): EarlyClaim | undefined => {
+    const id = canonicalAuthorId(url)
+    if (id === undefined) return undefined
+    if (method === "PUT") {
+      return { generation: undefined, answer: named(OperationRoles.updateAuthor, (name) => Effect.map(authors.update(id, name), (row) => written(row, 200))) }
+    }
+    return {
+      generation: undefined,
+      answer: (_request, ctx) => (allowed(ctx, OperationRoles.deleteAuthor) ? Effect.as(authors.remove(id), NO_CONTENT) : undefined)
+    }
+  }
 
   return {
     claim: (method, template, url) => {
       if (method === "POST") return template === "/authors" && url === "/authors" ? creates : undefined
+      if (method === "PUT" || method === "DELETE") return template === "/authors/{author_id}" ? changes(method, url) : undefined
       const found = readOf(method, template, url)
       return found === undefined
         ? undefined

@@ -103,6 +103,15 @@ const PAGE_DEFAULTS = Schema.decodeUnknownSync(PageParams)({})
 const CANONICAL_NUMBER = /^[1-9]\d{0,8}$/
 const AUTHOR_PATH = /^\/authors\/([1-9]\d{0,8})$/
 
+/**
+ * The author id of a URL `/authors/<id>` written canonically (no query), as `AuthorIdParams`
+ * decodes it; undefined for any other form, which the app's router and schema read.
+ */
+export const canonicalAuthorId = (url: string): number | undefined => {
+  const match = AUTHOR_PATH.exec(url)
+  return match === null ? undefined : Number(match[1])
+}
+
 /** `a=1&b=2`, each name among `names` once, each value canonical; undefined for anything else. */
 const canonicalParams = (query: string, names: ReadonlyArray<string>): Record<string, number> | undefined => {
   const params: Record<string, number> = {}
