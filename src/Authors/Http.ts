@@ -140,9 +140,8 @@ export const early: Effect.Effect<EarlyStage, never, ReadCache | Authors> = Effe
     switch (read._tag) {
       case "Author": {
         const stored = tag === undefined ? undefined : cache.peek(read.key, tag)
-        if (stored !== undefined) return stored.found ? answered(stored, ifNone) : undefined
-        return Effect.flatMap(authors.readAuthor(read.id, tag), (answer) =>
-          answer.found ? Effect.succeed(answered(answer, ifNone)) : Effect.fail(AuthorNotFound.of(read.id)))
+        const found = (answer: ReadAnswer) => (answer.found ? Effect.succeed(answered(answer, ifNone)) : Effect.fail(AuthorNotFound.of(read.id)))
+        return stored !== undefined ? found(stored) : Effect.flatMap(authors.readAuthor(read.id, tag), found)
       }
       case "Page": {
         const stored = tag === undefined ? undefined : cache.peek(read.key, tag)

@@ -282,7 +282,7 @@ export interface SharedGenerations {
 /** The generations in Redis: `BUMP_LUA`, and a reset on every "ready" after the first. */
 export const redisGenerations = (client: RedisConnection, prefix: string): SharedGenerations => ({
   // EVAL, not EVALSHA: after a script flush EVALSHA would be retried as EVAL behind the
-  // broadcast issued with it (Authors.ts `announce`), which must not overtake the bump.
+  // broadcast issued with it (Writes.ts `announce`), which must not overtake the bump.
   bump: (ids, kind) => {
     if (isDisconnected(client)) return Effect.fail(new RedisError({ command: "EVAL bump_generations", cause: new Error(`Redis ${client.status}`) }))
     const ascending = ids === undefined ? [] : ids.length > 1 ? [...ids].sort((a, b) => a - b) : ids

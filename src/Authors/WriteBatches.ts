@@ -4,7 +4,7 @@
  * together as the next one; with none in flight a batch goes at once (after one yield, so the
  * requests of the same tick join it): no timer, so a lone write pays no latency. Which requests
  * make a batch and in what order — the order they were received — is decided here; what a batch
- * does with them is `write`'s (Authors.ts).
+ * does with them is `write`'s (Writes.ts).
  *
  * Bounds: at most `maxSize` requests and `maxBytes` (their `bytesOf`) per batch; a full batch is
  * written at once, after the one in flight. A batch waits for the one in flight at most `maxWaitMs`

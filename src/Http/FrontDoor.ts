@@ -13,7 +13,7 @@
  * request and names a generation the check also reads; after it, the stage may answer the request
  * itself, without the router and HttpApi — at once, or by an effect whose failures become the
  * same JSON error responses as the app's, and which may still hand the request to the app. The one
- * there is: the authors' early answers (Authors/Http.ts `early`: their reads and creates,
+ * there is: the authors' early answers (Authors/Http.ts `early`: their reads and writes,
  * docs/architecture.md#the-request-path). With tracing on, no early stage answers: every request
  * goes through the app, whose spans a trace shows.
  *

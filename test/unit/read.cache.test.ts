@@ -3,7 +3,7 @@
  * logic (which writes change which reads' tags, the list's generations), the in-process cache end
  * to end, unfiltered pages made again from their kept rows after an append (Authors.ts `readListPage`),
  * the answers' text (byte for byte what Schema encoding gives, the same ETag for the same body), the
- * bump on every exit of a write (Authors.ts `write`) and the maximum age.
+ * bump on every exit of a write (Writes.ts), the maximum age, and id lookups batched (Authors.ts `lookup`).
  */
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schema, type Scope } from "effect"
 import { describe, expect, it } from "vitest"
