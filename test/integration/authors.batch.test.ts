@@ -11,12 +11,14 @@
  * That needs a session of the test's own, so PostgreSQL (the property test of the same rules runs
  * on the embedded database too: authors.batch.property.test.ts).
  */
+import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base"
 import { Option } from "effect"
 import { randomUUID } from "node:crypto"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { singleRedis } from "../../src/Config.ts"
 import { APPLICATION_NAME } from "../../src/Db/Database.ts"
+import { layerTracingTo } from "../../src/Observability/Tracing.ts"
 import { awaitAuditRecord } from "../support/AuditTrail.ts"
 import { eventually } from "../support/Eventually.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
@@ -406,5 +408,44 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
     const totals = await Promise.all([a, b].map(async (at) => ((await request(at, "GET", "/authors/paginated?per_page=1", { token: tokenOf(at) })).body as { meta: { total: number } }).meta.total))
     const counted = Number((await probe.query<{ n: string }>("SELECT count(*) AS n FROM authors")).rows[0]!.n)
     expect(totals).toEqual([counted, counted])
+  })
+})
+
+describe.runIf(TEST_DATABASE_URL !== undefined)("a batch traced: a span per request, the batch's statement linked to each", () => {
+  const exporter = new InMemorySpanExporter()
+  let app: TestApp
+  let token: string
+  let probe: pg.Client
+  beforeAll(async () => {
+    app = await startTestApp({ database: "postgres", config: { rateLimitEnabled: false }, tracing: layerTracingTo(new SimpleSpanProcessor(exporter)) })
+    token = (await login(app, "admin")).access_token
+    probe = await connect(app.databaseUrl!)
+  })
+  afterAll(async () => {
+    await probe?.end()
+    await app?.close()
+  })
+
+  it("three creates in one batch: three server spans, one Authors.createBatch span linking them, its SQL inside it", async () => {
+    const traceOf = new Map<string, string>()
+    const traced: Send = async (name) => {
+      const traceId = randomUUID().replaceAll("-", "")
+      traceOf.set(name, traceId)
+      const res = await request(app, "POST", "/authors", { token, body: { name }, headers: { traceparent: `00-${traceId}-00f067aa0ba902b7-01` } })
+      return { status: res.status, body: res.body, requestId: res.headers.get("x-request-id")! }
+    }
+    const names = [unique("Traced"), unique("Traced"), unique("Traced")]
+    const answers = await batchOf(app, app.databaseUrl!, probe, traced, names)
+    expect(answers.map((a) => a.status)).toEqual([201, 201, 201])
+    const batch = await eventually(() => {
+      const found = exporter.getFinishedSpans().find((s) => s.name === "Authors.createBatch" && s.attributes["batch.size"] === 3)
+      return found ?? false
+    }, "the batch's span")
+    expect(new Set(batch.links.map((link) => link.context.traceId))).toEqual(new Set(names.map((n) => traceOf.get(n))))
+    for (const name of names) {
+      expect(exporter.getFinishedSpans().some((s) => s.name === "POST /authors" && s.spanContext().traceId === traceOf.get(name))).toBe(true)
+    }
+    const sql = exporter.getFinishedSpans().filter((s) => s.parentSpanContext?.spanId === batch.spanContext().spanId && s.name.startsWith("sql."))
+    expect(sql.length).toBeGreaterThan(0)
   })
 })
