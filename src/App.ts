@@ -55,7 +55,7 @@ const layerApi = HttpApiBuilder.layer(Api, { openapiPath: "/openapi.json" }).pip
  * Every route on the one router, behind the front door (a global router middleware), which answers
  * the author reads the read cache holds itself (the authors' stage: docs/architecture.md#the-request-path).
  */
-const layerRoutes = Layer.mergeAll(layerApi, Docs.layer, WsHttp.layer, FrontDoor.layer(Api, { early: [AuthorsHttp.cachedRead] })).pipe(
+const layerRoutes = Layer.mergeAll(layerApi, Docs.layer, WsHttp.layer, FrontDoor.layer(Api, { early: [AuthorsHttp.early] })).pipe(
   Layer.provide(NodeHttpServer.layerHttpServices)
 )
 

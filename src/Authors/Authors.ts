@@ -1,15 +1,14 @@
 /**
- * The authors service: the one implementation behind HTTP and the WebSocket packages. Every
- * change is announced on `AuthorEvents` (broadcast to WebSocket clients, docs/websocket.md#broadcasts). Reads come
- * as the text they are sent as, through the read cache (ReadCache.ts), which every write bumps
- * on every exit (`write`): after its commit and before its response — and before its broadcast,
- * so a client that reads on hearing of a change reads the change. An unfiltered page whose answer
- * a create outdated (its total changed) is made again from its rows kept apart and the total alone
- * (`readListPage`).
+ * The authors service: the one implementation behind HTTP and the WebSocket packages. Its writes
+ * (Writes.ts) are written in batches, each answered as if it ran alone, and announced on
+ * `AuthorEvents` (broadcast to WebSocket clients, docs/websocket.md#broadcasts). Reads come as the
+ * text they are sent as, through the read cache (ReadCache.ts), which every write bumps on every
+ * exit, after its commit and before its response and its broadcast. An unfiltered page whose
+ * answer a create outdated (its total changed) is made again from its rows kept apart and the
+ * total alone (`readListPage`).
  */
-import { Context, Effect, Exit, Fiber, Layer, Option, Stream } from "effect"
-import { type AuthorEvent, type AuthorFilters, type AuthorPage, type AuthorRow, isFiltered } from "../Domain/Author.ts"
-import type { AuthorNameTaken, AuthorNotFound } from "../Errors.ts"
+import { Context, Effect, Exit, Layer, Option, Request, RequestResolver, Stream } from "effect"
+import { type AuthorFilters, type AuthorPage, type AuthorRow, isFiltered } from "../Domain/Author.ts"
 import { authorTotalRepairsTotal } from "../Observability/Metrics.ts"
 import { encodeCursor, pageCount, type PageQuery } from "../Domain/Pagination.ts"
 import {
@@ -25,16 +24,19 @@ import {
   totalAnswer,
   withTotal
 } from "./ReadAnswers.ts"
-import { type ListTags, listTagsOf, ReadCache, type WriteKind } from "./ReadCache.ts"
-import { type AuthorPageResult, AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
+import { type ListTags, listTagsOf, ReadCache } from "./ReadCache.ts"
+import { AUTHOR_ID_MAX, type AuthorPageResult, AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
+import { AuthorEvents, makeWrites } from "./Writes.ts"
 
-/** Where author changes are announced: the connection registry broadcasts them (Ws/Registry.ts). */
-export class AuthorEvents extends Context.Service<AuthorEvents, {
-  readonly publish: (event: AuthorEvent) => Effect.Effect<void>
-}>()("Authors/Events") {
-  /** Announces nowhere (tests of the HTTP handlers alone). */
-  static readonly layerNone = Layer.succeed(AuthorEvents, { publish: () => Effect.void })
+export { AuthorEvents }
+
+/** One author by id, found with the lookups that missed the read cache with it (`lookup`). */
+interface FindAuthor extends Request.Request<AuthorRow | undefined> {
+  readonly id: number
 }
+const FindAuthor = Request.of<FindAuthor>()
+/** The most ids in one lookup statement. */
+const LOOKUP_BATCH_MAX = 1000
 
 /** How often the exact total is checked against `count(*)` (and once at start). */
 const TOTAL_CHECK_EVERY = "10 minutes"
@@ -49,39 +51,22 @@ const make = Effect.gen(function*() {
   const repo = yield* AuthorRepo
   const events = yield* AuthorEvents
   const cache = yield* ReadCache
-  /**
-   * The bump and the broadcast are issued in the same tick, the bump first, so they leave in one
-   * write to Redis (one connection, auto-pipelined), which runs them in that order: the broadcast
-   * still reaches no one before the bump. The response waits for the bump only.
-   */
-  const announce = (event: AuthorEvent["event"], kind: WriteKind, author: AuthorRow) =>
-    Effect.flatMap(Effect.forkChild(cache.written(author.id, kind, "committed"), { startImmediately: true }), (bump) =>
-      Effect.andThen(
-        Effect.forkDetach(events.publish({ event, author }), { startImmediately: true }),
-        Fiber.join(bump)
-      ))
+  const { create, update, remove } = makeWrites(repo, events, cache)
 
   /**
-   * A write and its bump, on every exit (docs/architecture.md#the-read-cache, I3), as one
-   * uninterruptible step: a request whose client went away (or a shutdown) waits for its
-   * statement's outcome, bounded by the statement deadline, instead of leaving it to commit
-   * unannounced. Answered: bumped and broadcast. A 409 or 404 changed nothing. Any other exit (a
-   * database error such as the deadline, a defect) may have committed: its scopes are bumped
-   * anyway (`id` undefined: a create, whose id is unknown). The bump follows the statement's own
-   * commit: a write is one autocommit statement, never part of a wider transaction.
+   * Id lookups that missed the read cache in the same tick are one statement (`WHERE id =
+   * ANY(…)`). It starts after every one of them observed its tag, so its answer is exact for each
+   * (docs/architecture.md#the-read-cache). An id beyond the 32-bit range names an author that cannot
+   * exist: answered without a statement.
    */
-  const write = <E extends AuthorNameTaken | AuthorNotFound>(
-    event: AuthorEvent["event"],
-    kind: WriteKind,
-    id: number | undefined,
-    statement: Effect.Effect<AuthorRow, E>
-  ): Effect.Effect<AuthorRow, E> =>
-    Effect.uninterruptible(Effect.onExit(statement, (exit) =>
-      Exit.isSuccess(exit)
-        ? announce(event, kind, exit.value)
-        : exit.cause.reasons.every((reason) => reason._tag === "Fail")
-        ? Effect.void
-        : cache.written(id, kind, "unknown")))
+  const byId = RequestResolver.make<FindAuthor>((entries) =>
+    Effect.map(repo.findManyById([...new Set(entries.map((entry) => entry.request.id))]), (rows) => {
+      const found = new Map(rows.map((row) => [row.id, row]))
+      for (const entry of entries) entry.completeUnsafe(Exit.succeed(found.get(entry.request.id)))
+    })
+  ).pipe(RequestResolver.batchN(LOOKUP_BATCH_MAX))
+  const lookup = (id: number): Effect.Effect<AuthorRow | undefined> =>
+    id < 1 || id > AUTHOR_ID_MAX ? Effect.succeed(undefined) : Effect.request(FindAuthor({ id }), byId)
 
   /** `load`'s result as an answer stamped with the time the read began: its age counts from there. */
   const answerOf = <A, B>(load: Effect.Effect<A>, answer: (a: A, readAt: number) => B): Effect.Effect<B> =>
@@ -127,9 +112,12 @@ const make = Effect.gen(function*() {
     repo.page(filters, { page: query.page, perPage: query.perPage, afterId: query.cursor })
   const paginate = (filters: AuthorFilters, query: PageQuery) => Effect.map(readRows(filters, query), (result) => pageOf(query, result))
 
-  // Reads as answers, through the cache; `tag` from `ReadCache.tag` (undefined: not cached).
+  // Reads as answers, through the cache; `tag` from `ReadCache.tag` (undefined: not cached). A
+  // list filtered by id alone is that author, or none: an id lookup.
   const readList = (filters: AuthorFilters, tag: string | undefined): Effect.Effect<ReadAnswer | ListBatches> =>
-    cache.read(listKey(filters), tag, answerOf(listBatches(filters), ({ first, more, rest }, readAt) => (more ? { first, rest } : listAnswer(first, readAt))))
+    filters.id !== undefined && filters.name === undefined && filters.search === undefined
+      ? cache.read(listKey(filters), tag, answerOf(lookup(filters.id), (row, readAt) => listAnswer(row === undefined ? [] : [row], readAt)))
+      : cache.read(listKey(filters), tag, answerOf(listBatches(filters), ({ first, more, rest }, readAt) => (more ? { first, rest } : listAnswer(first, readAt))))
   const readPage = (filters: AuthorFilters, query: PageQuery, tag: string | undefined): Effect.Effect<ReadAnswer> => {
     const parts = tag === undefined || isFiltered(filters) ? undefined : listTagsOf(tag)
     return tag === undefined || parts === undefined
@@ -168,11 +156,7 @@ const make = Effect.gen(function*() {
     )
   }
   const readAuthor = (id: number, tag: string | undefined): Effect.Effect<ReadAnswer> =>
-    cache.read(authorKey(id), tag, answerOf(repo.findById(id), (row, readAt) => authorAnswer(Option.getOrUndefined(row), readAt)))
-
-  const create = (name: string) => write("author.created", "create", undefined, repo.create(name))
-  const update = (id: number, name: string) => write("author.updated", "update", id, repo.update(id, name))
-  const remove = (id: number) => write("author.deleted", "delete", id, repo.remove(id))
+    cache.read(authorKey(id), tag, answerOf(lookup(id), authorAnswer))
 
   /**
    * The exact total (migrations/0004's shard rows) is kept by triggers; rows written with them off

@@ -13,20 +13,22 @@
  * limiting off or Redis down, with Redis; the LISTEN connection down; the cache off) that weak
  * ETag is unique to the response: it never matches, so such a list is always sent whole.
  */
-import { Effect, Stream } from "effect"
-import { HttpRouter, HttpServerResponse } from "effect/http"
+import { Effect, Result, SchemaParser, Stream } from "effect"
+import { HttpRouter, type HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { hash } from "node:crypto"
 import { Api } from "../Api.ts"
 import { hasRoles } from "../Auth/Rbac.ts"
-import { type AuthorRow, authorRowsJson } from "../Domain/Author.ts"
+import { AuthorPayload, type AuthorRow, authorRowsJson } from "../Domain/Author.ts"
 import { getRequestContext, type RequestContext } from "../Domain/RequestContext.ts"
+import { OperationRoles, type Role } from "../Domain/User.ts"
 import { AuthorNotFound } from "../Errors.ts"
-import type { EarlyStage } from "../Http/FrontDoor.ts"
+import { parseJson } from "../Http/ErrorResponse.ts"
+import type { EarlyAnswer, EarlyClaim, EarlyStage } from "../Http/FrontDoor.ts"
 import { Authors, type ListBatches } from "./Authors.ts"
 import { answered, ifNoneMatch, notModified, ReadAnswer } from "./ReadAnswers.ts"
 import { ReadCache } from "./ReadCache.ts"
-import { type AuthorRead, authorRead, listRead, type ListRead, makeHttpReads, pageQueryRead } from "./Reads.ts"
+import { type AuthorRead, authorRead, canonicalAuthorId, listRead, type ListRead, makeHttpReads, pageQueryRead } from "./Reads.ts"
 
 const encoder = new TextEncoder()
 const JSON_TYPE = "application/json"
@@ -103,34 +105,93 @@ export const layer = HttpApiBuilder.group(
   })
 )
 
+const decodePayload = SchemaParser.decodeUnknownResult(AuthorPayload)
+/** `DELETE /authors/{author_id}`'s answer, as HttpApi gives `NoContent`. */
+const NO_CONTENT = HttpServerResponse.empty({ status: 204 })
+
 /**
- * The front door's cached-read stage (Http/FrontDoor.ts `EarlyStage`, wired in App.ts): an author
- * read whose answer the read cache holds is answered before the router and HttpApi, with the
- * handlers' own answer for the same key and tag (`answered`) — the stored text, its ETag, a 304
- * when `If-None-Match` names it. The read is the model's (Reads.ts): the endpoints' schemas decode
- * the request, so its key, scope and roles are the handler's. Anything this stage does not decide
- * exactly goes on to the app, which decides as always: a caller without the role (the app's 403),
- * a request that does not decode (422), a miss, a missing author (404), a conditional
- * `GET /authors` (its weak ETags are the handler's). Its generation rides on the request's rate
- * check whether or not the stage answers (the handler reads it then).
+ * The authors' early answers (docs/architecture.md#the-request-path), the front door's stage
+ * (Http/FrontDoor.ts `EarlyStage`, wired in App.ts): requests answered before the router and
+ * HttpApi, with the handlers' own answers — the same service calls, the same texts, ETags, 304s
+ * and error bodies (failures go through the front door's error mapping, as the app's do).
+ * - An author read (the read model, Reads.ts: the endpoints' schemas decode the request, so its
+ *   key, scope and roles are the handler's): the answer the read cache holds under the request's
+ *   tag, at once; else the service's read — except an unpaginated list that is not an id lookup
+ *   (it may be streamed) and a conditional `GET /authors` (its weak ETags are the handler's).
+ * - `POST /authors` and `PUT /authors/{id}` with a JSON body that decodes with the endpoint's own
+ *   payload schema, and `DELETE /authors/{id}` (the id written canonically, as the read model reads
+ *   it): the service's create (201, or 409 when the name exists), rename (200, 404 or 409) and
+ *   delete (204 or 404).
+ * Anything this stage does not decide exactly goes on to the app, which decides as always: a
+ * caller without the role (the app's 401 or 403), a request or a body that does not decode (422),
+ * another content type. A read's generation rides on the request's rate check whether or not the
+ * stage answers (the handler reads it then).
  */
-export const cachedRead: Effect.Effect<EarlyStage, never, ReadCache> = Effect.gen(function*() {
+export const early: Effect.Effect<EarlyStage, never, ReadCache | Authors> = Effect.gen(function*() {
   const cache = yield* ReadCache
+  const authors = yield* Authors
   const readOf = makeHttpReads(yield* HttpRouter.RouterConfig)
-  const answer = (read: AuthorRead, request: { readonly headers: Readonly<Record<string, string | undefined>> }, ctx: RequestContext) => {
-    if (ctx.user === undefined || !hasRoles(ctx.user, read.roles)) return undefined
+  const allowed = (ctx: RequestContext, roles: ReadonlyArray<Role>) => ctx.user !== undefined && hasRoles(ctx.user, roles)
+
+  const read = (read: AuthorRead, request: HttpServerRequest.HttpServerRequest, ctx: RequestContext): EarlyAnswer | undefined => {
+    if (!allowed(ctx, read.roles)) return undefined
     const ifNone = request.headers["if-none-match"]
-    if (read._tag === "List" && ifNone !== undefined) return undefined
     const tag = cache.tag(read.scope, ctx.observed)
-    const stored = tag === undefined ? undefined : cache.peek(read.key, tag)
-    return stored === undefined || !stored.found ? undefined : answered(stored, ifNone)
+    switch (read._tag) {
+      case "Author": {
+        const stored = tag === undefined ? undefined : cache.peek(read.key, tag)
+        const found = (answer: ReadAnswer) => (answer.found ? Effect.succeed(answered(answer, ifNone)) : Effect.fail(AuthorNotFound.of(read.id)))
+        return stored !== undefined ? found(stored) : Effect.flatMap(authors.readAuthor(read.id, tag), found)
+      }
+      case "Page": {
+        const stored = tag === undefined ? undefined : cache.peek(read.key, tag)
+        if (stored !== undefined) return answered(stored, ifNone)
+        return Effect.map(authors.readPage(read.filters, read.page, tag), (answer) => answered(answer, ifNone))
+      }
+      case "List": {
+        if (ifNone !== undefined) return undefined
+        const stored = tag === undefined ? undefined : cache.peek(read.key, tag)
+        if (stored !== undefined) return answered(stored, undefined)
+        if (read.filters.name !== undefined || read.filters.search !== undefined || read.filters.id === undefined) return undefined
+        return Effect.map(authors.readList(read.filters, tag), (result) => (result instanceof ReadAnswer ? answered(result, undefined) : undefined))
+      }
+    }
   }
+
+  /** A write whose JSON body names an author: the body decoded with the endpoint's schema, else the app's 422. */
+  const named = (
+    roles: ReadonlyArray<Role>,
+    write: (name: string) => Effect.Effect<HttpServerResponse.HttpServerResponse, unknown>
+  ) =>
+  (request: HttpServerRequest.HttpServerRequest, ctx: RequestContext): EarlyAnswer | undefined => {
+    if (!allowed(ctx, roles) || request.headers["content-type"]?.toLowerCase() !== JSON_TYPE) return undefined
+    return Effect.flatMap(Effect.orElseSucceed(request.text, () => undefined), (text) => {
+      const parsed = text === undefined ? undefined : parseJson(text)
+      const payload = parsed?.ok === true ? decodePayload(parsed.value) : undefined
+      return payload === undefined || Result.isFailure(payload) ? Effect.succeed(undefined) : write(payload.success.name)
+    })
+  }
+  const creates = { generation: undefined, answer: named(OperationRoles.createAuthor, (name) => Effect.map(authors.create(name), (row) => written(row, 201))) }
+  const changes = (method: string, url: string): EarlyClaim | undefined => {
+    const id = canonicalAuthorId(url)
+    if (id === undefined) return undefined
+    if (method === "PUT") {
+      return { generation: undefined, answer: named(OperationRoles.updateAuthor, (name) => Effect.map(authors.update(id, name), (row) => written(row, 200))) }
+    }
+    return {
+      generation: undefined,
+      answer: (_request, ctx) => (allowed(ctx, OperationRoles.deleteAuthor) ? Effect.as(authors.remove(id), NO_CONTENT) : undefined)
+    }
+  }
+
   return {
     claim: (method, template, url) => {
-      const read = readOf(method, template, url)
-      return read === undefined
+      if (method === "POST") return template === "/authors" && url === "/authors" ? creates : undefined
+      if (method === "PUT" || method === "DELETE") return template === "/authors/{author_id}" ? changes(method, url) : undefined
+      const found = readOf(method, template, url)
+      return found === undefined
         ? undefined
-        : { generation: cache.generationKey(read.scope), answer: (request, ctx) => answer(read, request, ctx) }
+        : { generation: cache.generationKey(found.scope), answer: (request, ctx) => read(found, request, ctx) }
     }
   }
 })

@@ -3,7 +3,7 @@
  * HTTP answer, its strong ETag (a hash of the body, so the same body has the same ETag on every
  * instance), and where in the body WebSocket packages 1 and 2 find their `data` and `meta`. This
  * is what the read cache keeps (ReadCache.ts): a hit writes the stored text, nothing is encoded
- * again, and `answered` is the HTTP answer of one — the handlers' and the front door's cached-read
+ * again, and `answered` is the HTTP answer of one — the handlers' and the front door's early-answer
  * stage's alike (Http.ts). Keys name a read exactly (every parameter that shapes its answer). Each
  * answer knows when the read it came from began (`readAt`): no answer older than
  * READ_CACHE_MAX_AGE_SECONDS is served.

@@ -182,14 +182,26 @@ export class AnswerStore {
 /** A notification's kinds (migrations/0007): `c:` inserted, `u:` updated, `d:` deleted; plain ids (0005's) are updates. */
 const PAYLOAD_KINDS: Readonly<Record<string, WriteKind>> = { c: "create", u: "update", d: "delete" }
 
+/** Creates remembered as seen once (`LocalEpochs.sighted`). */
+const SIGHTED_MAX = 1024
+
 /**
  * This process's side of the tags: an epoch per id shard and the list's generations, moved by
  * every write this process learns of (its own, and the change feed's), and whether tags can be
  * checked at all (the feed is up, or there is none). They only count up.
+ *
+ * A create of this process is seen twice: by its bump and by its notification, both after its
+ * commit. The second sighting is not a second write (no reader could have stored an answer older
+ * than the commit under the tag the first one made), so it moves nothing: else a batch's
+ * notification, its ids below the `high` its bump set, would move `rows` and drop every page kept
+ * apart. The creates seen once are remembered (the last SIGHTED_MAX); an update or a delete of
+ * one, or anything that moves everything, forgets it, so a create that reuses an id (written by
+ * hand) is never taken for the other sighting of an earlier one.
  */
 export class LocalEpochs {
   private readonly shards = new Float64Array(ID_SHARDS)
   private readonly list = new ListGenerations()
+  private readonly sightedOnce = new Set<number>()
   checkable: boolean
   constructor(checkable: boolean) {
     this.checkable = checkable
@@ -198,45 +210,68 @@ export class LocalEpochs {
   tag(scope: Scope): string {
     return scope === LIST_SCOPE ? this.list.value : `${this.shards[scope]}`
   }
-  /** A write of author `id` (undefined: unknown). */
-  written(id: number | undefined, kind: WriteKind) {
-    if (id !== undefined) this.shards[scopeOfId(id)]!++
-    this.list.written(id, kind)
+  /** A write of the authors `ids` (one statement's; undefined: unknown). */
+  written(ids: ReadonlyArray<number> | undefined, kind: WriteKind) {
+    if (ids === undefined) return this.list.written(undefined, kind)
+    // Ascending: the creates of one statement committed together, all of them appends when above `high`.
+    for (const id of ids.length > 1 ? [...ids].sort((a, b) => a - b) : ids) {
+      if (!this.sighted(id, kind)) continue
+      this.shards[scopeOfId(id)]!++
+      this.list.written(id, kind)
+    }
   }
   /** Anything may have changed. */
   all() {
     for (let scope = 0; scope < ID_SHARDS; scope++) this.shards[scope]!++
     this.list.written(undefined, "update")
+    this.sightedOnce.clear()
   }
   /** A notification of committed writes (ChangeFeed.ts): `c:1,2`, `u:3`, `d:4`, plain ids; anything else means everything. */
   changed(payload: string) {
     const kind = payload[1] === ":" ? PAYLOAD_KINDS[payload[0]!] : "update"
     const ids = (payload[1] === ":" ? payload.slice(2) : payload).split(",")
     if (kind === undefined || !ids.every((id) => /^\d{1,19}$/.test(id))) return this.all()
-    // Ascending: the creates of one statement committed together, all of them appends when above `high`.
-    for (const id of ids.map(Number).sort((a, b) => a - b)) this.written(id, kind)
+    this.written(ids.map(Number), kind)
+  }
+  /** Whether this sighting of a write of `id` is news: not the second sighting of a create. */
+  private sighted(id: number, kind: WriteKind): boolean {
+    if (kind !== "create") {
+      this.sightedOnce.delete(id)
+      return true
+    }
+    if (this.sightedOnce.delete(id)) return false
+    if (this.sightedOnce.size >= SIGHTED_MAX) this.sightedOnce.delete(this.sightedOnce.values().next().value!)
+    this.sightedOnce.add(id)
+    return true
   }
 }
 
 /**
- * KEYS[1] = the list's record, KEYS[2] = the id's shard (absent: the id is unknown); ARGV = the
- * write's kind, the id (or ""). The list's rule is `ListGenerations.written`'s; every value set is
- * `next_generation`'s, so none repeats.
+ * KEYS[1] = the list's record, KEYS[2…] = the shards of the statement's ids (none: its ids are
+ * unknown); ARGV = the write's kind, then the ids in ascending order. The list's rule is
+ * `ListGenerations.written`'s, applied to each id in turn; every value set is `next_generation`'s,
+ * so none repeats.
  */
 const BUMP_LUA = `${nextGenerationLua}local list = redis.call('HMGET', KEYS[1], 'rows', 'count', 'high')
-if ARGV[1] == 'create' and ARGV[2] ~= '' and tonumber(ARGV[2]) >= tonumber(list[3] or '0') then
-  redis.call('HSET', KEYS[1], 'high', ARGV[2], 'count', next_generation(list[2]))
-else
-  redis.call('HSET', KEYS[1], 'rows', next_generation(list[1]), 'count', next_generation(list[2]))
+local high = tonumber(list[3] or '0')
+local rows = #ARGV < 2
+for i = 2, #ARGV do
+  local id = tonumber(ARGV[i])
+  if ARGV[1] == 'create' and id >= high then high = id else rows = true end
 end
-if KEYS[2] then redis.call('SET', KEYS[2], next_generation(redis.call('GET', KEYS[2]))) end
+if rows then
+  redis.call('HSET', KEYS[1], 'rows', next_generation(list[1]), 'count', next_generation(list[2]), 'high', string.format('%.0f', high))
+else
+  redis.call('HSET', KEYS[1], 'count', next_generation(list[2]), 'high', string.format('%.0f', high))
+end
+for i = 2, #KEYS do redis.call('SET', KEYS[i], next_generation(redis.call('GET', KEYS[i]))) end
 return 1
 `
 
 /** Generations every instance shares (Redis): what a write bumps before its response. */
 export interface SharedGenerations {
-  /** `BUMP_LUA`: the list's record and, for a known id, its shard. */
-  readonly bump: (id: number | undefined, kind: WriteKind) => Effect.Effect<void, RedisError>
+  /** `BUMP_LUA`: the list's record and, for known ids (one statement's), their shards. */
+  readonly bump: (ids: ReadonlyArray<number> | undefined, kind: WriteKind) => Effect.Effect<void, RedisError>
   /**
    * Calls `reset` whenever the store may have lost or rolled back values (a reconnection), until
    * the scope closes.
@@ -247,14 +282,14 @@ export interface SharedGenerations {
 /** The generations in Redis: `BUMP_LUA`, and a reset on every "ready" after the first. */
 export const redisGenerations = (client: RedisConnection, prefix: string): SharedGenerations => ({
   // EVAL, not EVALSHA: after a script flush EVALSHA would be retried as EVAL behind the
-  // broadcast issued with it (Authors.ts `announce`), which must not overtake the bump.
-  bump: (id, kind) =>
-    isDisconnected(client)
-      ? Effect.fail(new RedisError({ command: "EVAL bump_generations", cause: new Error(`Redis ${client.status}`) }))
-      : redisCommand("EVAL bump_generations", () =>
-        id === undefined
-          ? client.eval(BUMP_LUA, 1, `${prefix}${LIST_GENERATION_KEY}`, kind, "")
-          : client.eval(BUMP_LUA, 2, `${prefix}${LIST_GENERATION_KEY}`, `${prefix}${generationKeyOf(scopeOfId(id))}`, kind, id)).pipe(Effect.asVoid),
+  // broadcast issued with it (Writes.ts `announce`), which must not overtake the bump.
+  bump: (ids, kind) => {
+    if (isDisconnected(client)) return Effect.fail(new RedisError({ command: "EVAL bump_generations", cause: new Error(`Redis ${client.status}`) }))
+    const ascending = ids === undefined ? [] : ids.length > 1 ? [...ids].sort((a, b) => a - b) : ids
+    const shards = [...new Set(ascending.map(scopeOfId))].map((scope) => `${prefix}${generationKeyOf(scope)}`)
+    return redisCommand("EVAL bump_generations", () =>
+      client.eval(BUMP_LUA, 1 + shards.length, `${prefix}${LIST_GENERATION_KEY}`, ...shards, kind, ...ascending)).pipe(Effect.asVoid)
+  },
   onReset: (reset) =>
     Effect.acquireRelease(
       Effect.sync(() => {
@@ -297,10 +332,10 @@ export interface ReadCacheShape {
   /** Stores an answer read under `tag` (a part of a page read with its rows: Authors.ts `readListPage`). */
   readonly keep: (key: string, tag: string, answer: ReadAnswer) => void
   /**
-   * After a write of author `id` (undefined: a create whose id is unknown) ended, before its
-   * response: bumps its scopes, here and in Redis. Never fails.
+   * After a write statement of the authors `ids` (undefined: creates whose ids are unknown) ended,
+   * before its responses: bumps their scopes, here and in Redis, once for the statement. Never fails.
    */
-  readonly written: (id: number | undefined, kind: WriteKind, outcome: WriteOutcome) => Effect.Effect<void>
+  readonly written: (ids: ReadonlyArray<number> | undefined, kind: WriteKind, outcome: WriteOutcome) => Effect.Effect<void>
   /** The cache's clock (ms): an answer's `readAt`. */
   readonly now: () => number
   /** Differs on every process start: weak ETags built from tags carry it. */
@@ -419,12 +454,12 @@ export const makeReadCache = (options: ReadCacheOptions) =>
       return Effect.asVoid(Effect.forkIn(settleRound, scope))
     })
 
-    const written = (id: number | undefined, kind: WriteKind, outcome: WriteOutcome): Effect.Effect<void> =>
+    const written = (ids: ReadonlyArray<number> | undefined, kind: WriteKind, outcome: WriteOutcome): Effect.Effect<void> =>
       Effect.suspend(() => {
-        epochs.written(id, kind)
+        epochs.written(ids, kind)
         const settle = outcome === "unknown" && options.feed === undefined ? unsettle : Effect.void
         if (shared === undefined) return settle
-        return shared.bump(id, kind).pipe(
+        return shared.bump(ids, kind).pipe(
           Effect.catch((error) =>
             Effect.andThen(
               Effect.sync(() => readCacheInvalidationErrorsTotal.inc()),

@@ -4,7 +4,7 @@
  * (ReadCache.ts) and the roles it needs — from the values the endpoints' own schemas decode
  * (Api.ts: `ListParams`, `PageParams`, `AuthorIdParams`, the packages' data), so every default,
  * clamp and bound comes from one place. Every path that looks for a read asks here: the front
- * door's cached-read stage and the generation its rate check reads (Http.ts `cachedRead`), the
+ * door's early answers and the generation its rate check reads (Http.ts `early`), the
  * handlers (Http.ts), and WebSocket packages 1 and 2 with the generation their rate check reads
  * (Ws/Packages.ts).
  */
@@ -102,6 +102,15 @@ const PAGE_DEFAULTS = Schema.decodeUnknownSync(PageParams)({})
  */
 const CANONICAL_NUMBER = /^[1-9]\d{0,8}$/
 const AUTHOR_PATH = /^\/authors\/([1-9]\d{0,8})$/
+
+/**
+ * The author id of a URL `/authors/<id>` written canonically (no query), as `AuthorIdParams`
+ * decodes it; undefined for any other form, which the app's router and schema read.
+ */
+export const canonicalAuthorId = (url: string): number | undefined => {
+  const match = AUTHOR_PATH.exec(url)
+  return match === null ? undefined : Number(match[1])
+}
 
 /** `a=1&b=2`, each name among `names` once, each value canonical; undefined for anything else. */
 const canonicalParams = (query: string, names: ReadonlyArray<string>): Record<string, number> | undefined => {

@@ -7,7 +7,7 @@
  */
 import { Context, Effect, Layer, Option } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
-import type * as SqlError from "effect/sql/SqlError"
+import * as SqlError from "effect/sql/SqlError"
 import type * as Statement from "effect/sql/Statement"
 import { type AuthorFilters, type AuthorRow, isFiltered } from "../Domain/Author.ts"
 import type { PageRequest } from "../Domain/Pagination.ts"
@@ -45,9 +45,55 @@ const pageResult = (rows: Array<AuthorRow>, total: number, perPage: number): Aut
   return { items: rows, total, hasMore: true, lastId }
 }
 
+/** The columns of an answer, as every statement returns them (of the table aliased `table`). */
+const columnsOf = (table = "") =>
+  `${table}id::int AS id, ${table}name, to_char(${table}created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at`
+const COLUMNS = columnsOf()
+
+/**
+ * The creates of a batch (docs/architecture.md#writes-in-batches): one text for any number of names,
+ * so it is prepared once. The names are inserted in the order given (`ORDER BY i`), so their ids
+ * follow it; a name taken already, by a committed row or by a transaction that then commits, is
+ * skipped (ON CONFLICT waits for that transaction, as a lone INSERT's unique check does).
+ */
+const CREATE_MANY = `INSERT INTO authors (name) SELECT n FROM unnest($1::text[]) WITH ORDINALITY AS t(n, i) ORDER BY i ` +
+  `ON CONFLICT (name) DO NOTHING RETURNING ${COLUMNS}`
+
+/**
+ * The renames and deletes of a batch (docs/architecture.md#writes-in-batches), each of its own id,
+ * in one statement: `$1` the ids, `$2` the new names ('' for a delete), in the order received. A
+ * rename whose row exists and whose new name another row holds as the statement starts is not
+ * applied: its row comes back as `held` with that holder's id, for the caller to decide (whether a
+ * change received before it freed the name). Every other rename and every delete is applied; one
+ * that finds no row comes back with nothing. Two renames to one free name fail the statement
+ * (unique violation), as does a name a concurrent transaction takes meanwhile.
+ */
+const CHANGE_MANY = `WITH v AS (SELECT * FROM unnest($1::int[], $2::text[]) WITH ORDINALITY AS v(id, name, i)), ` +
+  `held AS (SELECT v.i, h.id AS holder FROM v JOIN authors h ON h.name = v.name AND h.id <> v.id ` +
+  `WHERE v.name <> '' AND EXISTS (SELECT 1 FROM authors s WHERE s.id = v.id)), ` +
+  `deleted AS (DELETE FROM authors a USING v WHERE v.name = '' AND a.id = v.id RETURNING v.i, ${columnsOf("a.")}), ` +
+  `renamed AS (UPDATE authors a SET name = v.name FROM v WHERE v.name <> '' AND a.id = v.id AND v.i NOT IN (SELECT i FROM held) ` +
+  `RETURNING v.i, ${columnsOf("a.")}) ` +
+  `SELECT i::int AS i, id, name, created_at, NULL::int AS holder FROM deleted UNION ALL ` +
+  `SELECT i::int, id, name, created_at, NULL FROM renamed UNION ALL SELECT i::int, NULL, NULL, NULL, holder::int FROM held`
+
+/** Authors by id, for the id lookups that missed the read cache together (Authors.ts `lookup`). */
+const FIND_MANY = `SELECT ${COLUMNS} FROM authors WHERE id = ANY($1::int[])`
+
+/** A rename (with its new name) or a delete, of a batch's (`changeMany`). */
+export interface Change {
+  readonly id: number
+  /** The new name; undefined: a delete. */
+  readonly name: string | undefined
+}
+/** What `changeMany` did to the change at `i` (1-based, as given): its row, or the id of the row holding its new name. */
+export type ChangeResult =
+  | { readonly i: number; readonly row: AuthorRow; readonly holder?: undefined }
+  | { readonly i: number; readonly row?: undefined; readonly holder: number }
+
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const columns = sql`id::int AS id, name, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at`
+  const columns = sql.literal(COLUMNS)
 
   const where = (filters: AuthorFilters, afterId: Option.Option<number> = Option.none()) => {
     const clauses: Array<Statement.Fragment> = []
@@ -107,6 +153,9 @@ const make = Effect.gen(function*() {
         Effect.map((rows) => Option.fromUndefinedOr(rows[0]))
       )
 
+  /** The authors of `ids` (each in 1…AUTHOR_ID_MAX) that exist, in one statement. */
+  const findManyById = (ids: ReadonlyArray<number>) => sql.unsafe<AuthorRow>(FIND_MANY, [ids]).pipe(Effect.orDie)
+
   const first = <A>(rows: ReadonlyArray<A>, orElse: () => AuthorNotFound) =>
     rows[0] !== undefined ? Effect.succeed(rows[0]) : Effect.fail(orElse())
 
@@ -114,6 +163,29 @@ const make = Effect.gen(function*() {
     sql<AuthorRow>`INSERT INTO authors (name) VALUES (${name}) RETURNING ${columns}`.pipe(
       Effect.catchTag("SqlError", (e) => isUniqueViolation(e) ? Effect.fail(AuthorNameTaken.of(name)) : Effect.die(e)),
       Effect.flatMap((rows) => Effect.succeed(rows[0]!))
+    )
+
+  /**
+   * Creates the `names` (distinct, in the order received) in one statement: the rows it inserted,
+   * in that order. A failure is the caller's to classify (committed or not: Db/Failures.ts).
+   */
+  const createMany = (names: ReadonlyArray<string>): Effect.Effect<ReadonlyArray<AuthorRow>, SqlError.SqlError> =>
+    sql.unsafe<AuthorRow>(CREATE_MANY, [names])
+
+  /**
+   * The `changes` (distinct ids in 1…AUTHOR_ID_MAX, in the order received) in one statement
+   * (`CHANGE_MANY`): what it did to each, a change it found no row for absent.
+   */
+  const changeMany = (changes: ReadonlyArray<Change>): Effect.Effect<ReadonlyArray<ChangeResult>, SqlError.SqlError> =>
+    Effect.map(
+      sql.unsafe<{ i: number; id: number | null; name: string | null; created_at: string | null; holder: number | null }>(
+        CHANGE_MANY,
+        [changes.map((change) => change.id), changes.map((change) => change.name ?? "")]
+      ),
+      (rows) =>
+        rows.map((r): ChangeResult =>
+          r.holder !== null ? { i: r.i, holder: r.holder } : { i: r.i, row: { id: r.id!, name: r.name!, created_at: r.created_at! } }
+        )
     )
 
   const update = (id: number, name: string) =>
@@ -148,8 +220,19 @@ const make = Effect.gen(function*() {
     return { counted, kept } as const
   })).pipe(Effect.orDie)
 
-  return { listBatch, page, total, findById, create, update, remove, repairTotal } as const
+  return { listBatch, page, total, findById, findManyById, create, createMany, changeMany, update, remove, repairTotal } as const
 })
+
+/** What the driver fails with on SQLSTATE 23505. */
+const uniqueViolation = () =>
+  new SqlError.SqlError({
+    reason: new SqlError.UniqueViolation({
+      cause: Object.assign(new Error("duplicate key value violates unique constraint"), { code: "23505", severityUnlocalized: "ERROR" }),
+      message: "PgConnection: Query failed",
+      operation: "query",
+      constraint: "authors_name_key"
+    })
+  })
 
 /** `created_at` as the SQL repository formats it: UTC, microseconds, no zone. */
 const formatCreatedAt = (date: Date) => `${date.toISOString().slice(0, 23)}000`
@@ -172,6 +255,11 @@ const makeMemory = Effect.sync((): AuthorRepo["Service"] => {
     )
   }
   const nameTaken = (name: string, except?: number) => [...rows.values()].some((row) => row.name === name && row.id !== except)
+  const insert = (name: string) => {
+    const row: AuthorRow = { id: ++lastId, name, created_at: formatCreatedAt(new Date()) }
+    rows.set(row.id, row)
+    return row
+  }
   const found = (id: number) => {
     const row = rows.get(id)
     return row === undefined ? Effect.fail(AuthorNotFound.of(id)) : Effect.succeed(row)
@@ -188,12 +276,37 @@ const makeMemory = Effect.sync((): AuthorRepo["Service"] => {
       }),
     total: Effect.sync(() => rows.size),
     findById: (id) => Effect.sync(() => Option.fromUndefinedOr(rows.get(id))),
+    findManyById: (ids) => Effect.sync(() => ids.flatMap((id) => rows.get(id) ?? [])),
     create: (name) =>
       Effect.suspend(() => {
         if (nameTaken(name)) return Effect.fail(AuthorNameTaken.of(name))
-        const row: AuthorRow = { id: ++lastId, name, created_at: formatCreatedAt(new Date()) }
-        rows.set(row.id, row)
-        return Effect.succeed(row)
+        return Effect.succeed(insert(name))
+      }),
+    createMany: (names) => Effect.sync(() => names.flatMap((name) => (nameTaken(name) ? [] : [insert(name)]))),
+    changeMany: (changes) =>
+      Effect.suspend(() => {
+        // As CHANGE_MANY: names held as the statement starts hold back their renames; the rest applied.
+        const held = changes.flatMap((change, k) => {
+          const holder = change.name === undefined || !rows.has(change.id)
+            ? undefined
+            : [...rows.values()].find((row) => row.name === change.name && row.id !== change.id)
+          return holder === undefined ? [] : [{ i: k + 1, holder: holder.id }]
+        })
+        const results: Array<ChangeResult> = [...held]
+        for (const [k, change] of changes.entries()) {
+          const row = rows.get(change.id)
+          if (row === undefined || held.some((h) => h.i === k + 1)) continue
+          if (change.name === undefined) {
+            rows.delete(change.id)
+            results.push({ i: k + 1, row })
+          } else {
+            if (nameTaken(change.name, change.id)) return Effect.fail(uniqueViolation())
+            const renamed = { ...row, name: change.name }
+            rows.set(change.id, renamed)
+            results.push({ i: k + 1, row: renamed })
+          }
+        }
+        return Effect.succeed(results)
       }),
     update: (id, name) =>
       Effect.flatMap(Effect.suspend(() => found(id)), (row) => {

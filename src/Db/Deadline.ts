@@ -136,3 +136,13 @@ export const discarded = () =>
       operation: "query"
     })
   })
+
+/**
+ * Added, for a fiber's statements, to the pool's deadline (not to `StatementTimeoutMs`): a
+ * statement waited for a little longer than PostgreSQL's own `statement_timeout`, so that when it
+ * is too slow the server cancels it (a refusal: certainly not committed) before the service gives
+ * up on it (an unknown outcome). Used by the statements of a batch of writes (Authors/Writes.ts).
+ */
+export const StatementDeadlineMarginMs = Context.Reference<number>("Db/StatementDeadlineMarginMs", {
+  defaultValue: () => 0
+})

@@ -53,3 +53,21 @@ export const isDatabaseFailure = (error: unknown): boolean =>
  */
 export const reportDatabaseFailure = (error: unknown, operation: string, otherwise: Effect.Effect<void>): Effect.Effect<void> =>
   isDatabaseFailure(error) ? Effect.flatMap(Effect.service(Outages), (outages) => outages.failed("database", error, operation)) : otherwise
+
+/**
+ * Whether a statement certainly did not commit: the server refused it with an ERROR (not FATAL)
+ * and the session went on (the driver reports a server's error only once the server is ready for
+ * the next statement), so its transaction was rolled back. Anything else — the connection lost, no
+ * answer within the deadline, a FATAL error — leaves its outcome unknown.
+ */
+export const isRefusedStatement = (error: unknown): boolean => {
+  if (!SqlError.isSqlError(error)) return false
+  const cause: unknown = error.reason.cause
+  if (typeof cause !== "object" || cause === null) return false
+  const severity = "severityUnlocalized" in cause && typeof cause.severityUnlocalized === "string"
+    ? cause.severityUnlocalized
+    : "severity" in cause && typeof cause.severity === "string"
+    ? cause.severity
+    : undefined
+  return severity === "ERROR"
+}

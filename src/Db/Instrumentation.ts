@@ -29,7 +29,7 @@ import * as SqlError from "effect/sql/SqlError"
 import * as Statement from "effect/sql/Statement"
 import * as Stream from "effect/Stream"
 import { dbConnectionsActive, dbErrorsTotal, dbQueryDuration } from "../Observability/Metrics.ts"
-import { databaseTimeout, detached, detachedLease, discarded, isDatabaseTimeout, StatementTimeoutMs } from "./Deadline.ts"
+import { databaseTimeout, detached, detachedLease, discarded, isDatabaseTimeout, StatementDeadlineMarginMs, StatementTimeoutMs } from "./Deadline.ts"
 
 /** Bounded label values: the statement's leading keyword, or `other`. */
 const OPERATIONS: ReadonlySet<string> = new Set([
@@ -241,7 +241,7 @@ export const makePgClient = (
       () => Effect.sync(() => dbConnectionsActive.dec())
     )
     const timeoutOf = (fiber: { readonly getRef: <A>(ref: Context.Reference<A>) => A }) =>
-      fiber.getRef(StatementTimeoutMs) ?? deadlines.statementMs
+      fiber.getRef(StatementTimeoutMs) ?? deadlines.statementMs + fiber.getRef(StatementDeadlineMarginMs)
     const countTimeout = (operation: string) => Effect.sync(() => dbErrorsTotal.inc({ operation, error_type: "timeout" }))
     /**
      * A checkout held until the scope closes (transactions, `reserve`, streams). Waiting for it is

@@ -11,9 +11,10 @@
  * The early stages are what a feature hands the front door (`layer(api, { early })`, wired in
  * App.ts; `EarlyStage`), which knows no feature itself: before the rate check a stage claims a
  * request and names a generation the check also reads; after it, the stage may answer the request
- * itself, without the router and HttpApi. The one there is: the authors' cached reads
- * (Authors/Http.ts `cachedRead`), which answer a read the read cache holds
- * (docs/architecture.md#the-request-path). With tracing on, no early stage answers: every request
+ * itself, without the router and HttpApi — at once, or by an effect whose failures become the
+ * same JSON error responses as the app's, and which may still hand the request to the app. The one
+ * there is: the authors' early answers (Authors/Http.ts `early`: their reads and writes,
+ * docs/architecture.md#the-request-path). With tracing on, no early stage answers: every request
  * goes through the app, whose spans a trace shows.
  *
  * With `ADMIN_PORT` set, the front door is also where the two ports part (`portRefuses`): the
@@ -138,6 +139,14 @@ export interface EarlyStage {
   readonly claim: (method: string, template: string | undefined, url: string) => EarlyClaim | undefined
 }
 
+/**
+ * An early stage's answer: a response at once, or an effect that makes one (its failures are
+ * mapped as the app's are) or finds, after all, that the app must decide (undefined).
+ */
+export type EarlyAnswer =
+  | HttpServerResponse.HttpServerResponse
+  | Effect.Effect<HttpServerResponse.HttpServerResponse | undefined, unknown>
+
 export interface EarlyClaim {
   /** A generation the rate check reads in the same round trip; what it observed is the request's `observed`. */
   readonly generation: GenerationKey | undefined
@@ -145,7 +154,7 @@ export interface EarlyClaim {
    * After the rate check, with the request's facts: the answer, or undefined for the app. Called
    * for an admitted request only.
    */
-  readonly answer: (request: HttpServerRequest.HttpServerRequest, ctx: RequestContext) => HttpServerResponse.HttpServerResponse | undefined
+  readonly answer: (request: HttpServerRequest.HttpServerRequest, ctx: RequestContext) => EarlyAnswer | undefined
 }
 
 export interface FrontDoorOptions<R> {
@@ -235,18 +244,26 @@ export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint,
             }
           }
           const early = earlyAnswers ? claim?.answer(passage.presented, passage.ctx) : undefined
-          const response = early ?? (yield* served(passage, admitted, app))
+          const response = early === undefined
+            ? yield* served(passage, admitted, app)
+            : Effect.isEffect(early)
+            ? yield* served(passage, admitted, Effect.flatMap(early, (answer) => (answer === undefined ? app : Effect.succeed(answer))))
+            : early
           return { passage, response: rate === undefined ? response : applyRateHeaders(response, rate) }
         })
 
-      /** The app, with the request (and its facts) provided again only if they changed (each provide adds to the context). */
+      /**
+       * The app (or an early stage's effect, which may hand the request to it), with the request
+       * (and its facts) provided again only if they changed (each provide adds to the context).
+       */
       const served = <E>(passage: Passage, admitted: Passage, app: Effect.Effect<HttpServerResponse.HttpServerResponse, E>) => {
         const { request, presented, ctx } = passage
         const withFacts = ctx === admitted.ctx ? app : Effect.provideService(app, currentRequest, ctx)
         const withRequest = presented === request ? withFacts : Effect.provideService(withFacts, HttpServerRequest.HttpServerRequest, presented)
         return withRequest.pipe(
           Effect.map((response) => errors.fromResponse(presented, response)),
-          Effect.catchCause((cause) => Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : errors.fromCause(presented, cause))
+          // An interruption has no failure of its own: only it goes on.
+          Effect.catchCause((cause) => Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause as Cause.Cause<never>) : errors.fromCause(presented, cause))
         )
       }
 

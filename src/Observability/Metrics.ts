@@ -260,6 +260,27 @@ export const authorTotalRepairsTotal = new client.Counter({
   help: "Times the exact author total (author_count_shards) was found to differ from count(*) and was repaired",
   registers: [registry]
 })
+/** Writes in batches (Authors/Authors.ts, docs/architecture.md#writes-in-batches). */
+export const writeOperations = ["create", "rename", "delete"] as const
+export type WriteOperation = typeof writeOperations[number]
+export const authorWriteBatchSize = new client.Histogram({
+  name: "author_write_batch_size",
+  help: "Requests answered by each author write statement, by operation (create, rename, delete); a request retried alone after its batch failed is a batch of 1",
+  labelNames: ["operation"] as const,
+  buckets: [1, 2, 4, 8, 16, 32, 64, 128],
+  registers: [registry]
+})
+export const authorWritesWaiting = new client.Gauge({
+  name: "author_writes_waiting",
+  help: "Author writes not answered yet: waiting for the batch being written, or in it, by operation",
+  labelNames: ["operation"] as const,
+  registers: [registry]
+})
+/** One series per operation, resolved once. */
+export const writeSeries = Object.fromEntries(writeOperations.map((operation) => [operation, {
+  batchSize: authorWriteBatchSize.labels(operation),
+  waiting: authorWritesWaiting.labels(operation)
+}])) as Readonly<Record<WriteOperation, { readonly batchSize: client.Histogram.Internal<"operation">; readonly waiting: client.Gauge.Internal<"operation"> }>>
 export const appInfo = new client.Gauge({
   name: "app_info",
   help: "Application information",

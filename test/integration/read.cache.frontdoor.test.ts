@@ -182,6 +182,89 @@ const pair = (backend: Backend) => () => {
     }
   })
 
+  /**
+   * A create to both instances (the front door's and the app's), a body each: status, headers and
+   * body must be equal, the new row's id, name and time aside.
+   */
+  const bothCreate = async (bodies: readonly [string, string], who: "admin" | "roleless" | "none", contentType = "application/json") => {
+    const answers: Array<Answer> = []
+    for (const [k, app] of [cached, traced].entries()) {
+      const token = who === "none" ? undefined : tokens.get(app)![who]
+      const res = await fetch(`${app.url}/authors`, {
+        method: "POST",
+        headers: { "x-correlation-id": "corr-create", "content-type": contentType, ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
+        body: bodies[k]!
+      })
+      const kept: Record<string, string> = {}
+      for (const [name, value] of res.headers) if (!PER_REQUEST.has(name) && name !== "content-length") kept[name] = value
+      const text = await res.text()
+      answers.push({
+        status: res.status,
+        headers: kept,
+        body: res.status === 201 ? text.replace(/^\{"id":\d+,"name":"[^"]*","created_at":"[^"]*"\}$/, "{row}") : text
+      })
+    }
+    expect(answers[0], `${who} ${bodies[0]}`).toEqual(answers[1])
+    return answers[0]!
+  }
+  const same = (body: string) => [body, body] as const
+
+  it("creates are answered as the app answers them: 201, 409, 422, 401, 403", async () => {
+    const created = await bothCreate([JSON.stringify({ name: `  Front door ${randomUUID()}  ` }), JSON.stringify({ name: `Front door ${randomUUID()}` })], "admin")
+    expect(created).toMatchObject({ status: 201, body: "{row}" })
+    // A name that exists on both (the instances may share one database: the second create is then its 409).
+    const name = `Front door taken ${randomUUID()}`
+    for (const app of [cached, traced]) await request(app, "POST", "/authors", { token: tokens.get(app)!.admin, body: { name } })
+    expect((await bothCreate(same(JSON.stringify({ name: `  ${name}` })), "admin")).status).toBe(409)
+    for (const body of ["{", "", "null", "[]", JSON.stringify({}), JSON.stringify({ name: "" }), JSON.stringify({ name: "x".repeat(256) }), JSON.stringify({ name: 7 }), JSON.stringify({ name: "a\u0000b" })]) {
+      expect((await bothCreate(same(body), "admin")).status, body).toBe(422)
+    }
+    expect((await bothCreate(same(JSON.stringify({ name: "x" })), "admin", "text/plain")).status).toBe(422)
+    expect((await bothCreate(same(JSON.stringify({ name: "x" })), "none")).status).toBe(401)
+    expect((await bothCreate(same(JSON.stringify({ name: "x" })), "roleless")).status).toBe(403)
+  })
+
+  /** A write to both instances, each its own path (and body): the answers must be equal. */
+  const bothWrite = async (method: "PUT" | "DELETE", paths: readonly [string, string], body: string | undefined, who: "admin" | "roleless" | "none") => {
+    const answers: Array<Answer> = []
+    for (const [k, app] of [cached, traced].entries()) {
+      const token = who === "none" ? undefined : tokens.get(app)![who]
+      const res = await fetch(`${app.url}${paths[k]}`, {
+        method,
+        headers: { "x-correlation-id": "corr-write", ...(body === undefined ? {} : { "content-type": "application/json" }), ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
+        ...(body === undefined ? {} : { body })
+      })
+      const kept: Record<string, string> = {}
+      for (const [name, value] of res.headers) if (!PER_REQUEST.has(name)) kept[name] = value
+      answers.push({ status: res.status, headers: kept, body: await res.text() })
+    }
+    expect(answers[0], `${who} ${method} ${paths[0]} ${body}`).toEqual(answers[1])
+    return answers[0]!
+  }
+
+  it("renames and deletes are answered as the app answers them: 200, 204, 404, 409, 422, 401, 403", async () => {
+    const [a, b] = ids
+    const nameOf = async (id: number) => ((await request(cached, "GET", `/authors/${id}`, { token: tokens.get(cached)!.admin })).body as { name: string }).name
+    const renamed = JSON.stringify({ name: `Front door renamed ${randomUUID()}` })
+    expect((await bothWrite("PUT", [`/authors/${a}`, `/authors/${a}`], renamed, "admin")).status).toBe(200)
+    expect((await bothWrite("PUT", [`/authors/${a}`, `/authors/${a}`], JSON.stringify({ name: await nameOf(b!) }), "admin")).status).toBe(409)
+    expect((await bothWrite("PUT", ["/authors/987654321", "/authors/987654321"], renamed, "admin")).status).toBe(404)
+    for (const body of ["{", "", JSON.stringify({}), JSON.stringify({ name: "" })]) {
+      expect((await bothWrite("PUT", [`/authors/${a}`, `/authors/${a}`], body, "admin")).status, body).toBe(422)
+    }
+    expect((await bothWrite("PUT", [`/authors/${a}`, `/authors/${a}`], renamed, "none")).status).toBe(401)
+    expect((await bothWrite("PUT", [`/authors/${a}`, `/authors/${a}`], renamed, "roleless")).status).toBe(403)
+    expect((await bothWrite("PUT", [`/authors/0${a}`, `/authors/0${a}`], renamed, "admin")).status).toBe(200)
+    // Each instance deletes an author it created (the two may share one database).
+    const gone = await Promise.all([cached, traced].map(async (app) =>
+      ((await request(app, "POST", "/authors", { token: tokens.get(app)!.admin, body: { name: `Front door gone ${randomUUID()}` } })).body as { id: number }).id))
+    const paths = gone.map((id) => `/authors/${id}`) as [string, string]
+    expect((await bothWrite("DELETE", paths, undefined, "roleless")).status).toBe(403)
+    expect((await bothWrite("DELETE", paths, undefined, "admin")).status).toBe(204)
+    expect((await bothWrite("DELETE", [paths[0], paths[0]], undefined, "admin")).status).toBe(404)
+    expect((await bothWrite("DELETE", ["/authors/abc", "/authors/abc"], undefined, "admin")).status).toBe(422)
+  })
+
   // Without Redis there is one instance (the other would not hear of this one's writes): the read after a write is pinned in read.cache.test.ts.
   if (backend !== "redis") return
   it("a write on one is seen by the next read on both", async () => {

@@ -31,7 +31,8 @@ describe.runIf(TEST_REDIS_URL !== undefined)("generations in Redis", () => {
   })
 
   const generations = () => redisGenerations(client, prefix)
-  const bump = (id: number | undefined, kind: WriteKind) => Effect.runPromise(generations().bump(id, kind))
+  const bump = (id: number | ReadonlyArray<number> | undefined, kind: WriteKind) =>
+    Effect.runPromise(generations().bump(typeof id === "number" ? [id] : id, kind))
   const values = async (id: number) => {
     const [rows, count, high] = await client.hmget(listKey, "rows", "count", "high")
     return { rows: Number(rows), count: Number(count), high: Number(high ?? 0), shard: Number(await client.get(shardKey(id))) }
@@ -82,6 +83,18 @@ describe.runIf(TEST_REDIS_URL !== undefined)("generations in Redis", () => {
       expect(after.count, `${kind} ${id}`).toBeGreaterThan(before.count)
       expect(after.high).toBe(101)
     }
+    // One statement's creates: appends when none is below `high` (the count only, `high` their largest), else the rows too.
+    before = await values(102)
+    await bump([104, 102, 103], "create")
+    after = await values(103)
+    expect({ rows: after.rows, high: after.high }).toEqual({ rows: before.rows, high: 104 })
+    expect(after.count).toBeGreaterThan(before.count)
+    for (const id of [102, 103, 104]) expect((await values(id)).shard, `shard of ${id}`).toBeGreaterThan(0)
+    before = await values(105)
+    await bump([105, 90], "create")
+    after = await values(105)
+    expect(after.rows).toBeGreaterThan(before.rows)
+    expect({ high: after.high, shard: after.shard > before.shard }).toEqual({ high: 105, shard: true })
     const shards = await client.keys(`${prefix}authors:gen:id:*`)
     before = await values(101)
     await bump(undefined, "create")

@@ -31,7 +31,7 @@ import { AuthorEvents, Authors } from "../../src/Authors/Authors.ts"
 import type { FeedSink } from "../../src/Authors/ChangeFeed.ts"
 import { ReadAnswer } from "../../src/Authors/ReadAnswers.ts"
 import { LIST_SCOPE, makeReadCache, ReadCache, type SharedGenerations, type WriteKind } from "../../src/Authors/ReadCache.ts"
-import { AuthorRepo } from "../../src/Authors/Repo.ts"
+import { AuthorRepo, type Change, type ChangeResult } from "../../src/Authors/Repo.ts"
 import type { AuthorRow } from "../../src/Domain/Author.ts"
 import { encodeCursor, pageCount } from "../../src/Domain/Pagination.ts"
 import { RedisError } from "../../src/Store/Redis.ts"
@@ -86,6 +86,12 @@ const ROLLBACKS: Profile = {
   readers: [1],
   writers: [0],
   ids: 1
+}
+/** Writes arriving while one is written: they go together as the next batch (Writes.ts). */
+const BATCHES: Profile = {
+  ...BALANCED,
+  weights: { ...BALANCED.weights, write: 12, run: 6 },
+  writes: ["create", "create", "update", "update", "delete"]
 }
 /** Time passing while notifications wait: what the maximum age bounds. */
 const SLOW_FEED: Profile = { ...BALANCED, weights: { ...BALANCED.weights, deliver: 1, rollback: 0, tick: 4 } }
@@ -239,14 +245,18 @@ const runModel = async (commands: ReadonlyArray<Command>, options: { readonly em
   const ops: Array<Op> = []
   let failures: Array<string> = []
 
-  const commit = (op: Op | undefined, kind: WriteKind, id: number, notify: boolean) => {
+  /** A commit, and the triggers' notification of each kind of change it made (one statement may both rename and delete). */
+  const commit = (op: Op | undefined, kind: WriteKind, ids: ReadonlyArray<number>, notify: boolean, alsoDeleted: ReadonlyArray<number> = []) => {
     history.push(rowsNow())
     commitTimes.push(clock.ms)
     const version = history.length - 1
     if (op !== undefined) op.committed = version
     if (!notify || options.embedded) return
-    const notification = { payload: `${kind[0]}:${id}`, version, scopes: [id, LIST_SCOPE] }
-    for (let at = 0; at < instances; at++) if (feedUp[at]) queues[at]!.push(notification)
+    for (const [k, changed] of [[kind, ids], ["delete", alsoDeleted]] as const) {
+      if (changed.length === 0) continue
+      const notification = { payload: `${k[0]}:${changed.join(",")}`, version, scopes: [...changed, LIST_SCOPE] }
+      for (let at = 0; at < instances; at++) if (feedUp[at]) queues[at]!.push(notification)
+    }
   }
 
   /** A statement the service sends: the server runs it when the scheduler says, whatever became of the sender. */
@@ -288,13 +298,36 @@ const runModel = async (commands: ReadonlyArray<Command>, options: { readonly em
     return Deferred.await(done)
   })
   const read = <A>(effect: Effect.Effect<A>) => statement(() => Effect.runSyncExit(effect))
-  const writeOf = (kind: WriteKind) => (row: AuthorRow, op: Op | undefined) => commit(op, kind, row.id, true)
+  const writeOf = (kind: WriteKind) => (row: AuthorRow, op: Op | undefined) => commit(op, kind, [row.id], true)
+  /**
+   * A batch's statement runs in the context of the request that opened the batch (`op`); its other
+   * creates, the pending ones of the same instance whose names it inserted, committed with it.
+   */
+  const createdMany = (rows: ReadonlyArray<AuthorRow>, op: Op | undefined) => {
+    if (rows.length === 0) return
+    commit(op, "create", rows.map((row) => row.id), true)
+    for (const row of rows) markMember(op, (c) => c.kind === "create" && NAMES[c.name] === row.name)
+  }
+  /** The same for a batch of renames and deletes: the pending ones of the instance whose ids it changed. */
+  const changedMany = (results: ReadonlyArray<ChangeResult>, op: Op | undefined, changes: ReadonlyArray<Change>) => {
+    const done = results.flatMap((r) => (r.row === undefined ? [] : [{ id: r.row.id, deleted: changes[r.i - 1]!.name === undefined }]))
+    if (done.length === 0) return
+    commit(op, "update", done.filter((d) => !d.deleted).map((d) => d.id), true, done.filter((d) => d.deleted).map((d) => d.id))
+    for (const d of done) markMember(op, (c) => c.kind === (d.deleted ? "delete" : "update") && c.arg === d.id)
+  }
+  const markMember = (op: Op | undefined, matches: (command: Command & { t: "write" }) => boolean) => {
+    const member = ops.find((o) => !o.done && o !== op && o.at === op?.at && o.committed === undefined && o.command.t === "write" && matches(o.command))
+    if (member !== undefined && op?.committed !== undefined) member.committed = op.committed
+  }
   const repo: AuthorRepo["Service"] = {
     listBatch: (filters, after) => read(inner.listBatch(filters, after)),
     page: (filters, request) => read(inner.page(filters, request)),
     total: read(inner.total),
     findById: (id) => read(inner.findById(id)),
+    findManyById: (ids) => read(inner.findManyById(ids)),
     create: (name) => statement(() => Effect.runSyncExit(inner.create(name)), writeOf("create")),
+    createMany: (names) => statement(() => Effect.runSyncExit(inner.createMany(names)), createdMany),
+    changeMany: (changes) => statement(() => Effect.runSyncExit(inner.changeMany(changes)), (results, op) => changedMany(results, op, changes)),
     update: (id, name) => statement(() => Effect.runSyncExit(inner.update(id, name)), writeOf("update")),
     remove: (id) => statement(() => Effect.runSyncExit(inner.remove(id)), writeOf("delete")),
     repairTotal: Effect.succeed(undefined)
@@ -319,18 +352,25 @@ const runModel = async (commands: ReadonlyArray<Command>, options: { readonly em
     return { key: "authors:gen:all", value: `${init("rows")}.${init("count")}.${generations.get("high") ?? 0}` }
   }
   const sharedFor = (at: number): SharedGenerations => ({
-    bump: (id, kind) =>
+    bump: (ids, kind) =>
       Effect.flatMap(Effect.service(CurrentOp), (op) =>
         Effect.suspend(() => {
           if (failNextBump[at]) {
             failNextBump[at] = false
             return Effect.fail(new RedisError({ command: "EVAL bump_generations", cause: new Error("down") }))
           }
-          if (kind === "create" && id !== undefined && id >= (generations.get("high") ?? 0)) generations.set("high", id)
-          else generations.set("rows", nextGeneration(generations.get("rows")))
+          // BUMP_LUA: each id in ascending order, one new `rows` (unless every one appends) and `count` for all.
+          let high = generations.get("high") ?? 0
+          let rows = ids === undefined
+          for (const id of [...(ids ?? [])].sort((a, b) => a - b)) {
+            if (kind === "create" && id >= high) high = id
+            else rows = true
+          }
+          generations.set("high", high)
+          if (rows) generations.set("rows", nextGeneration(generations.get("rows")))
           generations.set("count", nextGeneration(generations.get("count")))
-          if (id !== undefined) generations.set(`id:${id}`, nextGeneration(generations.get(`id:${id}`)))
-          const scopes = id === undefined ? [LIST_SCOPE] : [id, LIST_SCOPE]
+          for (const id of new Set(ids)) generations.set(`id:${id}`, nextGeneration(generations.get(`id:${id}`)))
+          const scopes = [...(ids ?? []), LIST_SCOPE]
           const seq = ++bumpSeq
           // A bump after the commit makes the write visible to a reader on any instance.
           if (op?.committed !== undefined) bumpsEffective.push({ seq, version: op.committed, scopes })
@@ -478,7 +518,7 @@ const runModel = async (commands: ReadonlyArray<Command>, options: { readonly em
         const exit = Effect.runSyncExit(
           command.kind === "create" ? inner.create(`${NAMES[command.name]}`) : command.kind === "update" ? inner.update(command.arg, `${NAMES[command.name]}`) : inner.remove(command.arg)
         )
-        if (Exit.isSuccess(exit)) commit(undefined, command.kind, exit.value.id, true)
+        if (Exit.isSuccess(exit)) commit(undefined, command.kind, [exit.value.id], true)
         break
       }
       case "interrupt": {
@@ -559,6 +599,17 @@ const KNOWN = {
     write(0, "create", 1, 0), run, readOf(1, "byId", 1), run, { t: "snapshot" }, write(0, "update", 1, 1), run,
     { t: "rollback", reconnect: true }, readOf(1, "byId", 1), run
   ],
+  /** I1/I3: creates written as one batch (two waiting for the one in flight), a list read cached between the first and the batch. */
+  batchBump: [
+    write(0, "create", 1, 0), write(0, "create", 1, 1), write(0, "create", 1, 2), run, readOf(0, "all", 0),
+    { t: "run", pick: 1 }, run, readOf(0, "all", 0), run
+  ],
+  /** I1/I3: two deletes written as one batch behind a rename, a list read cached between the rename and the batch. */
+  changeBatchBump: [
+    write(0, "create", 1, 0), run, write(0, "create", 1, 1), run, write(0, "create", 1, 2), run,
+    write(0, "update", 1, 0), write(0, "delete", 2, 0), write(0, "delete", 3, 0), run, readOf(0, "all", 0),
+    { t: "run", pick: 1 }, run, readOf(0, "all", 0), run
+  ],
   /** I5: a notification that has not come, and time passing: an answer older than the maximum age. */
   olderThanMaxAge: [
     write(0, "create", 1, 0), run, { t: "deliver", at: 1 }, readOf(1, "byId", 1), run, write(0, "update", 1, 1), run,
@@ -573,6 +624,8 @@ describe("the read cache's invariants over random interleavings with faults (mod
   it("two instances on one PostgreSQL, with Redis going back to a snapshot", () =>
     check(ROLLBACKS, { embedded: false, redis: true }, [KNOWN.restartedFromSnapshot, KNOWN.repeatedGeneration], 300))
   it("two instances on one PostgreSQL, without Redis", () => check(BALANCED, { embedded: false, redis: false }, [KNOWN.otherInstance, KNOWN.interruptedAfterCommit]))
+  it("two instances on one PostgreSQL, with Redis, creates written in batches", () => check(BATCHES, { embedded: false, redis: true }, [KNOWN.batchBump, KNOWN.changeBatchBump]))
+  it("two instances on one PostgreSQL, without Redis, creates written in batches", () => check(BATCHES, { embedded: false, redis: false }, [KNOWN.batchBump, KNOWN.changeBatchBump]))
   it("two instances, notifications slow to come while time passes (maximum age)", () => check(SLOW_FEED, { embedded: false, redis: false }, [KNOWN.olderThanMaxAge]))
   it("one instance on the embedded database (no feed), with Redis", () => check(BALANCED, { embedded: true, redis: true }, [KNOWN.lateCommit]))
   it("one instance on the embedded database (no feed), without Redis", () => check(BALANCED, { embedded: true, redis: false }, [KNOWN.lateCommit]))

@@ -3,7 +3,7 @@
  * logic (which writes change which reads' tags, the list's generations), the in-process cache end
  * to end, unfiltered pages made again from their kept rows after an append (Authors.ts `readListPage`),
  * the answers' text (byte for byte what Schema encoding gives, the same ETag for the same body), the
- * bump on every exit of a write (Authors.ts `write`) and the maximum age.
+ * bump on every exit of a write (Writes.ts), the maximum age, and id lookups batched (Authors.ts `lookup`).
  */
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schema, type Scope } from "effect"
 import { describe, expect, it } from "vitest"
@@ -106,8 +106,34 @@ describe("tags", () => {
       write()
       return snapshot().flatMap((tag, scope) => (tag !== before[scope] ? [scope] : []))
     }
-    expect(changedBy(() => epochs.written(5, "update"))).toEqual([5, LIST_SCOPE])
+    expect(changedBy(() => epochs.written([5], "update"))).toEqual([5, LIST_SCOPE])
     expect(changedBy(() => epochs.written(undefined, "create"))).toEqual([LIST_SCOPE])
+  })
+
+  it("one statement's creates: their shards and one append for all; the same statement seen again (its notification after its bump, or before) moves nothing", () => {
+    for (const order of ["bump first", "notification first"] as const) {
+      const epochs = new LocalEpochs(true)
+      epochs.written([3], "create")
+      const before = [epochs.tag(LIST_SCOPE), epochs.tag(5), epochs.tag(6), epochs.tag(7)]
+      const bump = () => epochs.written([7, 5, 6], "create")
+      const notification = () => epochs.changed("c:5,6,7")
+      ;(order === "bump first" ? bump : notification)()
+      const once = [epochs.tag(LIST_SCOPE), epochs.tag(5), epochs.tag(6), epochs.tag(7)]
+      expect(once.slice(1), order).toEqual(before.slice(1).map((tag) => String(Number(tag) + 1)))
+      expect(once[0]!.split(".")[0], `${order}: an append leaves rows`).toBe(before[0]!.split(".")[0])
+      expect(once[0]!.split(".")[2], order).toBe("7")
+      ;(order === "bump first" ? notification : bump)()
+      expect([epochs.tag(LIST_SCOPE), epochs.tag(5), epochs.tag(6), epochs.tag(7)], order).toEqual(once)
+    }
+  })
+
+  it("a create seen once is forgotten by an update or a delete of it: a create that reuses its id (by hand) moves its shard again", () => {
+    const epochs = new LocalEpochs(true)
+    epochs.changed("c:9") // another instance's create: seen once, by the feed
+    epochs.changed("d:9")
+    const before = epochs.tag(9)
+    epochs.changed("c:9") // written again by hand, with the same id
+    expect(epochs.tag(9)).not.toBe(before)
   })
 
   it("the list's generations: an append (a create not below the high-water) leaves `rows`; any other write moves it", () => {
@@ -186,9 +212,9 @@ describe("the in-process cache", () => {
       const first = yield* readId(5)
       expect(yield* readId(5)).toBe(first)
       expect(loads).toBe(1)
-      yield* cache.written(70, "update", "committed") // another shard: untouched
+      yield* cache.written([70], "update", "committed") // another shard: untouched
       expect(yield* readId(5)).toBe(first)
-      yield* cache.written(ID_SHARDS + 5, "update", "committed") // shard 5
+      yield* cache.written([ID_SHARDS + 5], "update", "committed") // shard 5
       expect(yield* readId(5)).not.toBe(first)
       expect(loads).toBe(2)
     })))
@@ -354,7 +380,7 @@ describe("unfiltered pages after an append (Authors.readPage, in process)", () =
       const nine = yield* repo.create("Author 9")
       yield* read(3, 1, Option.some(5))
       // …and 9's bump, an append, leaves `rows` as it was: the page is read whole again.
-      yield* cache.written(nine.id, "create", "committed")
+      yield* cache.written([nine.id], "create", "committed")
       yield* read(3, 1, Option.some(5))
       expect(statements).toEqual({ page: 4, total: 0 })
       // Now the high-water is 9: kept, and the next append costs the total only.
@@ -417,7 +443,7 @@ describe("every exit of a write bumps its scopes (Authors `write`)", () => {
    */
   const setup = (fault: Fault, gate?: Deferred.Deferred<void>) =>
     Effect.gen(function*() {
-      const bumps: Array<{ id: number | undefined; kind: WriteKind; outcome: WriteOutcome }> = []
+      const bumps: Array<{ ids: ReadonlyArray<number> | undefined; kind: WriteKind; outcome: WriteOutcome }> = []
       const reached = Deferred.makeUnsafe<void>()
       const after = <A, E>(committed: Effect.Effect<A, E>) =>
         Effect.flatMap(committed, (a) => (fault === "die" ? Effect.die(new Error("connection lost after the commit")) : fault === "interrupt" ? Effect.interrupt : Effect.succeed(a)))
@@ -435,7 +461,7 @@ describe("every exit of a write bumps its scopes (Authors `write`)", () => {
           })
         })
       ).pipe(Layer.provide(AuthorRepo.layerMemory))
-      const recording = ReadCache.of({ ...Context.get(yield* Layer.build(ReadCache.layerNone), ReadCache), written: (id, kind, outcome) => Effect.sync(() => void bumps.push({ id, kind, outcome })) })
+      const recording = ReadCache.of({ ...Context.get(yield* Layer.build(ReadCache.layerNone), ReadCache), written: (ids, kind, outcome) => Effect.sync(() => void bumps.push({ ids, kind, outcome })) })
       const context = yield* Layer.build(Authors.layer.pipe(Layer.provideMerge(Faulty), Layer.provide([AuthorEvents.layerNone, Layer.succeed(ReadCache, recording)])))
       return { bumps, reached, authors: Context.get(context, Authors), repo: Context.get(context, AuthorRepo) }
     })
@@ -451,9 +477,9 @@ describe("every exit of a write bumps its scopes (Authors `write`)", () => {
       expect(yield* Effect.flip(authors.remove(99))).toBeInstanceOf(AuthorNotFound)
       yield* authors.remove(row.id)
       expect(bumps).toEqual([
-        { id: row.id, kind: "create", outcome: "committed" },
-        { id: row.id, kind: "update", outcome: "committed" },
-        { id: row.id, kind: "delete", outcome: "committed" }
+        { ids: [row.id], kind: "create", outcome: "committed" },
+        { ids: [row.id], kind: "update", outcome: "committed" },
+        { ids: [row.id], kind: "delete", outcome: "committed" }
       ])
     })))
 
@@ -467,9 +493,9 @@ describe("every exit of a write bumps its scopes (Authors `write`)", () => {
         yield* Effect.exit(authors.update(row!.id, "Bob Renamed"))
         yield* Effect.exit(authors.remove(row!.id))
         expect(bumps).toEqual([
-          { id: undefined, kind: "create", outcome: "unknown" },
-          { id: row!.id, kind: "update", outcome: "unknown" },
-          { id: row!.id, kind: "delete", outcome: "unknown" }
+          { ids: undefined, kind: "create", outcome: "unknown" },
+          { ids: [row!.id], kind: "update", outcome: "unknown" },
+          { ids: [row!.id], kind: "delete", outcome: "unknown" }
         ])
       })))
   }
@@ -487,7 +513,7 @@ describe("every exit of a write bumps its scopes (Authors `write`)", () => {
       yield* Deferred.succeed(gate, undefined)
       yield* Fiber.join(interrupting)
       expect(Option.getOrThrow(yield* repo.findById(row.id)).name).toBe("Cy Renamed")
-      expect(bumps[1]).toEqual({ id: row.id, kind: "update", outcome: "committed" })
+      expect(bumps[1]).toEqual({ ids: [row.id], kind: "update", outcome: "committed" })
     })))
 })
 
@@ -527,4 +553,28 @@ describe("READ_CACHE_MAX_AGE_SECONDS", () => {
       expect(loads).toBe(2)
     })).pipe(Effect.provideService(Clock.Clock, clock)))
   })
+})
+
+describe("id lookups that miss together are one statement (Authors.ts `lookup`)", () => {
+  it("lookups by id and lists filtered by id alone, started together: one statement for their distinct ids, each answered its own row", () =>
+    Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+      const statements: Array<ReadonlyArray<number>> = []
+      const Counting = Layer.effect(AuthorRepo, Effect.map(AuthorRepo, (repo) =>
+        AuthorRepo.of({ ...repo, findManyById: (ids) => Effect.andThen(Effect.sync(() => void statements.push(ids)), repo.findManyById(ids)) }))
+      ).pipe(Layer.provide(AuthorRepo.layerMemory))
+      const context = yield* Layer.build(Authors.layer.pipe(Layer.provideMerge(Counting), Layer.provide([AuthorEvents.layerNone, ReadCache.layerNone])))
+      const authors = Context.get(context, Authors)
+      const rows = yield* Effect.forEach(["Ann", "Bob"], (name) => authors.create(name))
+      const reads = yield* Effect.forEach([rows[0]!.id, rows[1]!.id, rows[0]!.id, 99, 3_000_000_000], (id, k) =>
+        Effect.forkChild(k % 2 === 0 ? authors.readAuthor(id, undefined) : authors.readList({ id }, undefined), { startImmediately: true }))
+      const answers = yield* Effect.forEach(reads, Fiber.join)
+      expect(statements).toEqual([[rows[0]!.id, rows[1]!.id, 99]]) // 3,000,000,000: beyond 32 bits, no statement
+      expect(answers.map((a) => (a as ReadAnswer).body)).toEqual([
+        authorAnswer(rows[0], 0).body,
+        listAnswer([rows[1]!], 0).body,
+        authorAnswer(rows[0], 0).body,
+        listAnswer([], 0).body,
+        authorAnswer(undefined, 0).body
+      ])
+    }))))
 })

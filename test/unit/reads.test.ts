@@ -1,7 +1,7 @@
 /**
  * The read model (src/Authors/Reads.ts) over the inputs of every path that looks for an author
  * read: an HTTP request as the front door sees it (its cached-read stage, and the generation its
- * rate check reads: Authors/Http.ts `cachedRead`), and a WebSocket package 1 or 2 message (what
+ * rate check reads: Authors/Http.ts `early`), and a WebSocket package 1 or 2 message (what
  * Ws/Packages.ts `prepare` decodes before the message's rate check). Equivalent requests name the
  * same read — key, scope, roles — on every path; anything the endpoints' schemas refuse is no read;
  * and the front door's fast path reads the canonical forms exactly as the router and the schemas do.
@@ -10,7 +10,7 @@ import { Effect, Layer, Result } from "effect"
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { Authors } from "../../src/Authors/Authors.ts"
-import { cachedRead } from "../../src/Authors/Http.ts"
+import { early } from "../../src/Authors/Http.ts"
 import { LIST_SCOPE, ReadCache, scopeOfId } from "../../src/Authors/ReadCache.ts"
 import { type AuthorRead, httpReaders, makeHttpReads, messageRead } from "../../src/Authors/Reads.ts"
 import { encodeCursor } from "../../src/Domain/Pagination.ts"
@@ -212,7 +212,7 @@ describe("the paths that use it", () => {
   it("the front door's rate check and a package's rate check read the same generation for the same read", async () => {
     const { stage, packages } = await Effect.runPromise(
       Effect.gen(function*() {
-        return { stage: yield* cachedRead, packages: yield* PackageHandlers }
+        return { stage: yield* early, packages: yield* PackageHandlers }
       }).pipe(Effect.provide(PackageHandlers.layer.pipe(Layer.provideMerge(Layer.merge(cache, noAuthors)))))
     )
     const claimed = (u: string) => stage.claim("GET", templateOf(u), u)?.generation
@@ -223,7 +223,7 @@ describe("the paths that use it", () => {
     expect(claimed("/authors/paginated")).toEqual({ key: `scope:${LIST_SCOPE}`, record: false })
     // No read, no generation: a request that does not decode, a write, an unknown package.
     expect(stage.claim("GET", "/authors/paginated", "/authors/paginated?per_page=0")).toBeUndefined()
-    expect(stage.claim("POST", "/authors", "/authors")).toBeUndefined()
+    expect(stage.claim("POST", "/authors", "/authors")?.generation).toBeUndefined()
     expect(prepared(2, { page: 1, per_page: 0 })).toBeUndefined()
     expect(prepared(3, { name: "x" })).toBeUndefined()
   })
