@@ -29,7 +29,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { AuthorEvents, Authors } from "../../src/Authors/Authors.ts"
-import { ReadCache, type WriteKind } from "../../src/Authors/ReadCache.ts"
+import type { WriteKind } from "../../src/Authors/Generations.ts"
+import { ReadCache } from "../../src/Authors/ReadCache.ts"
 import { AuthorRepo } from "../../src/Authors/Repo.ts"
 import { Database } from "../../src/Db/Database.ts"
 import { databaseTimeout } from "../../src/Db/Deadline.ts"
@@ -117,7 +118,8 @@ const world = async (database: DatabaseLayer) => {
           case "unknown":
             return Effect.fail(databaseTimeout("statement", 5_000))
           case "committedUnknown":
-            return Effect.andThen(statement, Effect.fail(connectionLost()))
+            // The statement ran (written, or refused by the server), then its answer was lost.
+            return Effect.andThen(Effect.exit(statement), Effect.fail(connectionLost()))
         }
       })
     return AuthorRepo.of({
