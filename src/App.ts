@@ -77,13 +77,6 @@ const layerStores = Layer.unwrap(Effect.gen(function*() {
 }))
 
 /**
- * The Redis the read cache's generations can use: one keyspace (one server, a Sentinel group's
- * primary). Its scripts name keys of several slots, which a Redis Cluster refuses: there the read
- * cache is off (docs/deployment.md#redis-cluster).
- */
-const oneKeyspace = Effect.map(Effect.serviceOption(RedisClient), Option.filter((redis) => redis.mode !== "cluster"))
-
-/**
  * The database: the server at DATABASE_URL, else embedded PostgreSQL (PGlite) in DATA_DIR — the
  * same driver, SQL and migrations either way. `npm run migrate` uses it too.
  */
@@ -112,15 +105,12 @@ const layerInfrastructure = Layer.mergeAll(
 
 /**
  * The read cache of author reads: its generations in Redis when configured (shared by every
- * instance, read by the rate check), else in this process; off on a Redis Cluster (`oneKeyspace`).
- * The HTTP front door and the WebSocket dispatch use it too.
+ * instance, read by the rate check; in every mode), else in this process. The HTTP front door and
+ * the WebSocket dispatch use it too.
  */
-const layerReadCache = Layer.unwrap(Effect.gen(function*() {
-  const config = yield* AppConfig
-  const redis = yield* oneKeyspace
-  if (Option.isSome(redis)) return ReadCache.layerRedis.pipe(Layer.provide(Layer.succeed(RedisClient, redis.value)))
-  return Option.isSome(config.redis) ? ReadCache.layerNone : ReadCache.layerMemory
-}))
+const layerReadCache = Layer.unwrap(Effect.map(Effect.serviceOption(RedisClient), (redis) =>
+  Option.isSome(redis) ? ReadCache.layerRedis.pipe(Layer.provide(Layer.succeed(RedisClient, redis.value))) : ReadCache.layerMemory
+))
 
 /**
  * The audit writer (docs/audit.md#guarantees): none when AUDIT_LOG_ENABLED=false, through the Redis
@@ -154,7 +144,7 @@ const layerServices = Layer.mergeAll(
   Layer.provideMerge(layerInfrastructure)
 )
 
-/** The startup line naming the Redis the service uses (never a password), and what a cluster leaves out. */
+/** The startup line naming the Redis the service uses (never a password). */
 const describeRedis = (target: RedisTarget): string => {
   const topology = target.topology
   const nodes = (list: ReadonlyArray<RedisNode>) => list.map((n) => `${n.host}:${n.port}`).join(", ")
@@ -164,8 +154,7 @@ const describeRedis = (target: RedisTarget): string => {
     case "Sentinel":
       return `Redis: the primary of Sentinel group "${topology.master}" (Sentinels ${nodes(topology.sentinels)})${target.tls ? ", TLS" : ""}`
     case "Cluster":
-      return `Redis: a Redis Cluster (seeds ${nodes(topology.nodes)})${target.tls ? ", TLS" : ""}; ` +
-        "the read cache is off (docs/deployment.md#redis-cluster)"
+      return `Redis: a Redis Cluster (seeds ${nodes(topology.nodes)})${target.tls ? ", TLS" : ""}`
   }
 }
 

@@ -24,7 +24,8 @@ import {
   totalAnswer,
   withTotal
 } from "./ReadAnswers.ts"
-import { type ListTags, listTagsOf, ReadCache } from "./ReadCache.ts"
+import { type ListTags, listTagsOf } from "./Generations.ts"
+import { ReadCache } from "./ReadCache.ts"
 import { AUTHOR_ID_MAX, type AuthorPageResult, AuthorRepo, LIST_BATCH_SIZE } from "./Repo.ts"
 import { AuthorEvents, makeWrites } from "./Writes.ts"
 

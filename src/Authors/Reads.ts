@@ -15,7 +15,7 @@ import { AUTHORS_MAX_PER_PAGE, type PageQuery } from "../Domain/Pagination.ts"
 import { OperationRoles, type Role } from "../Domain/User.ts"
 import { AuthorIdParams, ListParams, ListPackageData, PackageFilters, PageParams, PagePackageData } from "./Api.ts"
 import { authorKey, listKey, pageKey } from "./ReadAnswers.ts"
-import { type Scope, scopeOf, scopeOfId } from "./ReadCache.ts"
+import { type Scope, scopeOf, scopeOfId } from "./Generations.ts"
 
 interface Read {
   /** The answer's key in the read cache: every parameter that shapes it. */

@@ -6,7 +6,7 @@
  * for all its ids on every exit (docs/architecture.md#the-read-cache, I3), before its answers and
  * before its broadcasts (`announce`), so a client that reads on hearing of a change reads the change.
  */
-import { Cause, Context, Effect, Exit, Fiber, Layer, Option, Request, Tracer } from "effect"
+import { Cause, Context, Effect, Exit, Layer, Option, Request, Tracer } from "effect"
 import type { NonEmptyArray } from "effect/Array"
 import { StatementDeadlineMarginMs } from "../Db/Deadline.ts"
 import { isRefusedStatement } from "../Db/Failures.ts"
@@ -14,7 +14,8 @@ import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"
 import { AuthorNameTaken, AuthorNotFound } from "../Errors.ts"
 import { type WriteOperation, writeSeries } from "../Observability/Metrics.ts"
 import { withSpanIfTraced } from "../Observability/Spans.ts"
-import type { ReadCacheShape, WriteKind } from "./ReadCache.ts"
+import type { WriteKind } from "./Generations.ts"
+import type { ReadCacheShape } from "./ReadCache.ts"
 import { AUTHOR_ID_MAX, type AuthorRepo, type Change, type ChangeResult } from "./Repo.ts"
 import { writeBatches } from "./WriteBatches.ts"
 
@@ -83,17 +84,16 @@ export interface Writes {
 
 export const makeWrites = (repo: AuthorRepo["Service"], events: AuthorEvents["Service"], cache: ReadCacheShape): Writes => {
   /**
-   * The bump and the broadcasts of one statement's writes are issued in the same tick, the bump
-   * first, so they leave in one write to Redis (one connection, auto-pipelined), which runs them in
-   * that order: a broadcast still reaches no one before the bump. The answers wait for the bump only.
-   * A statement's renames and deletes bump as one non-create kind: only a create can be an append.
+   * The bump of one statement's writes, then their broadcasts: a broadcast reaches no one before
+   * the bump (on a Redis Cluster the generations and the channel live on different nodes, so
+   * sending them together would not order them). The answers wait for the bump only. A
+   * statement's renames and deletes bump as one non-create kind: only a create can be an append.
    */
   const announce = (kind: WriteKind, changed: ReadonlyArray<AuthorEvent>) =>
-    Effect.flatMap(Effect.forkChild(cache.written(changed.map((c) => c.author.id), kind, "committed"), { startImmediately: true }), (bump) =>
-      Effect.andThen(
-        Effect.forEach(changed, (event) => Effect.forkDetach(events.publish(event), { startImmediately: true }), { discard: true }),
-        Fiber.join(bump)
-      ))
+    Effect.andThen(
+      cache.written(changed.map((c) => c.author.id), kind, "committed"),
+      Effect.forEach(changed, (event) => Effect.forkDetach(events.publish(event), { startImmediately: true }), { discard: true })
+    )
 
   /**
    * A write alone and its bump, on every exit (I3), as one uninterruptible step: a request whose

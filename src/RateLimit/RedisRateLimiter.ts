@@ -59,19 +59,36 @@ export const SLIDING_WINDOW_READ_LUA = `${SLIDING_WINDOW_BODY}${clockCounterLua(
 export const SLIDING_WINDOW_READ_RECORD_LUA = `${SLIDING_WINDOW_BODY}${clockRecordLua("value", "KEYS[2]")}return {allowed, count, oldestScore, now, value}
 `
 
+/** KEYS[1] = a generation (or a generations record): its value alone (a Redis Cluster's read, beside the hit). */
+const GENERATION_LUA = `${clockCounterLua("value", "KEYS[1]")}return value
+`
+const GENERATION_RECORD_LUA = `${clockRecordLua("value", "KEYS[1]")}return value
+`
+
 /** Effect's own clock (`Clock.Clock`'s default): in its presence Redis's TIME is the clock. */
 const liveClock = Context.get(Context.empty(), Clock.Clock)
 
 export const makeRedisRateLimiter = Effect.gen(function*() {
-  const { client, prefix } = yield* RedisClient
-  const slidingWindow = defineScript<[number, number, number, number]>(client, "adsSlidingWindow", 1, SLIDING_WINDOW_LUA)
-  const slidingWindowRead = defineScript<[number, number, number, number, string]>(client, "adsSlidingWindowRead", 2, SLIDING_WINDOW_READ_LUA)
-  const slidingWindowReadRecord = defineScript<[number, number, number, number, string]>(
-    client,
-    "adsSlidingWindowReadRecord",
-    2,
-    SLIDING_WINDOW_READ_RECORD_LUA
-  )
+  const { client, mode, prefix } = yield* RedisClient
+  type Reply = readonly [number, number, number, number, string?]
+  const slidingWindow = defineScript<Reply>(client, "adsSlidingWindow", 1, SLIDING_WINDOW_LUA)
+  const slidingWindowRead = defineScript<Reply>(client, "adsSlidingWindowRead", 2, SLIDING_WINDOW_READ_LUA)
+  const slidingWindowReadRecord = defineScript<Reply>(client, "adsSlidingWindowReadRecord", 2, SLIDING_WINDOW_READ_RECORD_LUA)
+  const generation = defineScript<string>(client, "adsGeneration", 1, GENERATION_LUA)
+  const generationRecord = defineScript<string>(client, "adsGenerationRecord", 1, GENERATION_RECORD_LUA)
+  /**
+   * The hit and the generation `read`. One script on one server or a Sentinel group's primary; in a
+   * Redis Cluster the window's key and the generation's hash to different slots, so two scripts
+   * sent together (auto-pipelined: no round trip more, one command more — docs/performance.md#redis-cluster).
+   */
+  const hitAndRead = (windowKey: string, read: GenerationKey | undefined, ...args: ReadonlyArray<string | number>): Promise<Reply> => {
+    if (read === undefined) return slidingWindow(windowKey, ...args)
+    const key = `${prefix}${read.key}`
+    if (mode !== "cluster") return (read.record ? slidingWindowReadRecord : slidingWindowRead)(windowKey, key, ...args)
+    return Promise.all([slidingWindow(windowKey, ...args), (read.record ? generationRecord : generation)(key)]).then(
+      ([[allowed, count, oldest, at], value]) => [allowed, count, oldest, at, value] as const
+    )
+  }
   // ZSET members must be unique per hit: two hits in the same millisecond are two admissions.
   const instance = randomBytes(6).toString("hex")
   let sequence = 0
@@ -82,13 +99,7 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
       if (isDisconnected(client)) return Effect.fail(new RateLimiterUnavailable({ cause: new Error(`Redis ${client.status}`) }))
       const now = clock === liveClock ? "" : clock.currentTimeMillisUnsafe()
       const windowKey = `${prefix}ratelimit:${key}`
-      return redisCommand(
-        "EVALSHA sliding_window",
-        (): Promise<readonly [number, number, number, number, string?]> =>
-          read === undefined
-            ? slidingWindow(windowKey, now, windowMs, limit, member)
-            : (read.record ? slidingWindowReadRecord : slidingWindowRead)(windowKey, `${prefix}${read.key}`, now, windowMs, limit, member)
-      ).pipe(
+      return redisCommand("EVALSHA sliding_window", () => hitAndRead(windowKey, read, now, windowMs, limit, member)).pipe(
         Effect.mapError((error) => new RateLimiterUnavailable({ cause: error.cause })),
         Effect.map(([allowed, count, oldest, at, value]) => ({
           member,

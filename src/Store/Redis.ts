@@ -221,6 +221,50 @@ const slotOwners = (client: Cluster): Set<string> => {
   return owners
 }
 
+/**
+ * Calls `listener` whenever the values Redis holds may have been lost or rolled back behind the
+ * client's back: the connection ready again after it was lost (a restart, a Sentinel failover);
+ * in a cluster also a node's connection lost (each ends for good and is made again) or a slot
+ * that changed primary (a replica promoted, a resharding), seen when the slot map is refreshed.
+ * Returns the function that stops it.
+ */
+export const onPossibleRollback = (client: RedisConnection, listener: () => void): () => void => {
+  let readyBefore = client.status === "ready"
+  const onReady = () => {
+    if (readyBefore) listener()
+    readyBefore = true
+  }
+  client.on("ready", onReady)
+  if (!(client instanceof Cluster)) return () => client.off("ready", onReady)
+  let owners = primaries(client)
+  const onRefresh = () => {
+    const now = primaries(client)
+    // The first slot map (none before the cluster was first ready) replaces nothing.
+    if (owners !== "" && now !== owners) listener()
+    owners = now
+  }
+  client.on("-node", listener)
+  client.on("refresh", onRefresh)
+  return () => {
+    client.off("ready", onReady)
+    client.off("-node", listener)
+    client.off("refresh", onRefresh)
+  }
+}
+
+/** The slot map's primaries, as one text ("" before there is a map): a slot's primary is replaced, the text changes. */
+const primaries = (client: Cluster): string => {
+  if (client.slots.length === 0) return ""
+  const ranges: Array<string> = []
+  let previous: string | undefined
+  for (let slot = 0; slot < 16384; slot++) {
+    const owner = client.slots[slot]?.[0] ?? "-"
+    if (owner !== previous) ranges.push(`${slot}:${owner}`)
+    previous = owner
+  }
+  return ranges.join(",")
+}
+
 /** CRC16 (XMODEM), as Redis Cluster hashes keys. */
 const CRC16_TABLE = Array.from({ length: 256 }, (_, byte) => {
   let crc = byte << 8
@@ -397,11 +441,12 @@ export const redisCommand = <A>(
   )
 
 /**
- * A Lua script as a function of its keys and arguments. ioredis sends EVALSHA and falls back to
- * EVAL once after a script flush (NOSCRIPT), so each call is one round trip.
+ * A Lua script as a function of its keys and arguments (`numberOfKeys` null: the first argument
+ * says how many keys follow). ioredis sends EVALSHA and falls back to EVAL once after a script
+ * flush (NOSCRIPT), so each call is one round trip.
  */
-export const defineScript = <R>(client: RedisConnection, name: string, numberOfKeys: number, lua: string) => {
-  if (!(name in client)) client.defineCommand(name, { numberOfKeys, lua })
+export const defineScript = <R>(client: RedisConnection, name: string, numberOfKeys: number | null, lua: string) => {
+  if (!(name in client)) client.defineCommand(name, numberOfKeys === null ? { lua } : { numberOfKeys, lua })
   const command = (client as unknown as Record<string, (...args: ReadonlyArray<string | number>) => Promise<R>>)[name]!
   return (...args: ReadonlyArray<string | number>): Promise<R> => command.apply(client, [...args])
 }
@@ -415,7 +460,7 @@ export const defineScript = <R>(client: RedisConnection, name: string, numberOfK
  * the clock of any earlier bump, and no key is bumped more than once a microsecond on average (a
  * key bumped faster runs ahead of the clock, and a rollback could meet its values again). Values
  * stay below 2^53 (exact in Lua's numbers) until the year 2255. The read cache's generations
- * (Authors/ReadCache.ts `BUMP_LUA`).
+ * (Authors/SharedGenerations.ts `BUMP_LUA`).
  */
 export const nextGenerationLua = `local clock_now = redis.call('TIME')
 clock_now = tonumber(clock_now[1]) * 1000000 + tonumber(clock_now[2])

@@ -10,9 +10,9 @@ import { randomUUID } from "node:crypto"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { awaitAuditRecord } from "../support/AuditTrail.ts"
-import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
+import { redisModes } from "../support/RedisModes.ts"
+import { login, request, startTestApp, TEST_DATABASE_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
-import { singleRedis } from "../../src/Config.ts"
 
 const STRONG = /^"[A-Za-z0-9_-]{27}"$/
 const WEAK = /^W\/"[^"]+"$/
@@ -98,7 +98,8 @@ describe("conditional reads", () => {
   })
 })
 
-describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("conditional reads of a list streamed in batches, and across instances", () => {
+// Once per Redis mode of the run (test/support/RedisModes.ts).
+for (const mode of redisModes) describe.runIf(TEST_DATABASE_URL !== undefined)(`conditional reads of a list streamed in batches, and across instances (${mode.name})`, () => {
   let a: TestApp
   let b: TestApp
   let off: TestApp
@@ -108,7 +109,7 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
   const prefix = `test-conditional-${randomUUID()}:`
 
   beforeAll(async () => {
-    const redis = { redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")), redisKeyPrefix: prefix }
+    const redis = { redis: Option.some(mode.target), redisKeyPrefix: prefix }
     const config = { rateLimitEnabled: true, rateLimitPerMinute: 100_000, ...redis }
     a = await startTestApp({ database: "postgres", config })
     b = await startTestApp({ database: "postgres", databaseUrl: a.databaseUrl!, config })

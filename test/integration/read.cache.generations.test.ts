@@ -1,32 +1,38 @@
 /**
- * The read cache's generations in Redis (src/Authors/ReadCache.ts `BUMP_LUA`, Store/Redis.ts
+ * The read cache's generations in Redis (src/Authors/SharedGenerations.ts `BUMP_LUA`, Store/Redis.ts
  * `nextGenerationLua`): a value is never issued twice, also after Redis went back to older values
  * (keys set back by hand, as a restore or a failover to a replica that lagged leaves them) or lost
- * them; the list's record keeps its append rule; and a reconnection (a "ready" after the first)
- * resets the instance's side, the first connection does not.
+ * them; the list's record keeps its append rule — on one server and in a Redis Cluster, whose
+ * bumps are scripts per slot; and a reconnection (a "ready" after the first; in a cluster a
+ * node's connection lost) resets the instance's side, the first connection does not.
  */
 import { Effect, Exit, Scope } from "effect"
-import { Redis } from "ioredis"
+import { Cluster } from "ioredis"
 import { randomUUID } from "node:crypto"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { generationKeyOf, LIST_GENERATION_KEY, redisGenerations, scopeOfId, type WriteKind } from "../../src/Authors/ReadCache.ts"
-import { makeRedis } from "../../src/Store/Redis.ts"
+import { generationKeyOf, LIST_GENERATION_KEY, scopeOfId, type WriteKind } from "../../src/Authors/Generations.ts"
+import { redisGenerations } from "../../src/Authors/SharedGenerations.ts"
+import { makeRedis, type RedisConnection } from "../../src/Store/Redis.ts"
 import { onPath } from "../support/Binaries.ts"
 import { eventually } from "../support/Eventually.ts"
 import { startRedisServer } from "../support/RedisServer.ts"
-import { TEST_REDIS_URL } from "../support/TestApp.ts"
+import { connectTo, redisModes } from "../support/RedisModes.ts"
 
-describe.runIf(TEST_REDIS_URL !== undefined)("generations in Redis", () => {
-  let client: Redis
+/** KEYS on every primary (a cluster's keys are spread over them). */
+const keysOf = async (client: RedisConnection, pattern: string) =>
+  client instanceof Cluster ? (await Promise.all(client.nodes("master").map((node) => node.keys(pattern)))).flat() : client.keys(pattern)
+
+// Once per Redis mode of the run: in a Redis Cluster the list's record and each shard are bumped by scripts of their own.
+for (const mode of redisModes) describe(`generations in Redis (${mode.name})`, () => {
+  let client: RedisConnection
   const prefix = `test-generations-${randomUUID()}:`
   const listKey = `${prefix}${LIST_GENERATION_KEY}`
   const shardKey = (id: number) => `${prefix}${generationKeyOf(scopeOfId(id))}`
   beforeAll(() => {
-    client = new Redis(TEST_REDIS_URL!, { maxRetriesPerRequest: 1 })
+    client = connectTo(mode)
   })
   afterAll(async () => {
-    const keys = await client.keys(`${prefix}*`)
-    if (keys.length > 0) await client.del(...keys)
+    for (const key of await keysOf(client, `${prefix}*`)) await client.del(key)
     client.disconnect()
   })
 
@@ -61,7 +67,7 @@ describe.runIf(TEST_REDIS_URL !== undefined)("generations in Redis", () => {
     expect(afterRollback.rows).toBeGreaterThan(highest)
     expect(afterRollback.count).toBeGreaterThan(highest)
     expect(afterRollback.shard).toBeGreaterThan(highest)
-    await client.del(listKey, shardKey(7))
+    for (const key of [listKey, shardKey(7)]) await client.del(key)
     await bump(7, "update")
     const afterLoss = await values(7)
     for (const value of [afterLoss.rows, afterLoss.count, afterLoss.shard]) expect(value).toBeGreaterThan(Math.max(afterRollback.rows, afterRollback.count, afterRollback.shard))
@@ -95,13 +101,13 @@ describe.runIf(TEST_REDIS_URL !== undefined)("generations in Redis", () => {
     after = await values(105)
     expect(after.rows).toBeGreaterThan(before.rows)
     expect({ high: after.high, shard: after.shard > before.shard }).toEqual({ high: 105, shard: true })
-    const shards = await client.keys(`${prefix}authors:gen:id:*`)
+    const shards = await keysOf(client, `${prefix}authors:gen:id:*`)
     before = await values(101)
     await bump(undefined, "create")
     after = await values(101)
     expect(after.rows).toBeGreaterThan(before.rows)
-    expect(await client.keys(`${prefix}authors:gen:id:*`)).toEqual(expect.arrayContaining(shards))
-    expect((await client.keys(`${prefix}authors:gen:id:*`)).length).toBe(shards.length)
+    expect(await keysOf(client, `${prefix}authors:gen:id:*`)).toEqual(expect.arrayContaining(shards))
+    expect((await keysOf(client, `${prefix}authors:gen:id:*`)).length).toBe(shards.length)
   })
 })
 
@@ -124,6 +130,32 @@ describe.runIf(onPath("redis-server"))("a Redis reconnection", () => {
       await Effect.runPromise(Scope.close(scope, Exit.void))
       client.disconnect()
       await redis.kill("SIGTERM")
+    }
+  })
+
+  const cluster = redisModes.find((mode) => mode.name === "Redis Cluster")
+  it.runIf(cluster !== undefined)("in a Redis Cluster: resets when a node's connection is lost (it ends for good and is made again), not before", async () => {
+    const client = makeRedis(cluster!.target) as Cluster
+    client.on("error", () => {})
+    const admin = connectTo(cluster!)
+    const scope = Effect.runSync(Scope.make())
+    try {
+      let resets = 0
+      await Effect.runPromise(Scope.provide(redisGenerations(client, "p:").onReset(() => resets++), scope))
+      await client.ping()
+      const node = client.nodes("master")[0]!
+      const id = await node.client("ID")
+      // The slot map refreshed meanwhile, its primaries unchanged: no reset.
+      await new Promise<void>((resolve) => client.refreshSlotsCache(() => resolve()))
+      expect(resets).toBe(0)
+      const [host, port] = [node.options.host, node.options.port]
+      const server = (admin as Cluster).nodes("master").find((n) => n.options.host === host && n.options.port === port)!
+      await server.client("KILL", "ID", String(id))
+      await eventually(() => resets >= 1, "the reset after the node's connection was lost")
+    } finally {
+      await Effect.runPromise(Scope.close(scope, Exit.void))
+      client.disconnect()
+      admin.disconnect()
     }
   })
 })

@@ -13,6 +13,7 @@ import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { encodeCursor } from "../../src/Domain/Pagination.ts"
 import { eventually } from "../support/Eventually.ts"
+import { type RedisMode, redisModes } from "../support/RedisModes.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp, type TestAppOptions } from "../support/TestApp.ts"
@@ -81,10 +82,10 @@ const visibleWithin = async (read: () => Promise<string | undefined>, expected: 
   expect(staleAfterBound, `reads started more than ${boundMs} ms after the write that did not reflect it`).toEqual([])
 }
 
-const appOptions = (prefix: string, extra: Partial<NonNullable<TestAppOptions["config"]>> = {}): TestAppOptions => ({
+const appOptions = (prefix: string, extra: Partial<NonNullable<TestAppOptions["config"]>> = {}, mode?: RedisMode): TestAppOptions => ({
   database: "postgres",
   config: {
-    redis: Option.some(singleRedis(TEST_REDIS_URL ?? "")),
+    redis: Option.some(mode?.target ?? singleRedis(TEST_REDIS_URL ?? "")),
     redisKeyPrefix: prefix,
     rateLimitEnabled: true,
     rateLimitPerMinute: 1_000_000,
@@ -94,7 +95,8 @@ const appOptions = (prefix: string, extra: Partial<NonNullable<TestAppOptions["c
   }
 })
 
-describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)("two instances on one PostgreSQL and Redis", () => {
+// Once per Redis mode of the run (one server, a Redis Cluster, a Sentinel group: test/support/RedisModes.ts).
+for (const mode of redisModes) describe.runIf(TEST_DATABASE_URL !== undefined)(`two instances on one PostgreSQL and Redis (${mode.name})`, () => {
   let a: TestApp
   let b: TestApp
   let writer: string
@@ -103,8 +105,8 @@ describe.runIf(TEST_DATABASE_URL !== undefined && TEST_REDIS_URL !== undefined)(
   const prefix = `test-read-cache-${randomUUID()}:`
 
   beforeAll(async () => {
-    a = await startTestApp(appOptions(prefix))
-    b = await startTestApp({ ...appOptions(prefix), databaseUrl: a.databaseUrl! })
+    a = await startTestApp(appOptions(prefix, {}, mode))
+    b = await startTestApp({ ...appOptions(prefix, {}, mode), databaseUrl: a.databaseUrl! })
     writer = (await login(a, "admin")).access_token
     reader = (await login(b, "reader")).access_token
   })

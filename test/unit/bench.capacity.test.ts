@@ -13,7 +13,8 @@ import { cacheState, deriveCosts, DEFAULTS, hitRatio, type Mix, MIXES, step } fr
 import { readFigures, trimResult } from "../../bench/lib/capacity-figures.ts"
 import { BEGIN, END, renderCapacity } from "../../bench/lib/capacity-report.ts"
 import { listKey } from "../../src/Authors/ReadAnswers.ts"
-import { ENTRY_OVERHEAD_BYTES, ID_SHARDS } from "../../src/Authors/ReadCache.ts"
+import { ID_SHARDS } from "../../src/Authors/Generations.ts"
+import { ENTRY_OVERHEAD_BYTES } from "../../src/Authors/ReadCache.ts"
 
 const ROOT = process.cwd()
 const FIXTURE = "test/fixtures/bench-result.json"

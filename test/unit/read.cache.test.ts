@@ -21,21 +21,17 @@ import {
   withTotal
 } from "../../src/Authors/ReadAnswers.ts"
 import {
-  AnswerStore,
-  ID_SHARDS,
-  ENTRY_OVERHEAD_BYTES,
   generationKeyOf,
+  ID_SHARDS,
   LIST_SCOPE,
   ListGenerations,
   listTagsOf,
   LocalEpochs,
-  makeReadCache,
-  ReadCache,
   scopeOf,
   scopeOfId,
-  type WriteKind,
-  type WriteOutcome
-} from "../../src/Authors/ReadCache.ts"
+  type WriteKind
+} from "../../src/Authors/Generations.ts"
+import { AnswerStore, ENTRY_OVERHEAD_BYTES, makeReadCache, ReadCache, type WriteOutcome } from "../../src/Authors/ReadCache.ts"
 import { AuthorRepo } from "../../src/Authors/Repo.ts"
 import { readCacheHitsTotal, readCacheMissesTotal } from "../../src/Observability/Metrics.ts"
 import { Author, AuthorPage } from "../../src/Domain/Author.ts"
