@@ -8,7 +8,9 @@
  *                    [--idle-connections 5000] [--users 64]
  *
  * BENCH_DATABASE_URL / BENCH_REDIS_URL select real PostgreSQL / Redis (else embedded PGlite and
- * in-process stores). Results: printed tables and bench/results/<timestamp>.json.
+ * in-process stores); BENCH_REDIS_CLUSTER_NODES (with BENCH_REDIS_URL) puts the service on a Redis
+ * Cluster, the baseline staying on BENCH_REDIS_URL. Results: printed tables and
+ * bench/results/<timestamp>.json.
  */
 import { Redis } from "ioredis"
 import { randomBytes } from "node:crypto"
@@ -60,6 +62,15 @@ const opts = {
 const selected = (id: string) => opts.only === undefined || opts.only.some((o) => o.toLowerCase() === id.toLowerCase() || id.toLowerCase().startsWith(`${o.toLowerCase()}-`))
 const adminUrl = process.env["BENCH_DATABASE_URL"] || undefined
 const redisUrl = process.env["BENCH_REDIS_URL"] || undefined
+const redisClusterNodes = process.env["BENCH_REDIS_CLUSTER_NODES"] || undefined
+if (redisClusterNodes !== undefined && redisUrl === undefined) throw new Error("BENCH_REDIS_CLUSTER_NODES needs BENCH_REDIS_URL too (the baseline's Redis)")
+/** Every Redis server the run uses: the one server, and the cluster's nodes. */
+const redisServers = [...(redisUrl === undefined ? [] : [redisUrl]), ...(redisClusterNodes?.split(",").map((node) => `redis://${node.trim()}`) ?? [])]
+const redisDescription = redisUrl === undefined
+  ? "in-process stores"
+  : redisClusterNodes === undefined
+  ? "Redis (BENCH_REDIS_URL)"
+  : "the service on a Redis Cluster (BENCH_REDIS_CLUSTER_NODES), the baseline on BENCH_REDIS_URL"
 
 const started = performance.now()
 const elapsed = () => `${((performance.now() - started) / 1000).toFixed(0).padStart(4)} s`
@@ -86,8 +97,9 @@ const cleanup = () =>
     for (const s of servers) await s.stop().catch(() => undefined)
     await prepared?.dispose().catch(() => undefined)
     redisMeter?.close()
-    if (redisUrl !== undefined) {
-      const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 })
+    // Each server on its own (a cluster's replicas answer READONLY to UNLINK: skipped).
+    for (const url of redisServers) {
+      const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 })
       redis.on("error", () => {})
       try {
         await redis.connect()
@@ -95,7 +107,7 @@ const cleanup = () =>
         do {
           const [next, keys] = await redis.scan(cursor, "MATCH", `${redisPrefix}*`, "COUNT", 1000)
           cursor = next
-          if (keys.length > 0) await redis.unlink(...keys)
+          for (const key of keys) await redis.unlink(key)
         } while (cursor !== "0")
       } catch {
         // best effort
@@ -232,19 +244,19 @@ const runWorkload = async (w: Workload, ctx: Context, pair: ReadonlyArray<Server
 // ---- main ---------------------------------------------------------------------------------------
 const main = async () => {
   log(`bench ${runId}: ${opts.authors} authors, ${opts.auditRows} audit records, ${opts.rounds} rounds × ${opts.duration} s (+${opts.warmup} s warm-up), ` +
-    `database ${adminUrl === undefined ? "embedded PGlite" : "PostgreSQL (BENCH_DATABASE_URL)"}, ${redisUrl === undefined ? "in-process stores" : "Redis (BENCH_REDIS_URL)"}`)
+    `database ${adminUrl === undefined ? "embedded PGlite" : "PostgreSQL (BENCH_DATABASE_URL)"}, ${redisDescription}`)
   const key = await makeKey()
   const tokens = await mintTokens(key, opts.users)
   const reader = await mintToken(key, "bench-reader", ["get-authors"])
   const anchor = new Date()
-  prepared = await prepareDatabases({ adminUrl, redisUrl, redisPrefix, authors: opts.authors, auditRows: opts.auditRows, anchor, key, log })
+  prepared = await prepareDatabases({ adminUrl, redisUrl, redisClusterNodes, redisPrefix, authors: opts.authors, auditRows: opts.auditRows, anchor, key, log })
   log(`databases ready, same rows in both (${JSON.stringify(prepared.fingerprint)}): ${JSON.stringify(prepared.timings)}`)
   const jwkFile = prepared.jwkFile
   if (adminUrl !== undefined && prepared.databaseNames !== undefined) {
     pgMeter = await pgCpu(adminUrl, [prepared.databaseNames.service, prepared.databaseNames.baseline]).catch(() => undefined)
     if (pgMeter === undefined) log("PostgreSQL's processes are not visible in /proc (a remote server?): no PostgreSQL CPU figures")
   }
-  if (redisUrl !== undefined) redisMeter = redisCpu(redisUrl)
+  if (redisServers.length > 0) redisMeter = redisCpu(redisServers)
 
   const service = await startService(prepared.serviceDataDir, prepared.service)
   servers.push(service)
@@ -335,7 +347,7 @@ const main = async () => {
   const detail = (w: WorkloadResult) => `${w.connections} connections, ${opts.rounds} × ${opts.duration} s`
   const out: Array<string> = ["", "=".repeat(100)]
   out.push(`Author Directory Service vs baseline — ${opts.authors.toLocaleString("en-US")} authors, ${opts.auditRows.toLocaleString("en-US")} seeded audit records, ` +
-    `${adminUrl === undefined ? "embedded PGlite (in each server process)" : "PostgreSQL"}, ${redisUrl === undefined ? "in-process stores" : "Redis"}`)
+    `${adminUrl === undefined ? "embedded PGlite (in each server process)" : "PostgreSQL"}, ${redisUrl === undefined ? "in-process stores" : redisClusterNodes === undefined ? "Redis" : "Redis Cluster (service), Redis (baseline)"}`)
   out.push(`machine: ${cpus().length} cores (${cpus()[0]?.model ?? "?"}), ${Math.round(totalmem() / 2 ** 30)} GB, node ${process.version}; servers, database, Redis and the load generator share these cores`)
   out.push("")
   for (const w of workloads) out.push(formatWorkload(w.id, w.title, detail(w), w.service, w.baseline, adminUrl === undefined ? "in-server" : "postgres", redisUrl !== undefined, w.writes), "")
@@ -381,7 +393,7 @@ const main = async () => {
     ? "note: no PostgreSQL CPU figures (the cluster's processes are not visible in /proc)."
     : "note: PostgreSQL CPU µs per request = all the cluster's processes over the round (other clients of the cluster count in it too); in brackets, only the backends of this server's database.")
   if (redisUrl !== undefined) {
-    out.push("note: Redis CPU µs per request = used_cpu_user + used_cpu_sys of INFO cpu over the round (the whole Redis server).")
+    out.push(`note: Redis CPU µs per request = used_cpu_user + used_cpu_sys of INFO cpu over the round (${redisServers.length === 1 ? "the whole Redis server" : "every Redis server of the run: the one server and the cluster's nodes, replicas included"}).`)
     out.push("note: with Redis the service may also journal audit records in Redis for crash safety; the baseline buffers them in process only.")
   }
   for (const r of restarts) out.push(`note: ${r.server} was restarted at ${r.at_s} s after it stopped unexpectedly (${r.reason.slice(0, 120)}); its later numbers come from a fresh process`)
@@ -398,7 +410,7 @@ const main = async () => {
     started_at: new Date(Date.now() - totalSeconds * 1000).toISOString(),
     total_s: round2(totalSeconds),
     options: opts,
-    backends: { database: adminUrl === undefined ? "pglite" : "postgres", redis: redisUrl === undefined ? "in-process" : "redis" },
+    backends: { database: adminUrl === undefined ? "pglite" : "postgres", redis: redisUrl === undefined ? "in-process" : redisClusterNodes === undefined ? "redis" : "redis-cluster" },
     machine: { cores: cpus().length, cpu: cpus()[0]?.model, memory_gb: Math.round(totalmem() / 2 ** 30), node: process.version },
     setup_timings_s: prepared.timings,
     seeded: prepared.fingerprint,

@@ -140,20 +140,27 @@ export interface RedisCpu {
   readonly close: () => void
 }
 
-export const redisCpu = (url: string): RedisCpu => {
-  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, commandTimeout: 2000 })
-  client.on("error", () => {})
+/** The CPU of the Redis servers at `urls` together (a cluster's nodes: each `redis://host:port`). */
+export const redisCpu = (urls: ReadonlyArray<string>): RedisCpu => {
+  const clients = urls.map((url) => {
+    const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, commandTimeout: 2000 })
+    client.on("error", () => {})
+    return client
+  })
+  const secondsOf = async (client: Redis) => {
+    const info = await client.info("cpu")
+    const value = (key: string) => Number(new RegExp(`^${key}:([\\d.]+)`, "m").exec(info)?.[1])
+    return value("used_cpu_user") + value("used_cpu_sys")
+  }
   return {
     sample: async () => {
       try {
-        const info = await client.info("cpu")
-        const value = (key: string) => Number(new RegExp(`^${key}:([\\d.]+)`, "m").exec(info)?.[1])
-        const seconds = value("used_cpu_user") + value("used_cpu_sys")
+        const seconds = (await Promise.all(clients.map(secondsOf))).reduce((sum, s) => sum + s, 0)
         return Number.isFinite(seconds) ? seconds : undefined
       } catch {
         return undefined
       }
     },
-    close: () => client.disconnect()
+    close: () => clients.forEach((client) => client.disconnect())
   }
 }

@@ -82,6 +82,8 @@ const runSeed = (args: ReadonlyArray<string>) =>
 export interface PrepareOptions {
   readonly adminUrl: string | undefined
   readonly redisUrl: string | undefined
+  /** The service's Redis Cluster, if any (the baseline stays on `redisUrl`). */
+  readonly redisClusterNodes?: string | undefined
   readonly redisPrefix: string
   readonly authors: number
   readonly auditRows: number
@@ -142,7 +144,7 @@ export const prepareDatabases = async (o: PrepareOptions): Promise<Prepared> => 
       })
     }
     const urlOf = (name: string | undefined) => (o.adminUrl === undefined || name === undefined ? undefined : databaseUrl(o.adminUrl, name))
-    const service: Backends = { databaseUrl: urlOf(names?.service), redisUrl: o.redisUrl, redisPrefix: o.redisPrefix }
+    const service: Backends = { databaseUrl: urlOf(names?.service), redisUrl: o.redisUrl, redisClusterNodes: o.redisClusterNodes, redisPrefix: o.redisPrefix }
     const baseline: Backends = { databaseUrl: urlOf(names?.baseline), redisUrl: o.redisUrl, redisPrefix: o.redisPrefix }
 
     let t0 = t()

@@ -157,6 +157,8 @@ export interface Backends {
   /** A database URL; undefined = embedded PGlite in the server's data directory. */
   readonly databaseUrl: string | undefined
   readonly redisUrl: string | undefined
+  /** A Redis Cluster's seeds (`host:port,…`): the service's Redis instead of `redisUrl` (BENCH_REDIS_CLUSTER_NODES). */
+  readonly redisClusterNodes?: string | undefined
   readonly redisPrefix: string
 }
 
@@ -185,7 +187,11 @@ export const startService = async (dataDir: string, backends: Backends, startTim
     WS_MAX_CONNECTIONS_PER_USER: "100000",
     DATABASE_POOL_MAX: "10",
     ...(backends.databaseUrl !== undefined ? { DATABASE_URL: backends.databaseUrl } : {}),
-    ...(backends.redisUrl !== undefined ? { REDIS_URL: backends.redisUrl, REDIS_KEY_PREFIX: `${backends.redisPrefix}svc:` } : {}),
+    ...(backends.redisClusterNodes !== undefined
+      ? { REDIS_CLUSTER_NODES: backends.redisClusterNodes, REDIS_KEY_PREFIX: `${backends.redisPrefix}svc:` }
+      : backends.redisUrl !== undefined
+      ? { REDIS_URL: backends.redisUrl, REDIS_KEY_PREFIX: `${backends.redisPrefix}svc:` }
+      : {}),
     ...env
   }, await freePort(), startTimeoutMs)
 }
