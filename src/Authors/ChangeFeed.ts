@@ -76,7 +76,9 @@ export const runChangeFeed = (config: PgConnection.Config, sink: FeedSink): Effe
     }
     while (true) {
       const ended = Deferred.makeUnsafe<Cause.Cause<unknown>>()
-      const fiber = Effect.runFork(session(config, watched, ended))
+      // Detached, not a child: a failed session is abandoned (its cleanup may wait on a dead socket),
+      // yet it runs with this fiber's services (logger, tracer).
+      const fiber = yield* Effect.forkDetach(session(config, watched, ended), { startImmediately: true })
       const cause = yield* Deferred.await(ended).pipe(Effect.onInterrupt(() => Effect.sync(() => fiber.interruptUnsafe())))
       sink.down()
       fiber.interruptUnsafe()

@@ -67,24 +67,35 @@ export class AnswerStore {
   get size() {
     return this.entries.size
   }
-  /** The answer stored under `key` with `tag`, read at most `maxAgeMs` before `now`; any other is dropped. */
+  /**
+   * The answer stored under `key` with `tag`, read at most `maxAgeMs` before `now`; one too old is
+   * dropped. One under another tag stays: its reader may be older than the one that stored it, and
+   * a newer reader's answer replaces it (`put`).
+   */
   get(key: string, tag: string, now: number): ReadAnswer | undefined {
     const entry = this.entries.get(key)
     if (entry === undefined) return undefined
-    this.entries.delete(key)
-    if (entry.tag !== tag || (this.maxAgeMs > 0 && now - entry.answer.readAt > this.maxAgeMs)) {
+    if (this.maxAgeMs > 0 && now - entry.answer.readAt > this.maxAgeMs) {
+      this.entries.delete(key)
       this.release(entry)
       return undefined
     }
+    if (entry.tag !== tag) return undefined
+    this.entries.delete(key)
     this.entries.set(key, entry) // most recently used last
     return entry.answer
   }
-  /** Stores the answer unless it is too large; evicts the least recently used to make room. */
+  /**
+   * Stores the answer unless it is too large, or an answer under another tag whose database read
+   * began later is stored (a slow load does not replace a newer answer); evicts the least recently
+   * used to make room.
+   */
   put(key: string, tag: string, answer: ReadAnswer): boolean {
     const bytes = textBytes(answer.body) + key.length * 2 + ENTRY_OVERHEAD_BYTES
     if (bytes * LARGEST_ANSWER_FRACTION > this.maxBytes) return false
     const previous = this.entries.get(key)
     if (previous !== undefined) {
+      if (previous.tag !== tag && previous.answer.readAt > answer.readAt) return false
       this.entries.delete(key)
       this.release(previous)
     }

@@ -38,18 +38,31 @@ import { Author, AuthorPage } from "../../src/Domain/Author.ts"
 import { AuthorNameTaken, AuthorNotFound } from "../../src/Errors.ts"
 
 const row = (id: number, name = `Author ${id}`) => ({ id, name, created_at: "2026-01-31T12:00:00.000000" })
-const answerOf = (bytes: number) => listAnswer([row(1, "x".repeat(Math.max(0, bytes - 60)))], 0)
+const answerOf = (bytes: number, readAt = 0) => listAnswer([row(1, "x".repeat(Math.max(0, bytes - 60)))], readAt)
 const sizeOf = (key: string, answer: ReadAnswer) => textBytes(answer.body) + key.length * 2 + ENTRY_OVERHEAD_BYTES
 
 describe("AnswerStore (LRU by bytes)", () => {
-  it("serves an answer only under the tag it was stored with, and drops it otherwise", () => {
+  it("serves an answer only under the tag it was stored with; another tag's reader leaves it for readers of its own", () => {
     const store = new AnswerStore(1_000_000)
     const answer = answerOf(200)
     store.put("k", "t1", answer)
     expect(store.get("k", "t1", 0)).toBe(answer)
     expect(store.get("k", "t2", 0)).toBeUndefined()
-    expect(store.get("k", "t1", 0)).toBeUndefined() // the stale one was dropped
-    expect(store.bytes).toBe(0)
+    // A reader holding an older tag does not drop the newer answer (review C6).
+    expect(store.get("k", "t1", 0)).toBe(answer)
+  })
+
+  it("an answer read later under another tag replaces the one stored; a slow load read earlier does not", () => {
+    const store = new AnswerStore(1_000_000)
+    const newer = answerOf(200, 10)
+    store.put("k", "t2", newer)
+    expect(store.put("k", "t1", answerOf(201, 5))).toBe(false)
+    expect(store.get("k", "t2", 10)).toBe(newer)
+    const newest = answerOf(202, 20)
+    expect(store.put("k", "t3", newest)).toBe(true)
+    expect(store.get("k", "t3", 20)).toBe(newest)
+    expect(store.get("k", "t2", 20)).toBeUndefined()
+    expect(store.size).toBe(1)
   })
 
   it("never holds more than its bound, evicting the least recently used first", () => {
