@@ -19,7 +19,7 @@ export const scopeOfId = (id: number): Scope => ((id % ID_SHARDS) + ID_SHARDS) %
 /** A read filtered by id depends on that id's row only; any other read on the whole list. */
 export const scopeOf = (filters: { readonly id?: number | undefined }): Scope =>
   filters.id === undefined ? LIST_SCOPE : scopeOfId(filters.id)
-/** The list's generations record (Store/Redis.ts `clockRecordLua`), without REDIS_KEY_PREFIX. */
+/** The list's generations record (Store/RedisLua.ts `clockRecordLua`), without REDIS_KEY_PREFIX. */
 export const LIST_GENERATION_KEY = "authors:gen:all"
 /** The scope's Redis generation key, without REDIS_KEY_PREFIX. */
 export const generationKeyOf = (scope: Scope) => (scope === LIST_SCOPE ? LIST_GENERATION_KEY : `authors:gen:id:${scope}`)

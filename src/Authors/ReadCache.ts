@@ -13,7 +13,7 @@
  *   ChangeFeed.ts; none with the embedded PGlite, whose one session every pglite-socket
  *   connection shares, so notifications do not reach a listener, and whose only writer is this
  *   process). Neither repeats: a Redis value is above every value issued before it
- *   (Store/Redis.ts `nextGenerationLua`), local ones only count up, and a Redis reconnection drops
+ *   (Store/RedisLua.ts `nextGenerationLua`), local ones only count up, and a Redis reconnection drops
  *   every answer and moves every local epoch.
  * - The list's generations are three numbers (`ListGenerations`), so that an append leaves the rows
  *   of full unfiltered pages kept (Authors.ts `readListPage`).

@@ -6,7 +6,9 @@
  */
 import { Effect } from "effect"
 import type * as Lifetime from "effect/Scope"
-import { defineScript, isDisconnected, modeOf, nextGenerationLua, onPossibleRollback, type RedisConnection, RedisError, redisCommand } from "../Store/Redis.ts"
+import { defineScript, isDisconnected, modeOf, type RedisConnection, RedisError, redisCommand } from "../Store/Redis.ts"
+import { nextGenerationLua } from "../Store/RedisLua.ts"
+import { onPossibleRollback } from "../Store/RedisNodes.ts"
 import { generationKeyOf, LIST_GENERATION_KEY, scopeOfId, type WriteKind } from "./Generations.ts"
 
 /**

@@ -13,7 +13,7 @@ import type { Principal } from "./User.ts"
 /**
  * A read-cache generation a rate check reads (Authors/ReadCache.ts), by its key without
  * REDIS_KEY_PREFIX: a counter (an id's shard), or a record of counters read as one value (the
- * list's: Store/Redis.ts `clockRecordLua`).
+ * list's: Store/RedisLua.ts `clockRecordLua`).
  */
 export interface GenerationKey {
   readonly key: string

@@ -38,7 +38,7 @@ export interface Reservation {
 export interface RateLimiterShape {
   /**
    * One hit. `read`: a generation (REDIS_KEY_PREFIX added by the store) whose value the decision
-   * carries as `observed`, initialised when missing (Store/Redis.ts `clockCounterLua`,
+   * carries as `observed`, initialised when missing (Store/RedisLua.ts `clockCounterLua`,
    * `clockRecordLua`); the read cache's generations (Authors/ReadCache.ts).
    */
   readonly hit: (key: string, limit: number, windowMs: number, read?: GenerationKey) => Effect.Effect<RateDecision, RateLimiterUnavailable>

@@ -11,7 +11,8 @@
 import { Clock, Context, Effect } from "effect"
 import { randomBytes } from "node:crypto"
 import type { GenerationKey } from "../Domain/RequestContext.ts"
-import { clockCounterLua, clockRecordLua, defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
+import { clockCounterLua, clockRecordLua } from "../Store/RedisLua.ts"
 import { decision, RateLimiterUnavailable, type RateLimiterShape } from "./Decision.ts"
 
 /** The script up to its reply: `allowed`, `count`, `oldestScore` and `now` set. */

@@ -9,12 +9,17 @@
  * publishing (sharded pub/sub in a cluster), a health check that reaches every primary, and the
  * key prefix. In a cluster every script and multi-key command must name keys of one slot
  * (docs/configuration.md#redis-keys). Every key and channel carries `REDIS_KEY_PREFIX`.
+ * What reaches each node of a cluster is RedisNodes.ts; the generations' Lua, RedisLua.ts. The
+ * connection's options, its lifecycle and the command wrapper stay together here (about 350
+ * lines): each is read with the others (a deadline, a reconnection and `isDisconnected` are one
+ * story).
  */
 import { Context, Data, Effect, Layer, Redacted, type Scope } from "effect"
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis"
 import { type RedisTarget, singleRedis } from "../Config.ts"
 import { Outages } from "../Observability/Outages.ts"
 import { withSpanIfTraced } from "../Observability/Spans.ts"
+import { pingAll, writeAll } from "./RedisNodes.ts"
 
 /** One server or a Sentinel group's primary (a `Redis`), or a Redis Cluster. */
 export type RedisConnection = Redis | Cluster
@@ -195,109 +200,6 @@ const makeSubscriber = (client: RedisConnection): RedisSubscriber => {
   }
 }
 
-/**
- * PING on one server; in a cluster, PING on the primary of every slot: a primary that is down
- * (before its replica has taken its slots over) fails it, though the others answer.
- */
-const pingAll = async (client: RedisConnection): Promise<void> => {
-  // Answered once the client is ready (the slot map known, in a cluster): the offline queue holds it until then.
-  await client.ping()
-  if (!(client instanceof Cluster)) return
-  const nodes = new Map<string, Redis>(client.nodes("master").map((node) => [`${node.options.host}:${node.options.port}`, node]))
-  await Promise.all([...slotOwners(client)].map((key) => {
-    const node = nodes.get(key)
-    return node === undefined ? Promise.reject(new Error(`Redis Cluster: primary ${key} is not connected`)) : node.ping()
-  }))
-}
-
-/** Every primary of the cluster's slot map (`host:port`); a slot without one fails. */
-const slotOwners = (client: Cluster): Set<string> => {
-  const owners = new Set<string>()
-  for (let slot = 0; slot < 16384; slot++) {
-    const owner = client.slots[slot]?.[0]
-    if (owner === undefined) throw new Error(`Redis Cluster: slot ${slot} has no primary`)
-    owners.add(owner)
-  }
-  return owners
-}
-
-/**
- * Calls `listener` whenever the values Redis holds may have been lost or rolled back behind the
- * client's back: the connection ready again after it was lost (a restart, a Sentinel failover);
- * in a cluster also a node's connection lost (each ends for good and is made again) or a slot
- * that changed primary (a replica promoted, a resharding), seen when the slot map is refreshed.
- * Returns the function that stops it.
- */
-export const onPossibleRollback = (client: RedisConnection, listener: () => void): () => void => {
-  let readyBefore = client.status === "ready"
-  const onReady = () => {
-    if (readyBefore) listener()
-    readyBefore = true
-  }
-  client.on("ready", onReady)
-  if (!(client instanceof Cluster)) return () => client.off("ready", onReady)
-  let owners = primaries(client)
-  const onRefresh = () => {
-    const now = primaries(client)
-    // The first slot map (none before the cluster was first ready) replaces nothing.
-    if (owners !== "" && now !== owners) listener()
-    owners = now
-  }
-  client.on("-node", listener)
-  client.on("refresh", onRefresh)
-  return () => {
-    client.off("ready", onReady)
-    client.off("-node", listener)
-    client.off("refresh", onRefresh)
-  }
-}
-
-/** The slot map's primaries, as one text ("" before there is a map): a slot's primary is replaced, the text changes. */
-const primaries = (client: Cluster): string => {
-  if (client.slots.length === 0) return ""
-  const ranges: Array<string> = []
-  let previous: string | undefined
-  for (let slot = 0; slot < 16384; slot++) {
-    const owner = client.slots[slot]?.[0] ?? "-"
-    if (owner !== previous) ranges.push(`${slot}:${owner}`)
-    previous = owner
-  }
-  return ranges.join(",")
-}
-
-/** CRC16 (XMODEM), as Redis Cluster hashes keys. */
-const CRC16_TABLE = Array.from({ length: 256 }, (_, byte) => {
-  let crc = byte << 8
-  for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
-  return crc
-})
-/** The cluster slot of a key without a hash tag of its own (ASCII). */
-const slotOf = (text: string) => {
-  let crc = 0
-  for (let i = 0; i < text.length; i++) crc = ((crc << 8) & 0xffff) ^ CRC16_TABLE[((crc >> 8) ^ text.charCodeAt(i)) & 0xff]!
-  return crc % 16384
-}
-
-/**
- * `SET <key> 1 PX <ttlMs>`: Redis takes a write under the prefix. In a cluster on every primary —
- * ACLs, a read-only replica promoted by mistake and `maxmemory` are each node's own — with one
- * key per primary, hash-tagged into one of its slots.
- */
-const writeAll = async (client: RedisConnection, key: string, ttlMs: number): Promise<void> => {
-  if (!(client instanceof Cluster)) {
-    await client.set(key, "1", "PX", ttlMs)
-    return
-  }
-  await client.ping()
-  const wanted = slotOwners(client)
-  const tags: Array<string> = []
-  for (let tag = 0; wanted.size > 0 && tag < 100_000; tag++) {
-    const owner = client.slots[slotOf(String(tag))]![0]!
-    if (wanted.delete(owner)) tags.push(String(tag))
-  }
-  await Promise.all(tags.map((tag) => client.set(`${key}:{${tag}}`, "1", "PX", ttlMs)))
-}
-
 export interface RedisClientShape {
   readonly client: RedisConnection
   readonly mode: RedisMode
@@ -450,52 +352,3 @@ export const defineScript = <R>(client: RedisConnection, name: string, numberOfK
   const command = (client as unknown as Record<string, (...args: ReadonlyArray<string | number>) => Promise<R>>)[name]!
   return (...args: ReadonlyArray<string | number>): Promise<R> => command.apply(client, [...args])
 }
-
-/**
- * Lua: the function `next_generation(value)`, the value a generation takes after `value` (its
- * current one, or false when missing): the larger of `value + 1` and Redis's clock in µs. So a value
- * is never issued twice, even after Redis lost a key or went back to older values (a restart from
- * a snapshot, a failover to a replica that lagged, a hand edit): the clock has moved past every
- * value issued before, as long as Redis's clock (the new primary's, after a failover) is not behind
- * the clock of any earlier bump, and no key is bumped more than once a microsecond on average (a
- * key bumped faster runs ahead of the clock, and a rollback could meet its values again). Values
- * stay below 2^53 (exact in Lua's numbers) until the year 2255. The read cache's generations
- * (Authors/SharedGenerations.ts `BUMP_LUA`).
- */
-export const nextGenerationLua = `local clock_now = redis.call('TIME')
-clock_now = tonumber(clock_now[1]) * 1000000 + tonumber(clock_now[2])
-local function next_generation(value)
-  local n = tonumber(value or '0') + 1
-  if n < clock_now then n = clock_now end
-  return string.format('%.0f', n)
-end
-`
-
-/**
- * Lua: `local <name> = GET <key>`, and when the key is missing it is first set to Redis's clock in
- * µs, as `next_generation` would: a reader of a lost key never sees a value issued before.
- */
-export const clockCounterLua = (name: string, key: string) => `local ${name} = redis.call('GET', ${key})
-if not ${name} then
-  local clock = redis.call('TIME')
-  ${name} = clock[1] .. string.format('%06d', tonumber(clock[2]))
-  redis.call('SET', ${key}, ${name})
-end
-`
-
-/**
- * Lua: `local <name>` = the *generations record* at hash `<key>`, read as one value
- * `rows.count.high`: `rows` and `count` are generations like `clockCounterLua`'s (a missing one is
- * first set to Redis's clock in µs), `high` a mark that only its writer sets (missing: 0). One hash,
- * so a flush or an eviction loses all three together. The read cache keeps the list's generations
- * this way (Authors/ReadCache.ts).
- */
-export const clockRecordLua = (name: string, key: string) => `local ${name}_r = redis.call('HMGET', ${key}, 'rows', 'count', 'high')
-if not ${name}_r[1] or not ${name}_r[2] then
-  local clock = redis.call('TIME')
-  local start = clock[1] .. string.format('%06d', tonumber(clock[2]))
-  if not ${name}_r[1] then ${name}_r[1] = start; redis.call('HSET', ${key}, 'rows', start) end
-  if not ${name}_r[2] then ${name}_r[2] = start; redis.call('HSET', ${key}, 'count', start) end
-end
-local ${name} = ${name}_r[1] .. '.' .. ${name}_r[2] .. '.' .. (${name}_r[3] or '0')
-`

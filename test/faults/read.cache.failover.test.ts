@@ -9,7 +9,7 @@
  *   were never stored: every instance dropped its answers when the node went, and its own side of
  *   the tags moved with the rename's notification);
  * - the next bump issues a value above every value issued before the failover (never one already
- *   used: Store/Redis.ts `nextGenerationLua`);
+ *   used: Store/RedisLua.ts `nextGenerationLua`);
  * - 500 writes and 1,000 reads interleaved across the two instances: no read misses a write answered
  *   before it started.
  * Private topologies (test/support/RedisFailover.ts), started from `redis-server`; the test waits
