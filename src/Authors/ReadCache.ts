@@ -325,20 +325,23 @@ const fromConfig = (shared: SharedGenerations | undefined) =>
     })
   })
 
+/** A cache that stores nothing and bumps nothing: `ReadCache.layerNone`, and a base for tests' own. */
+export const noReadCache: ReadCacheShape = {
+  generationKey: () => undefined,
+  tag: () => undefined,
+  read: (_key, _tag, load) => load,
+  peek: () => undefined,
+  keep: () => {},
+  written: () => Effect.void,
+  now: () => 0,
+  bootId: "none"
+}
+
 export class ReadCache extends Context.Service<ReadCache, ReadCacheShape>()("Authors/ReadCache") {
   /** One instance: generations in this process. */
   static readonly layerMemory = Layer.effect(ReadCache, fromConfig(undefined))
   /** Generations in Redis, shared by every instance. */
   static readonly layerRedis = Layer.effect(ReadCache, Effect.flatMap(RedisClient, ({ client, prefix }) => fromConfig(redisGenerations(client, prefix))))
   /** A cache that stores nothing and bumps nothing (tests of the transports alone). */
-  static readonly layerNone = Layer.succeed(ReadCache, ReadCache.of({
-    generationKey: () => undefined,
-    tag: () => undefined,
-    read: (_key, _tag, load) => load,
-    peek: () => undefined,
-    keep: () => {},
-    written: () => Effect.void,
-    now: () => 0,
-    bootId: "none"
-  }))
+  static readonly layerNone = Layer.succeed(ReadCache, noReadCache)
 }

@@ -30,7 +30,7 @@ import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { AuthorEvents, Authors } from "../../src/Authors/Authors.ts"
 import type { WriteKind } from "../../src/Authors/Generations.ts"
-import { ReadCache } from "../../src/Authors/ReadCache.ts"
+import { noReadCache, ReadCache } from "../../src/Authors/ReadCache.ts"
 import { AuthorRepo } from "../../src/Authors/Repo.ts"
 import { Database } from "../../src/Db/Database.ts"
 import { databaseTimeout } from "../../src/Db/Deadline.ts"
@@ -131,7 +131,7 @@ const world = async (database: DatabaseLayer) => {
     })
   })).pipe(Layer.provide(AuthorRepo.layer))
   const recording = Layer.succeed(ReadCache, ReadCache.of({
-    ...Context.get(await Effect.runPromise(Layer.build(ReadCache.layerNone).pipe(Scope.provide(scope))), ReadCache),
+    ...noReadCache,
     written: (ids, kind) => Effect.sync(() => void bumps.push({ ids, kind }))
   }))
   const context = await Effect.runPromise(

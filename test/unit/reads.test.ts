@@ -12,7 +12,7 @@ import { describe, expect, it } from "vitest"
 import { Authors } from "../../src/Authors/Authors.ts"
 import { early } from "../../src/Authors/Http.ts"
 import { LIST_SCOPE, scopeOfId } from "../../src/Authors/Generations.ts"
-import { ReadCache } from "../../src/Authors/ReadCache.ts"
+import { noReadCache, ReadCache } from "../../src/Authors/ReadCache.ts"
 import { type AuthorRead, httpReaders, makeHttpReads, messageRead } from "../../src/Authors/Reads.ts"
 import { encodeCursor } from "../../src/Domain/Pagination.ts"
 import type { GenerationKey } from "../../src/Domain/RequestContext.ts"
@@ -198,14 +198,8 @@ describe("the front door's fast path agrees with the router and the schemas", ()
 describe("the paths that use it", () => {
   /** A read cache whose generation keys name their scope, so the test sees which scope each path asked for. */
   const cache = Layer.succeed(ReadCache, ReadCache.of({
-    generationKey: (scope): GenerationKey => ({ key: `scope:${scope}`, record: false }),
-    tag: () => undefined,
-    read: (_key, _tag, load) => load,
-    peek: () => undefined,
-    keep: () => {},
-    written: () => Effect.void,
-    now: () => 0,
-    bootId: "test"
+    ...noReadCache,
+    generationKey: (scope): GenerationKey => ({ key: `scope:${scope}`, record: false })
   }))
   /** The packages' handlers are not called here: a message is only prepared. */
   const noAuthors = Layer.succeed(Authors, {} as Authors["Service"])
