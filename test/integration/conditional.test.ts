@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { awaitAuditRecord } from "../support/AuditTrail.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 const STRONG = /^"[A-Za-z0-9_-]{27}"$/
 const WEAK = /^W\/"[^"]+"$/
