@@ -24,7 +24,8 @@ import { Authors } from "./Authors/Authors.ts"
 import * as AuthorsHttp from "./Authors/Http.ts"
 import { AuthorRepo } from "./Authors/Repo.ts"
 import { ReadCache } from "./Authors/ReadCache.ts"
-import { AppConfig, modeLine, type RedisNode, type RedisTarget } from "./Config.ts"
+import { AppConfig, modeLine } from "./Config.ts"
+import type { RedisNode, RedisTarget } from "./Config/Redis.ts"
 import { Database } from "./Db/Database.ts"
 import * as Docs from "./Http/Docs.ts"
 import * as FrontDoor from "./Http/FrontDoor.ts"
@@ -61,7 +62,7 @@ const layerRoutes = Layer.mergeAll(layerApi, Docs.layer, WsHttp.layer, FrontDoor
 
 /**
  * The shared stores: Redis when configured — one server, a Redis Cluster or a Sentinel group
- * (`RedisTarget`, Config.ts) — so several instances share one budget, one connection registry,
+ * (`RedisTarget`, Config/Redis.ts) — so several instances share one budget, one connection registry,
  * one audit stream; else in-process stand-ins for a single instance. Author changes are broadcast
  * through the registry; its store is the WebSocket health check.
  */

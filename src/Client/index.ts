@@ -7,3 +7,4 @@
 export * from "./Http.ts"
 export * from "./Promise.ts"
 export * from "./Ws.ts"
+export * from "./WsProtocol.ts"

@@ -16,7 +16,7 @@
  */
 import { Context, Data, Effect, Layer, Redacted, type Scope } from "effect"
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis"
-import { type RedisTarget, singleRedis } from "../Config.ts"
+import { type RedisTarget, singleRedis } from "../Config/Redis.ts"
 import { Outages } from "../Observability/Outages.ts"
 import { withSpanIfTraced } from "../Observability/Spans.ts"
 import { pingAll, writeAll } from "./RedisNodes.ts"

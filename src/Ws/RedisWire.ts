@@ -1,8 +1,9 @@
 /**
  * What the Redis connection registry (RedisRegistry.ts) exchanges with Redis and with the other
- * instances: the slot scripts, which measure leases on Redis's clock (instances whose
- * clocks differ still agree on when a lease ends), and the broadcast channel's messages, checked
- * before they are delivered (anyone who can reach Redis can publish on the channel).
+ * instances: the slot scripts (RedisSlots.ts), which measure leases on Redis's clock (instances
+ * whose clocks differ still agree on when a lease ends), and the broadcast channel's messages
+ * (RedisBroadcasts.ts), checked before they are delivered (anyone who can reach Redis can publish
+ * on the channel).
  */
 import { Result, Schema } from "effect"
 import { BroadcastData } from "./Protocol.ts"

@@ -1,6 +1,7 @@
 /**
  * The connection registry's interface, and the pieces both implementations (in-process:
- * Registry.ts, Redis: RedisRegistry.ts) use for this process's listeners and session timers.
+ * Registry.ts, Redis: RedisRegistry.ts and its RedisSessions.ts) use for this process's listeners
+ * and session timers.
  */
 import { Data, Effect, type Scope } from "effect"
 import type { AuthorEvent, AuthorRow } from "../Domain/Author.ts"

@@ -671,9 +671,11 @@ describe("README and docs true to the code", () => {
     expect([...testDirs].sort()).toEqual([...actualTestDirs].sort())
   })
 
-  it("configuration: the table lists exactly the variables src/Config.ts reads and .env.example shows, with its defaults", () => {
+  it("configuration: the table lists exactly the variables src/Config.ts and src/Config/ read and .env.example shows, with its defaults", () => {
     const settings = envExampleSettings()
-    const read = new Set([...readFileSync(join(ROOT, "src/Config.ts"), "utf8").matchAll(/[(,]\s*"([A-Z][A-Z0-9_]{2,})"/g)].map((m) => m[1]!))
+    const sources = ["Config.ts", ...readdirSync(join(ROOT, "src/Config")).map((file) => `Config/${file}`)]
+    const text = sources.map((file) => readFileSync(join(ROOT, "src", file), "utf8")).join("\n")
+    const read = new Set([...text.matchAll(/[(,]\s*"([A-Z][A-Z0-9_]{2,})"/g)].map((m) => m[1]!))
     const rows = tableAfter("docs/configuration.md", "## Settings")
     const documented = new Map(rows.flatMap((r) => [...r[0]!.matchAll(/`([A-Z][A-Z0-9_]+)`/g)].map((m) => [m[1]!, r[1]!] as const)))
     expect([...documented.keys()].sort()).toEqual([...read].sort())

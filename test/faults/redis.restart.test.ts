@@ -14,7 +14,7 @@ import { startRedisServer, type RedisServer } from "../support/RedisServer.ts"
 import { eventually } from "../support/Eventually.ts"
 import { request, signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 const GRACE_SECONDS = 1
 /** Printed, not tuned against: only a bound far beyond the backstop's slack. */

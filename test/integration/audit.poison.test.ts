@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type AuditItem, awaitAuditRecord } from "../support/AuditTrail.ts"
 import { eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 const setups = [
   { name: "embedded", database: "embedded" as const, redis: false },

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { untilInFlight } from "../support/Faults.ts"
 import { eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 const ADMIN_ID = "00000000-0000-4000-8000-000000000001"
 const READER_ID = "00000000-0000-4000-8000-000000000003"

@@ -263,7 +263,7 @@ describe("client kit", () => {
 
       it("reconnects after the connection drops, and serves requests again", async () => {
         const states = event<WsState>()
-        // The delays are drawn from the given source (src/Client/Ws.ts reconnectDelay; unit: ws.backoff).
+        // The delays are drawn from the given source (src/Client/WsProtocol.ts reconnectDelay; unit: ws.backoff).
         let draws = 0
         const socket = await connect({
           url: `http://127.0.0.1:${proxy.port}`,

@@ -9,7 +9,7 @@ import { type AuditItem, awaitAuditRecord } from "../support/AuditTrail.ts"
 import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, type TcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { createPostgresDatabase, login, request, startTestApp, type TestApp, type TestDatabase, TEST_DATABASE_URL, TEST_REDIS_URL } from "../support/TestApp.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 const healthy = { status: "healthy", database: "healthy", redis: "healthy", websocket: { status: "healthy", active_connections: 0 } }
 

@@ -13,7 +13,7 @@ import { scrapeMetrics } from "../support/Metrics.ts"
 import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 const small = { rateLimitEnabled: true, rateLimitPerMinute: 5, rateLimitBurst: 2 } satisfies Partial<AppConfigShape>
 const redisConfig = (prefix = `test:${randomUUID()}:`, url = TEST_REDIS_URL ?? "") =>

@@ -19,7 +19,7 @@ import { encodeCursor } from "../../src/Domain/Pagination.ts"
 import { layerTracingTo } from "../../src/Observability/Tracing.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { login, request, signToken, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp, type TestAppOptions } from "../support/TestApp.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 type Backend = "embedded" | "postgres" | "redis"
 

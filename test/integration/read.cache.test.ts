@@ -18,7 +18,7 @@ import { scrapeMetrics } from "../support/Metrics.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { login, request, startTestApp, TEST_DATABASE_URL, TEST_REDIS_URL, type TestApp, type TestAppOptions } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 interface Author {
   readonly id: number

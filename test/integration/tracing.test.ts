@@ -14,7 +14,7 @@ import { tracesUrl, layerTracingTo } from "../../src/Observability/Tracing.ts"
 import { defined, eventually } from "../support/Eventually.ts"
 import { login, request, startTestApp, type TestApp, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 const PARENT_SPAN_ID = "00f067aa0ba902b7"

@@ -9,7 +9,7 @@
  * database with STARTUP_TIMEOUT_SECONDS=1, the HTTP server on a taken port and an address the
  * machine does not have, and main.ts's own messages (Startup.ts builds them). Each is wrapped as
  * main.ts wraps it before it writes the line. The table of bad environments is complete: every
- * refusal written in src/Config.ts (and the CIDR parser it uses) must be among the messages.
+ * refusal written in src/Config.ts and src/Config/ (and the CIDR parser they use) must be among the messages.
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { ConfigProvider, Effect, Exit, Layer, Logger, Redacted } from "effect"
@@ -92,9 +92,10 @@ const BAD_ENVIRONMENTS: ReadonlyArray<Record<string, string>> = [
   { NODE_ENV: "production", DATABASE_URL: "postgres://a@db.example/a", OIDC_ISSUER_URL: "http://idp.example/realms/x" }
 ]
 
-/** The refusals src/Config.ts writes (and the CIDR parser's), comments left out, `${…}` standing for anything. */
+/** The refusals src/Config.ts and src/Config/ write (and the CIDR parser's), comments left out, `${…}` standing for anything. */
 const refusalsInSource = (): ReadonlyArray<string> => {
-  const source = ["src/Config.ts", "src/Domain/Cidr.ts"]
+  const config = readdirSync(join(ROOT, "src/Config")).map((file) => `src/Config/${file}`)
+  const source = ["src/Config.ts", ...config, "src/Domain/Cidr.ts"]
     .map((file) => readFileSync(join(ROOT, file), "utf8").replace(/\/\*[\s\S]*?\*\//g, "").replace(/^\s*\/\/.*$/gm, ""))
     .join("\n")
   const literals = [...source.matchAll(/"((?:[^"\\\n]|\\.)*)"|`((?:[^`\\]|\\.)*)`/g)].map((m) => m[1] ?? m[2]!)
@@ -175,7 +176,7 @@ describe("docs/troubleshooting.md: every FATAL line", () => {
     expect(examples.filter((example) => !messages.some((message) => message.includes(example)))).toEqual([])
   })
 
-  it("the bad environments cover every refusal src/Config.ts writes", () => {
+  it("the bad environments cover every refusal src/Config.ts and src/Config/ write", () => {
     const refusals = refusalsInSource()
     expect(refusals.length).toBeGreaterThan(5)
     const uncovered = refusals.filter((literal) => {

@@ -15,7 +15,7 @@ import { onPath } from "../support/Binaries.ts"
 import { type RedisServer, startRedisServer } from "../support/RedisServer.ts"
 import { signToken, startTestApp, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type WsClient } from "../support/WsClient.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 const GRACE_SECONDS = 1
 /** Printed, not tuned against: only a bound far beyond a timer's slack on a busy machine. */

@@ -12,7 +12,7 @@ import { eventually } from "../support/Eventually.ts"
 import { hostPort, startTcpProxy, viaProxy } from "../support/TcpProxy.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL } from "../support/TestApp.ts"
 import { connectWs } from "../support/WsClient.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 describe.runIf(TEST_REDIS_URL !== undefined)("WebSocket with Redis cut", () => {
   it.each(["open", "closed"] as const)("RATE_LIMIT_FAIL_MODE=%s decides handshakes and messages; Redis back restores the limits", async (mode) => {

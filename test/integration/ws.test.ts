@@ -12,7 +12,7 @@ import { eventually } from "../support/Eventually.ts"
 import { scrapeMetrics } from "../support/Metrics.ts"
 import { request, signToken, startTestApp, TEST_REDIS_URL, type TestApp } from "../support/TestApp.ts"
 import { connectWs, type Envelope, protoCodec, type ProtoCodec, type WsClient, ZERO_REQ_ID } from "../support/WsClient.ts"
-import { singleRedis } from "../../src/Config.ts"
+import { singleRedis } from "../../src/Config/Redis.ts"
 
 const stores = ["memory", ...(TEST_REDIS_URL !== undefined ? ["redis"] as const : [])] as const
 

@@ -6,7 +6,7 @@
  * for the modes that are there (none at all on a fresh machine), never skipped.
  */
 import { Option, Redacted } from "effect"
-import { parseRedisNodes, type RedisTarget, singleRedis } from "../../src/Config.ts"
+import { parseRedisNodes, type RedisTarget, singleRedis } from "../../src/Config/Redis.ts"
 import { makeRedis, type RedisConnection } from "../../src/Store/Redis.ts"
 import { TEST_REDIS_URL } from "./TestApp.ts"
 

@@ -1,10 +1,10 @@
 /**
- * The parts of the /web client that stand in for Node APIs (src/Client/Ws.ts): request ids where
+ * The parts of the /web client that stand in for Node APIs (src/Client/WsProtocol.ts): request ids where
  * `crypto.randomUUID` is missing (a browser page that is not a secure context has only
  * `getRandomValues`), and the token's `exp` read with `atob` (base64url, UTF-8 claims).
  */
 import { afterEach, describe, expect, it, vi } from "vitest"
-import { randomUuid, tokenExpiry, WsClosedError } from "../../src/Client/Ws.ts"
+import { randomUuid, tokenExpiry, WsClosedError } from "../../src/Client/WsProtocol.ts"
 
 const V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 

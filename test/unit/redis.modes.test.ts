@@ -7,7 +7,7 @@
 import { Option, Redacted } from "effect"
 import { Cluster, Redis } from "ioredis"
 import { afterEach, describe, expect, it } from "vitest"
-import type { RedisTarget, RedisTopology } from "../../src/Config.ts"
+import type { RedisTarget, RedisTopology } from "../../src/Config/Redis.ts"
 import { makeRedis, modeOf, type RedisConnection } from "../../src/Store/Redis.ts"
 
 const made: Array<RedisConnection> = []

@@ -1,11 +1,11 @@
 /**
- * The WebSocket client kit's reconnection delays (src/Client/Ws.ts `reconnectDelay`): "full
+ * The WebSocket client kit's reconnection delays (src/Client/WsProtocol.ts `reconnectDelay`): "full
  * jitter" under the documented bounds — the n-th delay is a random point below
  * `initialDelayMs·2^n`, never above `maxDelayMs` — so a fleet dropped by one restart does not come
  * back at the same instants, while the bound still doubles. Seeded random sources, no timers.
  */
 import { describe, expect, it } from "vitest"
-import { reconnectDelay } from "../../src/Client/Ws.ts"
+import { reconnectDelay } from "../../src/Client/WsProtocol.ts"
 
 const BOUNDS = { initialDelayMs: 250, maxDelayMs: 10_000 }
 const ATTEMPTS = 10
