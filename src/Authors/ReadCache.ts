@@ -19,6 +19,7 @@
  *   of full unfiltered pages kept (Authors.ts `readListPage`).
  * - With no tag (no generation read, the feed down, the cache off) a read goes to the database and
  *   is not stored. Memory: least recently used out first, never above READ_CACHE_MAX_BYTES.
+ * One module (about 350 lines): the store and `makeReadCache` are the two halves of I1…I8, read together.
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { Context, Deferred, Effect, Exit, Layer, Option, Schedule } from "effect"

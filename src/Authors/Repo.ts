@@ -4,6 +4,7 @@
  * summing the counter's shard rows, migrations/0004, so concurrent creates do not queue on one row)
  * and, when full, the id of the row after it. The unfiltered total is also read alone (`total`):
  * a page whose rows the read cache kept needs only that (ReadCache.ts).
+ * One module (about 330 lines): the authors' SQL, every statement beside the others it must agree with.
  */
 import { Context, Effect, Layer, Option } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
