@@ -22,7 +22,7 @@
  *
  * Requests refused here never reach the app's front door, so they are counted here, in
  * `http_requests_total` with the endpoint `unmatched`.
- * One module (about 310 lines): one parser of HTTP/1.1 requests, whose states are read together.
+ * One module (about 310 lines): one connection's ordering of answers, refusals and upgrades, read together.
  */
 import { METHODS, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { Socket } from "node:net"
