@@ -14,6 +14,7 @@ import type { GenerationKey } from "../Domain/RequestContext.ts"
 import { defineScript, isDisconnected, RedisClient, redisCommand } from "../Store/Redis.ts"
 import { clockCounterLua, clockRecordLua } from "../Store/RedisLua.ts"
 import { decision, RateLimiterUnavailable, type RateLimiterShape } from "./Decision.ts"
+import { sharedReads } from "./GenerationReads.ts"
 
 /** The script up to its reply: `allowed`, `count`, `oldestScore` and `now` set. */
 const SLIDING_WINDOW_BODY = `
@@ -77,16 +78,18 @@ export const makeRedisRateLimiter = Effect.gen(function*() {
   const slidingWindowReadRecord = defineScript<Reply>(client, "adsSlidingWindowReadRecord", 2, SLIDING_WINDOW_READ_RECORD_LUA)
   const generation = defineScript<string>(client, "adsGeneration", 1, GENERATION_LUA)
   const generationRecord = defineScript<string>(client, "adsGenerationRecord", 1, GENERATION_RECORD_LUA)
+  const readGeneration = sharedReads((key, record) => (record ? generationRecord : generation)(key))
   /**
    * The hit and the generation `read`. One script on one server or a Sentinel group's primary; in a
-   * Redis Cluster the window's key and the generation's hash to different slots, so two scripts
-   * sent together (auto-pipelined: no round trip more, one command more — docs/performance.md#redis-cluster).
+   * Redis Cluster the window's key and the generation's hash to different slots, so the generation
+   * is read beside the hit, by a command the concurrent reads of one scope share (GenerationReads.ts;
+   * no round trip more — docs/performance.md#redis-cluster).
    */
   const hitAndRead = (windowKey: string, read: GenerationKey | undefined, ...args: ReadonlyArray<string | number>): Promise<Reply> => {
     if (read === undefined) return slidingWindow(windowKey, ...args)
     const key = `${prefix}${read.key}`
     if (mode !== "cluster") return (read.record ? slidingWindowReadRecord : slidingWindowRead)(windowKey, key, ...args)
-    return Promise.all([slidingWindow(windowKey, ...args), (read.record ? generationRecord : generation)(key)]).then(
+    return Promise.all([slidingWindow(windowKey, ...args), readGeneration(key, read.record)]).then(
       ([[allowed, count, oldest, at], value]) => [allowed, count, oldest, at, value] as const
     )
   }
