@@ -15,8 +15,8 @@ type Step =
   | { readonly kind: "bump"; readonly key: number }
   | { readonly kind: "reply"; readonly fail: boolean }
 
-const steps = fc.array(
-  fc.oneof(
+const steps: fc.Arbitrary<ReadonlyArray<Step>> = fc.array(
+  fc.oneof<fc.Arbitrary<Step>[]>(
     fc.record({ kind: fc.constant("ask" as const), key: fc.nat(2) }),
     fc.record({ kind: fc.constant("flush" as const) }),
     fc.record({ kind: fc.constant("bump" as const), key: fc.nat(2) }),
@@ -54,7 +54,8 @@ describe("shared generation reads", () => {
         else if (step.kind === "bump") values[step.key]!++
         else {
           const command = inFlight.shift()
-          if (command !== undefined) step.fail ? command.reject(new Error("lost")) : command.resolve(String(command.value))
+          if (command !== undefined && step.fail) command.reject(new Error("lost"))
+          else if (command !== undefined) command.resolve(String(command.value))
         }
         await settle()
       }
