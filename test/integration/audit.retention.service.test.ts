@@ -77,8 +77,10 @@ describe.runIf(TEST_DATABASE_URL !== undefined)("audit retention in the service 
     await eventually(async () => expect(await pruned(app) - before).toBe(40), "40 records counted as pruned")
     expect(await countOld(db)).toBe(0)
     expect(Number((await db.query<{ n: string }>(`SELECT count(*) AS n FROM audit_logs WHERE request_id LIKE 'seeded-%'`)).rows[0]!.n)).toBe(25)
-    const info = lines.filter((l) => typeof l["message"] === "string" && l["message"].startsWith("Audit retention: deleted"))
-    expect(info).toEqual([expect.objectContaining({ level: "INFO", message: `Audit retention: deleted 40 records older than ${DAYS} days`, deleted: 40 })])
+    // The run's line comes once it has ended (after its last batch was counted, and its rollup).
+    const deletedLines = () => lines.filter((l) => typeof l["message"] === "string" && l["message"].startsWith("Audit retention: deleted"))
+    await eventually(() => deletedLines().length > 0, "the run's INFO line")
+    expect(deletedLines()).toEqual([expect.objectContaining({ level: "INFO", message: `Audit retention: deleted 40 records older than ${DAYS} days`, deleted: 40 })])
 
     // Totals over the seeded days (the test's own requests, audited now, are after end_date).
     const admin = (await login(app, "admin")).access_token
