@@ -5,7 +5,7 @@
  * HttpApi] — turning every failure into a JSON `{detail}` response (ErrorResponse.ts). On the way
  * out: metrics and the access log (AccessLog.ts), the audit record (AuditStage.ts), then the ids
  * and security headers (Correlation.ts, SecurityHeaders.ts, Cors.ts — whose preflights are
- * answered first). The request's facts are one immutable `RequestContext` (Correlation.ts), built
+ * answered first, after the body's size only). The request's facts are one immutable `RequestContext` (Correlation.ts), built
  * here and read by everything inside.
  *
  * The early stages are what a feature hands the front door (`layer(api, { early })`, wired in
@@ -277,7 +277,11 @@ export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint,
           const label = refused ? "unmatched" : labelOf(shapes, request.method, pathname)
           const base = facts.begin(request)
           const preflight = cors?.preflight(request)
-          if (preflight !== undefined) return HttpServerResponse.setHeaders(preflight, { ...idHeaders(base), ...securityHeaders(preflight) })
+          if (preflight !== undefined) {
+            // A preflight is answered before anything but the body's size (a body over the limit: 413 first, whatever the method).
+            const answer = Option.isSome(yield* bodyLimit(request)) ? preflight : tooLarge
+            return HttpServerResponse.setHeaders(answer, { ...idHeaders(base), ...securityHeaders(answer) })
+          }
           const observation = observe(request.method, label, unlimited)
           const arrived: Passage = {
             request,

@@ -56,6 +56,18 @@ describe("CORS_ALLOWED_ORIGINS set", () => {
     expect(res.headers.get("x-correlation-id")).toMatch(/^[0-9a-f]{8}$/)
   })
 
+  it("a preflight whose body is over MAX_REQUEST_BODY_BYTES is answered 413 first, as any request is", async () => {
+    const res = await request(app, "OPTIONS", "/authors", {
+      headers: { origin: ALLOWED, "access-control-request-method": "POST", "content-type": "text/plain" },
+      body: "x".repeat(1_048_577)
+    })
+    expect(res.status).toBe(413)
+    expect(res.body).toEqual({ detail: "Request body too large" })
+    expect(res.headers.get("access-control-allow-methods")).toBeNull()
+    expectSecurityHeaders(res.headers)
+    expect(res.headers.get("x-request-id")).toMatch(UUID)
+  })
+
   it("adds the origin and exposes the id and rate-limit headers on responses, errors included", async () => {
     for (const [token_, status] of [[token, 200], [undefined, 401]] as const) {
       const res = await request(app, "GET", "/authors", { headers: { origin: ALLOWED }, ...(token_ === undefined ? {} : { token: token_ }) })
