@@ -294,6 +294,8 @@ const makeMemory = Effect.sync((): AuthorRepo["Service"] => {
           return holder === undefined ? [] : [{ i: k + 1, holder: holder.id }]
         })
         const results: Array<ChangeResult> = [...held]
+        // One statement: refused, it wrote nothing (the rows as they were before it).
+        const before = new Map(rows)
         for (const [k, change] of changes.entries()) {
           const row = rows.get(change.id)
           if (row === undefined || held.some((h) => h.i === k + 1)) continue
@@ -301,7 +303,11 @@ const makeMemory = Effect.sync((): AuthorRepo["Service"] => {
             rows.delete(change.id)
             results.push({ i: k + 1, row })
           } else {
-            if (nameTaken(change.name, change.id)) return Effect.fail(uniqueViolation())
+            if (nameTaken(change.name, change.id)) {
+              rows.clear()
+              for (const [id, kept] of before) rows.set(id, kept)
+              return Effect.fail(uniqueViolation())
+            }
             const renamed = { ...row, name: change.name }
             rows.set(change.id, renamed)
             results.push({ i: k + 1, row: renamed })

@@ -607,6 +607,12 @@ const KNOWN = {
     { t: "run", pick: 1 }, run, readOf(0, "all", 0), run
   ],
   /** I1/I3: two deletes written as one batch behind a rename, a list read cached between the rename and the batch. */
+  /**
+   * A batch of renames the server refuses (a name another row took meanwhile) writes nothing: the
+   * in-memory repository the model runs on once kept the renames before the refused one (CI,
+   * seed 2132332593), and a page showed a row the database never held.
+   */
+  refusedChangeBatch: [{"t":"write","at":1,"kind":"update","arg":1,"name":0,"fault":"none"},{"t":"write","at":1,"kind":"update","arg":2,"name":2,"fault":"none"},{"t":"write","at":0,"kind":"create","arg":1,"name":1,"fault":"none"},{"t":"write","at":1,"kind":"update","arg":1,"name":2,"fault":"none"},{"t":"deliver","at":0},{"t":"write","at":1,"kind":"create","arg":1,"name":0,"fault":"none"},{"t":"deliver","at":0},{"t":"run","pick":0},{"t":"run","pick":0},{"t":"interrupt","pick":0},{"t":"read","at":0,"kind":"byId","arg":0},{"t":"read","at":0,"kind":"page","arg":0},{"t":"deliver","at":0},{"t":"read","at":0,"kind":"byId","arg":0}] as ReadonlyArray<Command>,
   changeBatchBump: [
     write(0, "create", 1, 0), run, write(0, "create", 1, 1), run, write(0, "create", 1, 2), run,
     write(0, "update", 1, 0), write(0, "delete", 2, 0), write(0, "delete", 3, 0), run, readOf(0, "all", 0),
@@ -627,7 +633,8 @@ describe("the read cache's invariants over random interleavings with faults (mod
     check(ROLLBACKS, { embedded: false, redis: true }, [KNOWN.restartedFromSnapshot, KNOWN.repeatedGeneration], 300))
   it("two instances on one PostgreSQL, without Redis", () => check(BALANCED, { embedded: false, redis: false }, [KNOWN.otherInstance, KNOWN.interruptedAfterCommit]))
   it("two instances on one PostgreSQL, with Redis, creates written in batches", () => check(BATCHES, { embedded: false, redis: true }, [KNOWN.batchBump, KNOWN.changeBatchBump]))
-  it("two instances on one PostgreSQL, without Redis, creates written in batches", () => check(BATCHES, { embedded: false, redis: false }, [KNOWN.batchBump, KNOWN.changeBatchBump]))
+  it("two instances on one PostgreSQL, without Redis, creates written in batches", () =>
+    check(BATCHES, { embedded: false, redis: false }, [KNOWN.batchBump, KNOWN.changeBatchBump, KNOWN.refusedChangeBatch]))
   it("two instances, notifications slow to come while time passes (maximum age)", () => check(SLOW_FEED, { embedded: false, redis: false }, [KNOWN.olderThanMaxAge]))
   it("one instance on the embedded database (no feed), with Redis", () => check(BALANCED, { embedded: true, redis: true }, [KNOWN.lateCommit]))
   it("one instance on the embedded database (no feed), without Redis", () => check(BALANCED, { embedded: true, redis: false }, [KNOWN.lateCommit]))
