@@ -15,11 +15,11 @@
  */
 import { type ChildProcess, spawn, spawnSync } from "node:child_process"
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { connect, createServer } from "node:net"
+import { connect } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { eventually } from "./Eventually.ts"
-import { freePort } from "./Ports.ts"
+import { freeClusterPort, freePort } from "./Ports.ts"
 
 export interface TopologyOptions {
   /** The processes outlive this one (not killed when it exits); default false. */
@@ -124,20 +124,6 @@ export const bulkStrings = (reply: string): Array<string> => {
     if (lines[i]!.startsWith("$") && Number(lines[i]!.slice(1)) >= 0) out.push(lines[++i]!)
   }
   return out
-}
-
-/** A free port whose cluster bus port (+10000) is free too. */
-const freeClusterPort = async (): Promise<number> => {
-  for (;;) {
-    const port = await freePort()
-    if (port + 10000 > 65535) continue
-    const busFree = await new Promise<boolean>((resolve) => {
-      const server = createServer()
-      server.once("error", () => resolve(false))
-      server.listen(port + 10000, "127.0.0.1", () => server.close(() => resolve(true)))
-    })
-    if (busFree) return port
-  }
 }
 
 const alive = (pid: number) => {
