@@ -7,6 +7,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Cause, Effect, Layer } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { USER_AGENT_LOG_MAX_BYTES } from "../../src/Http/AccessLog.ts"
 import { layerLoggerTo, scrub, scrubText } from "../../src/Observability/Logging.ts"
 import { RedisError } from "../../src/Store/Redis.ts"
 import { defined, eventually } from "../support/Eventually.ts"
@@ -40,7 +41,7 @@ describe("structured logs", () => {
     const { access_token, refresh_token } = ok.body as { access_token: string; refresh_token: string }
     const failed = await request(app, "POST", "/login", { body: { username: "logger", password: WRONG_PASSWORD }, headers: { "x-correlation-id": "corr-login-2" } })
     expect(failed.status).toBe(401)
-    const listed = await request(app, "GET", "/authors", { token: access_token, headers: { "x-correlation-id": "corr-list-3" } })
+    const listed = await request(app, "GET", "/authors", { token: access_token, headers: { "x-correlation-id": "corr-list-3", "user-agent": "logging-test/1.0" } })
     expect(listed.status).toBe(200)
     const CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
     const traced = await request(app, "GET", "/authors", {
@@ -69,7 +70,7 @@ describe("structured logs", () => {
     expect(login[0]!["trace_id"]).toMatch(/^[0-9a-f]{32}$/)
     expect(byCorrelation("corr-login-2")[0]).toMatchObject({ status_code: 401 })
     const list = byCorrelation("corr-list-3")[0]
-    expect(list).toMatchObject({ endpoint: "/authors", status_code: 200, user_id: USER_ID })
+    expect(list).toMatchObject({ endpoint: "/authors", status_code: 200, user_id: USER_ID, client_ip: "127.0.0.1", user_agent: "logging-test/1.0" })
     expect(list!["request_id"]).toMatch(/^[0-9a-f-]{36}$/)
     // Tracing off (no exporter): no span is made, and the trace id is the request's own — the
     // request id's hex digits, or the caller's when it sent a W3C traceparent.
@@ -89,6 +90,19 @@ describe("structured logs", () => {
   /** Resolves once a logged line satisfies `matches` (the logger writes after the event it reports). */
   const lineWhere = (matches: (r: Record<string, unknown>) => boolean) =>
     eventually(() => defined(records().find(matches), "such log line"), "the log line")
+
+  it("the access line carries the client's address and user agent, a long one cut at USER_AGENT_LOG_MAX_BYTES", async () => {
+    const long = `huge-agent/${"é".repeat(4000)}`
+    const res = await request(app, "GET", "/livez", { headers: { "x-correlation-id": "corr-agent-5", "user-agent": long } })
+    expect(res.status).toBe(200)
+    const line = await lineWhere((r) => r["correlation_id"] === "corr-agent-5" && r["message"] === "HTTP request")
+    expect(line).toMatchObject({ level: "DEBUG", endpoint: "/livez", client_ip: "127.0.0.1" })
+    const agent = String(line["user_agent"])
+    expect(Buffer.byteLength(agent, "utf8")).toBeLessThanOrEqual(USER_AGENT_LOG_MAX_BYTES)
+    expect(agent.startsWith("huge-agent/éé")).toBe(true)
+    expect(agent.endsWith("…")).toBe(true)
+    expect(agent).not.toContain("\ufffd")
+  })
 
   it("a WebSocket connection's lines carry its trace id: the upgrade's traceparent, else the connection's own", async () => {
     const login = await request(app, "POST", "/login", { body: { username: "logger", password: PASSWORD } })
